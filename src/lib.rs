@@ -1,0 +1,30 @@
+/*!
+tapegate: the dock-gateway daemon that turns the BLE advertisements of asset-tracking
+tapes into decoded readings in the tracking service.
+
+```text
+ source ──► products ──► dedup ──► outbox (SQLite) ──► flusher ──► bulk decode API
+```
+
+# Layout
+- [`config`]: raw (serde) config layered from file and `TAPEGATE_*` environment, then
+  validated into typed [`config::Config`] in one step that reports every problem.
+- [`record`]: the shared domain types ([`record::Mac`], [`record::Advertisement`],
+  [`record::Capture`]) and the JSON Lines advertisement record.
+- [`source`]: the [`source::Source`] trait and the `replay` and `sim` sources.
+- [`products`]: which advertisements are tapes, and the `ble_packet` sent for them.
+- [`dedup`]: per-MAC deduplication on capture time (pure, time passed in).
+- [`outbox`]: the durable, bounded SQLite store; its module doc is the design document.
+- [`pipeline`]: the only place that creates channels, spawns stages and orders shutdown.
+- [`api`]: the tracking service client (token cache, bulk and single decode).
+- [`mock`]: the spec-faithful mock tracking service used by tests and `tapegate demo`.
+*/
+
+pub mod api;
+pub mod config;
+pub mod dedup;
+pub mod mock;
+pub mod outbox;
+pub mod products;
+pub mod record;
+pub mod source;

@@ -1,0 +1,333 @@
+/*!
+The shared domain types: [`Mac`], [`Advertisement`] (what a source hears), [`Capture`]
+(what dedup admits into the outbox), and the JSON Lines advertisement record that the
+`replay` source reads and `tapegate scan --record` writes.
+
+Record format (one advertisement per line, see DESIGN.md):
+
+```json
+{"ts": 1763719200.125, "mac": "C0:FF:EE:00:00:01", "rssi": -61, "name": "TT-0001",
+ "manufacturer_data": {"3831": "4956e29f84211e44ffb51e"}}
+```
+
+Times are kept as whole epoch milliseconds ([`EpochMillis`]) so that capture times
+compare exactly and replays are deterministic.
+*/
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// Epoch time in whole milliseconds.
+pub type EpochMillis = i64;
+
+/// A Bluetooth device address. Parsed from any case with `:`, `-` or no separator;
+/// displayed upper case with colons (`AA:BB:CC:DD:EE:FF`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Mac([u8; 6]);
+
+impl Mac {
+    pub const fn new(octets: [u8; 6]) -> Self {
+        Mac(octets)
+    }
+
+    pub fn octets(&self) -> [u8; 6] {
+        self.0
+    }
+
+    /// Twelve upper-case hex digits without separators (`AABBCCDDEEFF`), as the tapes'
+    /// maker writes MACs.
+    pub fn plain(&self) -> String {
+        hex_upper(&self.0)
+    }
+
+    /// Upper case with colons (`AA:BB:CC:DD:EE:FF`).
+    pub fn colon(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl fmt::Display for Mac {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let o = self.0;
+        write!(
+            f,
+            "{:02X}:{:02X}:{:02X}:{:02X}:{:02X}:{:02X}",
+            o[0], o[1], o[2], o[3], o[4], o[5]
+        )
+    }
+}
+
+impl fmt::Debug for Mac {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// Why a string is not a MAC address.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a MAC address (expected 12 hex digits, optionally separated by ':' or '-')")]
+pub struct BadMac(pub String);
+
+impl FromStr for Mac {
+    type Err = BadMac;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || BadMac(s.to_string());
+        let digits: Vec<u8> = s.bytes().filter(|b| *b != b':' && *b != b'-').collect();
+        let separators = s.len() - digits.len();
+        if digits.len() != 12 || (separators != 0 && separators != 5) {
+            return Err(bad());
+        }
+        let mut out = [0u8; 6];
+        for (i, pair) in digits.chunks(2).enumerate() {
+            out[i] = (hex_val(pair[0]).ok_or_else(bad)? << 4) | hex_val(pair[1]).ok_or_else(bad)?;
+        }
+        Ok(Mac(out))
+    }
+}
+
+impl Serialize for Mac {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Mac {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// One BLE advertisement as a source heard it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Advertisement {
+    /// Capture time.
+    pub ts_ms: EpochMillis,
+    pub mac: Mac,
+    pub rssi: Option<i16>,
+    pub name: Option<String>,
+    /// Company identifier and the bytes after it, in the order heard.
+    pub manufacturer_data: Vec<(u16, Vec<u8>)>,
+    /// Service UUID (lower case, 128-bit form) and its data.
+    pub service_data: Vec<(String, Vec<u8>)>,
+}
+
+/// An advertisement admitted by products and dedup: one row of the outbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capture {
+    pub mac: Mac,
+    /// Capture time.
+    pub ts_ms: EpochMillis,
+    /// `product_id` as sent to the service.
+    pub product_id: String,
+    /// `ble_packet` exactly as sent to the service (already encoded).
+    pub packet: String,
+    pub rssi: Option<i16>,
+}
+
+/// Why a record line was not read. The caller adds the line number.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    #[error("not a JSON advertisement record: {0}")]
+    Json(String),
+    #[error("{field}: {reason}")]
+    Field { field: &'static str, reason: String },
+}
+
+/// The wire shape of a record line.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RecordLine {
+    ts: f64,
+    mac: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    rssi: Option<i16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    #[serde(default)]
+    manufacturer_data: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    service_data: BTreeMap<String, String>,
+}
+
+impl Advertisement {
+    /// Parses one JSON Lines record.
+    pub fn from_record(line: &str) -> Result<Self, RecordError> {
+        let raw: RecordLine =
+            serde_json::from_str(line).map_err(|e| RecordError::Json(e.to_string()))?;
+        if !raw.ts.is_finite() || raw.ts < 0.0 {
+            return Err(RecordError::Field {
+                field: "ts",
+                reason: format!("{} is not an epoch time in seconds", raw.ts),
+            });
+        }
+        let mac = raw.mac.parse().map_err(|e: BadMac| RecordError::Field {
+            field: "mac",
+            reason: e.to_string(),
+        })?;
+        let mut manufacturer_data = Vec::with_capacity(raw.manufacturer_data.len());
+        for (k, v) in raw.manufacturer_data {
+            let id = k.parse::<u16>().map_err(|_| RecordError::Field {
+                field: "manufacturer_data",
+                reason: format!("key {k:?} is not a decimal company identifier (0-65535)"),
+            })?;
+            let bytes = decode_hex(&v).ok_or_else(|| RecordError::Field {
+                field: "manufacturer_data",
+                reason: format!("value of {k} is not hex bytes: {v:?}"),
+            })?;
+            manufacturer_data.push((id, bytes));
+        }
+        let mut service_data = Vec::with_capacity(raw.service_data.len());
+        for (k, v) in raw.service_data {
+            let bytes = decode_hex(&v).ok_or_else(|| RecordError::Field {
+                field: "service_data",
+                reason: format!("value of {k} is not hex bytes: {v:?}"),
+            })?;
+            service_data.push((k.to_ascii_lowercase(), bytes));
+        }
+        Ok(Advertisement {
+            ts_ms: (raw.ts * 1000.0).round() as EpochMillis,
+            mac,
+            rssi: raw.rssi,
+            name: raw.name,
+            manufacturer_data,
+            service_data,
+        })
+    }
+
+    /// Writes the advertisement as one JSON Lines record (without the newline).
+    pub fn to_record(&self) -> String {
+        let raw = RecordLine {
+            ts: self.ts_ms as f64 / 1000.0,
+            mac: self.mac.to_string(),
+            rssi: self.rssi,
+            name: self.name.clone(),
+            manufacturer_data: self
+                .manufacturer_data
+                .iter()
+                .map(|(id, d)| (id.to_string(), hex_lower(d)))
+                .collect(),
+            service_data: self
+                .service_data
+                .iter()
+                .map(|(u, d)| (u.clone(), hex_lower(d)))
+                .collect(),
+        };
+        // A struct of strings and numbers always serialises.
+        serde_json::to_string(&raw).unwrap_or_default()
+    }
+
+    /// The data after company identifier `id`, if the advertisement carries it.
+    pub fn manufacturer(&self, id: u16) -> Option<&[u8]> {
+        self.manufacturer_data
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map(|(_, d)| d.as_slice())
+    }
+}
+
+fn hex_val(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Decodes hex digits (any case, even length); `None` if they are not.
+pub fn decode_hex(s: &str) -> Option<Vec<u8>> {
+    let b = s.as_bytes();
+    if b.len() % 2 != 0 {
+        return None;
+    }
+    b.chunks(2)
+        .map(|p| Some((hex_val(p[0])? << 4) | hex_val(p[1])?))
+        .collect()
+}
+
+const UPPER: &[u8; 16] = b"0123456789ABCDEF";
+const LOWER: &[u8; 16] = b"0123456789abcdef";
+
+fn hex_with(bytes: &[u8], table: &[u8; 16]) -> String {
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(table[(b >> 4) as usize] as char);
+        s.push(table[(b & 0xf) as usize] as char);
+    }
+    s
+}
+
+pub fn hex_upper(bytes: &[u8]) -> String {
+    hex_with(bytes, UPPER)
+}
+
+pub fn hex_lower(bytes: &[u8]) -> String {
+    hex_with(bytes, LOWER)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mac_accepts_any_case_and_separator() {
+        let want = Mac::new([0xC0, 0xFF, 0xEE, 0x00, 0x00, 0x01]);
+        for s in ["C0:FF:EE:00:00:01", "c0-ff-ee-00-00-01", "c0ffee000001"] {
+            assert_eq!(s.parse::<Mac>().unwrap(), want, "{s}");
+        }
+        assert_eq!(want.to_string(), "C0:FF:EE:00:00:01");
+        assert_eq!(want.plain(), "C0FFEE000001");
+    }
+
+    #[test]
+    fn mac_rejects_wrong_length_digits_and_separators() {
+        for s in [
+            "C0:FF:EE:00:00",
+            "C0:FF:EE:00:00:0G",
+            "C0:FFEE:00:00:01",
+            "",
+        ] {
+            assert!(s.parse::<Mac>().is_err(), "{s}");
+        }
+    }
+
+    #[test]
+    fn record_round_trips() {
+        let line = r#"{"ts": 1763719200.125, "mac": "c0-ff-ee-00-00-01", "rssi": -61, "name": "TT-0001", "manufacturer_data": {"3831": "4956E29F84211E44FFB51E"}, "service_data": {"0000FEAA-0000-1000-8000-00805F9B34FB": "10"}}"#;
+        let adv = Advertisement::from_record(line).unwrap();
+        assert_eq!(adv.ts_ms, 1_763_719_200_125);
+        assert_eq!(adv.rssi, Some(-61));
+        assert_eq!(
+            adv.manufacturer(3831).unwrap(),
+            decode_hex("4956e29f84211e44ffb51e").unwrap()
+        );
+        assert_eq!(
+            adv.service_data[0].0,
+            "0000feaa-0000-1000-8000-00805f9b34fb"
+        );
+        let again = Advertisement::from_record(&adv.to_record()).unwrap();
+        assert_eq!(again, adv);
+    }
+
+    #[test]
+    fn record_errors_name_the_field() {
+        let e = Advertisement::from_record(r#"{"ts": 1, "mac": "nope"}"#).unwrap_err();
+        assert!(e.to_string().starts_with("mac:"), "{e}");
+        let e = Advertisement::from_record(
+            r#"{"ts": 1, "mac": "C0FFEE000001", "manufacturer_data": {"x": "00"}}"#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("company identifier"), "{e}");
+        let e = Advertisement::from_record(
+            r#"{"ts": 1, "mac": "C0FFEE000001", "manufacturer_data": {"1": "0"}}"#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("not hex"), "{e}");
+        assert!(Advertisement::from_record("{not json").is_err());
+    }
+}

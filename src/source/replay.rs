@@ -1,0 +1,1 @@
+//! The `replay` source: JSON Lines advertisement records from a file or stdin.
