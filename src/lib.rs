@@ -27,4 +27,5 @@ pub mod mock;
 pub mod outbox;
 pub mod products;
 pub mod record;
+pub mod secret;
 pub mod source;
