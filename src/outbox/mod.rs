@@ -1,1 +1,98 @@
-//! placeholder, filled by its issue
+/*!
+The outbox: a durable, bounded SQLite store between capture and delivery.
+
+# Why it exists
+A dock gateway must not lose what it heard when the uplink drops, the service fails, the
+token expires or the power is cut. Every admitted capture is written here first; the
+flusher delivers from here, and a row leaves only in the transaction that records its
+outcome (a decoded reading or a dead letter). Delivery is therefore at-least-once.
+
+# Schema (`PRAGMA user_version` = 1)
+| table | holds |
+|---|---|
+| `pending` | captures not yet delivered: `id` (admission order), `mac` (48-bit integer), `captured_at` (epoch ms), `product_id`, `packet` (the `ble_packet` as sent), `rssi` |
+| `dead_letters` | captures the service refused, with its `error` and `dead_at` |
+| `readings` | decoded readings (history, bounded by `readings.retention_hours`) |
+| `tapes` | the latest reading of each tape |
+| `counters` | `admitted`, `delivered`, `dead_lettered`, `evicted`, `dead_letters_dropped` |
+| `meta` | `last_flush_ok_at`, `last_error`, `last_error_at` |
+
+A row's life: admitted → `pending` → delivered (row deleted, reading stored) | dead
+letter (row moved to `dead_letters`) | evicted (deleted when `max_pending` is exceeded,
+oldest first). `tapegate dead-letters retry` moves dead letters back to `pending`.
+
+# Guarantees
+- **Accepted means committed.** Captures are committed in groups, every
+  `outbox.commit_interval_ms` or every [`GROUP_MAX`] captures, whichever comes first. A
+  capture is *accepted* once its group commits. The loss window of a crash (kill -9,
+  panic, power cut with `durability = "full"`) is exactly the group not yet committed:
+  at most `commit_interval_ms` of captures and never more than [`GROUP_MAX`].
+  With `durability = "normal"` a power cut (not a process crash) can also lose the
+  groups committed since the last WAL checkpoint; the database stays consistent.
+- **Counters are exact.** Counters change in the same transaction as the rows they
+  count, so at every commit `admitted = delivered + dead_lettered + evicted + pending`
+  holds, where `pending` is the number of rows in `pending`. Purging stored dead letters
+  does not change `dead_lettered` (they were still refused).
+- **Bounded.** At most `outbox.max_pending` rows pending; past it the oldest are evicted
+  (the newest state of a tape matters most) and counted. Stored dead letters are capped
+  at [`MAX_DEAD_LETTERS`] (oldest dropped and counted); readings by retention.
+- **One owner.** One thread owns the connection ([`Outbox`] is its handle); the CLI
+  (`status`, `dead-letters`) opens its own short-lived connection, which WAL allows
+  while the daemon runs.
+- **A write that fails** (disk full, I/O error) rolls its transaction back; nothing
+  already committed is lost and the caller keeps the group and retries later.
+- **A corrupt database** (fails to open or fails `quick_check`) is moved aside with an
+  ERROR log naming both paths, and a fresh one is started, so the daemon never
+  crash-loops on it.
+
+# Not guaranteed
+- Exactly-once delivery: a batch whose answer is lost (timeout, crash after sending) is
+  sent again, so the service may see a capture twice.
+- Order across MACs: batches take the oldest pending capture of each MAC; captures of
+  one MAC are delivered in admission order, which is capture order.
+*/
+
+mod handle;
+mod store;
+
+pub use handle::Outbox;
+pub use store::{
+    now_ms, DeadLetter, OpenReport, Outcome, PendingCapture, Reading, Stats, Store, StoreOptions,
+    TapeRow,
+};
+
+use std::path::PathBuf;
+
+/// A commit group holds at most this many captures.
+pub const GROUP_MAX: usize = 1000;
+
+/// Stored dead letters at most; past it the oldest are dropped (and counted).
+pub const MAX_DEAD_LETTERS: u64 = 100_000;
+
+/// The database file inside `gateway.state_dir`.
+pub const DB_FILE: &str = "outbox.db";
+
+/// What went wrong with the outbox, and what the caller should do.
+#[derive(Debug, thiserror::Error)]
+pub enum OutboxError {
+    /// The write failed and was rolled back (disk full, I/O error, locked): keep the
+    /// data and try again later.
+    #[error("outbox write failed and was rolled back ({0}); will retry")]
+    WriteFailed(#[source] rusqlite::Error),
+    /// The database cannot be used at all (permissions, newer schema).
+    #[error("outbox {path} cannot be opened: {reason}")]
+    Unusable { path: PathBuf, reason: String },
+    /// Any other database error.
+    #[error("outbox: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// The owner thread is gone (the daemon is shutting down or it panicked).
+    #[error("outbox owner thread has stopped")]
+    Closed,
+}
+
+impl OutboxError {
+    /// Whether the same operation may succeed later (so the caller keeps its data).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, OutboxError::WriteFailed(_))
+    }
+}

@@ -1,0 +1,48 @@
+//! The owner thread: one thread owns the [`Store`] and runs the jobs sent to it, so no
+//! lock is ever held across an `.await` and async stages never block on SQLite.
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::{OutboxError, Store};
+
+type Job = Box<dyn FnOnce(&mut Store) + Send>;
+
+/// A clonable handle to the store's owner thread. The thread ends (closing the
+/// database cleanly) when the last handle is dropped; [`Outbox::start`] returns its
+/// join handle so shutdown can wait for that.
+#[derive(Clone)]
+pub struct Outbox {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl Outbox {
+    /// Moves `store` to a new owner thread.
+    pub fn start(store: Store) -> std::io::Result<(Outbox, std::thread::JoinHandle<()>)> {
+        // Few jobs are ever queued: each caller awaits its answer.
+        let (jobs, mut rx) = mpsc::channel::<Job>(64);
+        let thread = std::thread::Builder::new()
+            .name("tapegate-outbox".into())
+            .spawn(move || {
+                let mut store = store;
+                while let Some(job) = rx.blocking_recv() {
+                    job(&mut store);
+                }
+            })?;
+        Ok((Outbox { jobs }, thread))
+    }
+
+    /// Runs `f` on the owner thread and returns its result.
+    pub async fn call<T, F>(&self, f: F) -> Result<T, OutboxError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Store) -> Result<T, OutboxError> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move |store| {
+            // The caller may have gone away (shutdown); the result is then unwanted.
+            let _ = tx.send(f(store));
+        });
+        self.jobs.send(job).await.map_err(|_| OutboxError::Closed)?;
+        rx.await.map_err(|_| OutboxError::Closed)?
+    }
+}
