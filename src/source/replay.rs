@@ -1,1 +1,328 @@
-//! The `replay` source: JSON Lines advertisement records from a file or stdin.
+/*!
+The `replay` source: JSON Lines advertisement records from a file or stdin (`-`).
+
+Replay exists to re-run what a gateway heard (`tapegate scan --record`) through the
+whole pipeline, so it keeps the capture times from the file and does not pace them:
+advertisements go out as fast as the channel takes them, and dedup, working on capture
+time, decides exactly as it did live.
+
+A malformed line (not UTF-8, not JSON, a bad field) is logged at WARN with its line
+number, counted in [`SourceReport::malformed`] and skipped: one bad line in a long
+recording must not cost the rest. Blank lines are ignored.
+
+Reading goes through tokio's file (or stdin) behind a 1 MiB buffer, reusing one line
+buffer: the blocking pool is entered once per megabyte, and parsing the record is the
+whole per-line cost.
+*/
+
+use std::path::PathBuf;
+
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::record::Advertisement;
+
+use super::{Source, SourceError, SourceReport};
+
+/// Read buffer: large, so that a recording is read in few blocking calls.
+const BUFFER: usize = 1 << 20;
+
+/// Replays a JSON Lines recording.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replay {
+    /// The recording; `-` is stdin.
+    pub path: PathBuf,
+}
+
+impl Replay {
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Replay { path: path.into() }
+    }
+
+    fn is_stdin(&self) -> bool {
+        self.path.as_os_str() == "-"
+    }
+}
+
+impl Source for Replay {
+    async fn run(
+        self,
+        out: mpsc::Sender<Advertisement>,
+        stop: CancellationToken,
+    ) -> Result<SourceReport, SourceError> {
+        let error = |source| SourceError::Replay {
+            path: self.path.clone(),
+            source,
+        };
+        let report = if self.is_stdin() {
+            let input = BufReader::with_capacity(BUFFER, tokio::io::stdin());
+            replay(input, &out, &stop).await.map_err(error)?
+        } else {
+            let file = tokio::fs::File::open(&self.path).await.map_err(error)?;
+            let input = BufReader::with_capacity(BUFFER, file);
+            replay(input, &out, &stop).await.map_err(error)?
+        };
+        tracing::info!(
+            path = %self.path.display(),
+            adverts = report.adverts,
+            malformed = report.malformed,
+            "replay ended"
+        );
+        Ok(report)
+    }
+}
+
+/// Sends every record of `input` to `out` until the input ends, `stop` is cancelled or
+/// `out` is closed. Fails only when reading fails.
+async fn replay<R: AsyncBufRead + Unpin>(
+    mut input: R,
+    out: &mpsc::Sender<Advertisement>,
+    stop: &CancellationToken,
+) -> std::io::Result<SourceReport> {
+    let mut report = SourceReport::default();
+    let mut buf = Vec::with_capacity(1024);
+    let mut line_no: u64 = 0;
+    // The read and the send are polled first: while they are ready (a buffered line, a
+    // channel with room) the stop token costs one atomic load per line.
+    while !stop.is_cancelled() {
+        buf.clear();
+        let n = tokio::select! {
+            biased;
+            n = input.read_until(b'\n', &mut buf) => n?,
+            () = stop.cancelled() => break,
+        };
+        if n == 0 {
+            break;
+        }
+        line_no += 1;
+        let adv = match parse_line(&buf) {
+            Ok(Some(adv)) => adv,
+            Ok(None) => continue,
+            Err(reason) => {
+                report.malformed += 1;
+                tracing::warn!(line = line_no, %reason, "replay line {line_no} skipped: {reason}");
+                continue;
+            }
+        };
+        tokio::select! {
+            biased;
+            sent = out.send(adv) => if sent.is_err() { break },
+            () = stop.cancelled() => break,
+        }
+        report.adverts += 1;
+    }
+    Ok(report)
+}
+
+/// One line (with or without its line ending): `None` if blank.
+fn parse_line(bytes: &[u8]) -> Result<Option<Advertisement>, String> {
+    let line = std::str::from_utf8(bytes).map_err(|e| format!("not valid UTF-8: {e}"))?;
+    let line = line.trim();
+    if line.is_empty() {
+        return Ok(None);
+    }
+    Advertisement::from_record(line)
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    fn record(i: u32) -> String {
+        format!(
+            r#"{{"ts": {}.5, "mac": "C0:FF:EE:00:{:02X}:{:02X}", "rssi": -60, "manufacturer_data": {{"3831": "4956e29f84211e44ffb51e"}}}}"#,
+            1_763_719_200 + i,
+            (i >> 8) & 0xff,
+            i & 0xff
+        )
+    }
+
+    fn file_with(bytes: &[u8]) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(bytes).unwrap();
+        f.flush().unwrap();
+        f
+    }
+
+    async fn collect(path: PathBuf, capacity: usize) -> (SourceReport, Vec<Advertisement>) {
+        let (tx, mut rx) = mpsc::channel(capacity);
+        let task = tokio::spawn(Replay::new(path).run(tx, CancellationToken::new()));
+        let mut got = Vec::new();
+        while let Some(adv) = rx.recv().await {
+            got.push(adv);
+        }
+        (task.await.unwrap().unwrap(), got)
+    }
+
+    #[tokio::test]
+    async fn valid_lines_arrive_in_order_with_their_capture_times() {
+        let text: String = (0..100).map(|i| record(i) + "\n").collect();
+        let f = file_with(text.as_bytes());
+        let (report, got) = collect(f.path().to_path_buf(), 4).await;
+        assert_eq!(
+            report,
+            SourceReport {
+                adverts: 100,
+                malformed: 0
+            }
+        );
+        let want: Vec<Advertisement> = (0..100)
+            .map(|i| Advertisement::from_record(&record(i)).unwrap())
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(got[0].ts_ms, 1_763_719_200_500);
+    }
+
+    #[tokio::test]
+    async fn bad_lines_are_counted_by_line_number_and_the_rest_arrive() {
+        let mut text = Vec::new();
+        text.extend_from_slice((record(1) + "\n").as_bytes()); // line 1
+        text.extend_from_slice(b"{not json\n"); // line 2
+        text.extend_from_slice(b"\n"); // line 3: blank, ignored
+        text.extend_from_slice(br#"{"ts": 1, "mac": "nope"}"#); // line 4
+        text.extend_from_slice(b"\r\n");
+        text.extend_from_slice(b"\xff\xfe\n"); // line 5: not UTF-8
+        text.extend_from_slice((record(2) + "\r\n").as_bytes()); // line 6
+        text.extend_from_slice(b"   \n"); // line 7: blank
+        text.extend_from_slice(record(3).as_bytes()); // line 8, no final newline
+        let f = file_with(&text);
+        let logs = LogCapture::default();
+        let (report, got) = {
+            let _guard = tracing::subscriber::set_default(logs.subscriber());
+            collect(f.path().to_path_buf(), 16).await
+        };
+        assert_eq!(
+            report,
+            SourceReport {
+                adverts: 3,
+                malformed: 3
+            }
+        );
+        let macs: Vec<String> = got.iter().map(|a| a.mac.to_string()).collect();
+        assert_eq!(
+            macs,
+            [
+                "C0:FF:EE:00:00:01",
+                "C0:FF:EE:00:00:02",
+                "C0:FF:EE:00:00:03"
+            ]
+        );
+
+        let warnings: Vec<String> = logs
+            .text()
+            .lines()
+            .filter(|l| l.contains("WARN"))
+            .map(str::to_string)
+            .collect();
+        assert_eq!(warnings.len(), 3, "{warnings:#?}");
+        for (w, line) in warnings.iter().zip([2, 4, 5]) {
+            assert!(w.contains(&format!("replay line {line} skipped: ")), "{w}");
+            assert!(w.contains(&format!("line={line}")), "{w}");
+        }
+        assert!(
+            warnings[0].contains("not a JSON advertisement record"),
+            "{}",
+            warnings[0]
+        );
+        assert!(warnings[1].contains("skipped: mac:"), "{}", warnings[1]);
+        assert!(warnings[2].contains("not valid UTF-8"), "{}", warnings[2]);
+    }
+
+    /// Collects what is logged on this thread (the tests run on one thread).
+    #[derive(Clone, Default)]
+    struct LogCapture(Arc<Mutex<Vec<u8>>>);
+
+    impl LogCapture {
+        fn subscriber(&self) -> impl tracing::Subscriber + Send + Sync {
+            let sink = self.clone();
+            tracing_subscriber::fmt()
+                .with_ansi(false)
+                .with_max_level(tracing::Level::INFO)
+                .with_writer(move || sink.clone())
+                .finish()
+        }
+
+        fn text(&self) -> String {
+            String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+        }
+    }
+
+    impl std::io::Write for LogCapture {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_missing_file_is_a_replay_error_naming_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("missing.jsonl");
+        let (tx, _rx) = mpsc::channel(1);
+        let err = Replay::new(&path)
+            .run(tx, CancellationToken::new())
+            .await
+            .unwrap_err();
+        assert!(matches!(&err, SourceError::Replay { path: p, .. } if *p == path));
+        assert!(err.to_string().contains("missing.jsonl"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn the_stop_token_ends_a_replay_blocked_on_a_full_channel() {
+        let text: String = (0..1000).map(|i| record(i) + "\n").collect();
+        let f = file_with(text.as_bytes());
+        let (tx, mut rx) = mpsc::channel(8);
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(Replay::new(f.path()).run(tx, stop.clone()));
+        let first = rx.recv().await.unwrap();
+        assert_eq!(first.mac.to_string(), "C0:FF:EE:00:00:00");
+        stop.cancel();
+        let report = tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("replay ends when stopped")
+            .unwrap()
+            .unwrap();
+        assert!(report.adverts < 1000, "{report:?}");
+    }
+
+    #[tokio::test]
+    async fn a_closed_receiver_ends_the_replay() {
+        let text: String = (0..1000).map(|i| record(i) + "\n").collect();
+        let f = file_with(text.as_bytes());
+        let (tx, rx) = mpsc::channel(8);
+        drop(rx);
+        let report = Replay::new(f.path())
+            .run(tx, CancellationToken::new())
+            .await
+            .unwrap();
+        assert_eq!(report.adverts, 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_large_recording_replays_quickly() {
+        let n = 100_000;
+        let mut text = String::with_capacity(n as usize * 120);
+        for i in 0..n {
+            text.push_str(&record(i));
+            text.push('\n');
+        }
+        let f = file_with(text.as_bytes());
+        let started = Instant::now();
+        let (report, got) = collect(f.path().to_path_buf(), 1024).await;
+        let took = started.elapsed();
+        assert_eq!((report.adverts, got.len()), (u64::from(n), n as usize));
+        // Unoptimised test builds are several times slower than release.
+        assert!(took < Duration::from_secs(20), "{n} lines took {took:?}");
+    }
+}

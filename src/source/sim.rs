@@ -1,4 +1,57 @@
-//! The `sim` source: a simulated fleet of tapes.
+/*!
+The `sim` source: a simulated fleet of tapes, for the demo, benchmarks and tests.
+
+The fleet is a pure function of the seed: the same settings give the same MACs, the same
+schedule and the same packets, so a non-real-time run is a deterministic input for the
+whole pipeline. Each tape adverts every `interval_ms` at its own phase, under company
+0x0EF7 with the 11-byte payload below, which the mock service decodes:
+
+| bytes | meaning |
+|---|---|
+| `[0..2]` | marker `49 56` |
+| `[2..4]` | packet counter, u16 little-endian |
+| `[4..6]` | temperature in 0.01 °C, i16 little-endian |
+| `[6]` | battery percent |
+| `[7]` | shock count |
+| `[8..11]` | low 24 bits of the tape serial, little-endian |
+
+A tape's payload changes every `change_every` adverts: the counter goes up by one, the
+temperature takes a step of a slow random walk around the tape's own level (4–25 °C),
+the battery now and then loses a percent, and a shock is now and then counted. The
+first `unregistered` tapes have MACs starting `C0:DE:AD`, which the mock service does
+not know. Adverts of other devices (Apple, Microsoft, Samsung, Google company ids, and
+Eddystone service data) come in between, `others_ratio` of them per tape advert, so that
+product filtering has something to drop.
+
+With `realtime` the source sleeps to advert at the real rate and stamps adverts with the
+wall clock; without it, it sends as fast as the channel takes them with synthetic
+capture times from `start_ms`.
+*/
+
+use std::collections::HashSet;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::record::{Advertisement, EpochMillis, Mac};
+
+use super::{Source, SourceError, SourceReport};
+
+/// Company identifier of the tapes' maker.
+pub const TAPE_COMPANY_ID: u16 = 0x0EF7;
+/// First octets of the MACs of unregistered tapes.
+pub const UNREGISTERED_PREFIX: [u8; 3] = [0xC0, 0xDE, 0xAD];
+/// First two bytes of every tape payload.
+pub const PAYLOAD_MARKER: [u8; 2] = [0x49, 0x56];
+/// Length of a tape payload (after the company identifier).
+pub const PAYLOAD_LEN: usize = 11;
+
+/// Company identifiers of the other devices: Apple, Microsoft, Samsung, Google.
+const OTHER_COMPANIES: [u16; 4] = [0x004C, 0x0006, 0x0075, 0x00E0];
+const EDDYSTONE_UUID: &str = "0000feaa-0000-1000-8000-00805f9b34fb";
+/// How many other devices are around.
+const OTHER_DEVICES: usize = 16;
 
 /// Validated `[scanner] sim_*` settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,4 +74,542 @@ pub struct SimSettings {
     pub realtime: bool,
     /// Capture time of the first advert when not real time.
     pub start_ms: i64,
+}
+
+/// What one tape payload says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TapeReading {
+    pub counter: u16,
+    /// Temperature in 0.01 °C.
+    pub temp_centi: i16,
+    /// Battery percent.
+    pub battery: u8,
+    pub shock_count: u8,
+    /// Low 24 bits of the tape serial (higher bits are not sent).
+    pub serial: u32,
+}
+
+impl TapeReading {
+    /// Reads a tape payload; `None` without the marker or with another length.
+    pub fn from_payload(b: &[u8]) -> Option<TapeReading> {
+        if b.len() != PAYLOAD_LEN || b[..2] != PAYLOAD_MARKER {
+            return None;
+        }
+        Some(TapeReading {
+            counter: u16::from_le_bytes([b[2], b[3]]),
+            temp_centi: i16::from_le_bytes([b[4], b[5]]),
+            battery: b[6],
+            shock_count: b[7],
+            serial: u32::from_le_bytes([b[8], b[9], b[10], 0]),
+        })
+    }
+}
+
+/// The 11-byte payload (after the company identifier) of a tape advert.
+pub fn tape_payload(r: &TapeReading) -> [u8; PAYLOAD_LEN] {
+    let c = r.counter.to_le_bytes();
+    let t = r.temp_centi.to_le_bytes();
+    let s = r.serial.to_le_bytes();
+    [
+        PAYLOAD_MARKER[0],
+        PAYLOAD_MARKER[1],
+        c[0],
+        c[1],
+        t[0],
+        t[1],
+        r.battery,
+        r.shock_count,
+        s[0],
+        s[1],
+        s[2],
+    ]
+}
+
+/// The simulated fleet as a [`Source`].
+#[derive(Debug, Clone)]
+pub struct Sim {
+    pub settings: SimSettings,
+}
+
+impl Sim {
+    pub fn new(settings: SimSettings) -> Self {
+        Sim { settings }
+    }
+
+    /// The MACs of the tapes, `TT-0001` first; the first `unregistered` start `C0:DE:AD`.
+    pub fn fleet(settings: &SimSettings) -> Vec<Mac> {
+        Fleet::new(settings).tapes.iter().map(|t| t.mac).collect()
+    }
+}
+
+impl Source for Sim {
+    async fn run(
+        self,
+        out: mpsc::Sender<Advertisement>,
+        stop: CancellationToken,
+    ) -> Result<SourceReport, SourceError> {
+        let s = &self.settings;
+        let mut fleet = Fleet::new(s);
+        let mut report = SourceReport::default();
+        let started = Instant::now();
+        tracing::info!(
+            tapes = s.tapes,
+            unregistered = s.unregistered.min(s.tapes),
+            interval_ms = s.interval_ms,
+            realtime = s.realtime,
+            "simulated fleet started"
+        );
+        while !stop.is_cancelled() {
+            let Some((offset_ms, mut adv)) = fleet.next_advert() else {
+                break;
+            };
+            if s.duration_ms.is_some_and(|d| offset_ms >= d) {
+                break;
+            }
+            if s.realtime {
+                let deadline = started + std::time::Duration::from_millis(offset_ms);
+                if deadline > Instant::now() {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(deadline) => {}
+                        () = stop.cancelled() => break,
+                    }
+                }
+                adv.ts_ms = crate::outbox::now_ms();
+            } else {
+                adv.ts_ms = s.start_ms.saturating_add(offset_ms as EpochMillis);
+            }
+            tokio::select! {
+                biased;
+                sent = out.send(adv) => if sent.is_err() { break },
+                () = stop.cancelled() => break,
+            }
+            report.adverts += 1;
+        }
+        tracing::info!(adverts = report.adverts, "simulated fleet ended");
+        Ok(report)
+    }
+}
+
+/// One simulated tape.
+#[derive(Debug)]
+struct Tape {
+    mac: Mac,
+    name: String,
+    /// When in each interval it adverts.
+    phase_ms: u64,
+    reading: TapeReading,
+    /// The level its temperature wanders around.
+    home_temp_centi: i16,
+    rssi_level: i16,
+    adverts: u64,
+}
+
+/// The fleet and its schedule: a pure, deterministic generator of adverts.
+#[derive(Debug)]
+struct Fleet {
+    rng: fastrand::Rng,
+    /// In `TT-0001` order.
+    tapes: Vec<Tape>,
+    /// Indexes of `tapes` by phase: with one interval for all, every round of adverts
+    /// goes in this order.
+    order: Vec<usize>,
+    others: Vec<Mac>,
+    interval_ms: u64,
+    change_every: u64,
+    others_ratio: f64,
+    round: u64,
+    next_in_round: usize,
+    /// Other adverts still to come in the current slot, and its offset.
+    pending_others: u32,
+    slot_ms: u64,
+}
+
+impl Fleet {
+    fn new(s: &SimSettings) -> Fleet {
+        let mut rng = fastrand::Rng::with_seed(s.seed);
+        let interval_ms = s.interval_ms.max(1);
+        let mut used = HashSet::new();
+        let mut tapes = Vec::with_capacity(s.tapes);
+        for i in 0..s.tapes {
+            let mac = loop {
+                let mut o = [0u8; 6];
+                rng.fill(&mut o);
+                if i < s.unregistered {
+                    o[..3].copy_from_slice(&UNREGISTERED_PREFIX);
+                } else {
+                    o[0] |= 0xC0; // a random static address
+                }
+                let registered_lookalike = i >= s.unregistered && o[..3] == UNREGISTERED_PREFIX;
+                if !registered_lookalike && used.insert(o) {
+                    break Mac::new(o);
+                }
+            };
+            let home_temp_centi = rng.i16(400..=2500);
+            tapes.push(Tape {
+                mac,
+                name: format!("TT-{:04}", i + 1),
+                phase_ms: rng.u64(0..interval_ms),
+                reading: TapeReading {
+                    counter: rng.u16(..),
+                    temp_centi: home_temp_centi,
+                    battery: rng.u8(60..=100),
+                    shock_count: 0,
+                    serial: rng.u32(..) & 0x00FF_FFFF,
+                },
+                home_temp_centi,
+                rssi_level: rng.i16(-85..=-55),
+                adverts: 0,
+            });
+        }
+        let others = (0..OTHER_DEVICES)
+            .map(|_| loop {
+                let mut o = [0u8; 6];
+                rng.fill(&mut o);
+                if o[..3] != UNREGISTERED_PREFIX && used.insert(o) {
+                    break Mac::new(o);
+                }
+            })
+            .collect();
+        let mut order: Vec<usize> = (0..tapes.len()).collect();
+        order.sort_by_key(|&i| (tapes[i].phase_ms, i));
+        Fleet {
+            rng,
+            tapes,
+            order,
+            others,
+            interval_ms,
+            change_every: u64::from(s.change_every.max(1)),
+            others_ratio: if s.others_ratio.is_finite() {
+                s.others_ratio.max(0.0)
+            } else {
+                0.0
+            },
+            round: 0,
+            next_in_round: 0,
+            pending_others: 0,
+            slot_ms: 0,
+        }
+    }
+
+    /// The next advert and its offset from the start; `None` without tapes. The
+    /// advert's `ts_ms` is the offset; the caller stamps the capture time.
+    fn next_advert(&mut self) -> Option<(u64, Advertisement)> {
+        if self.pending_others > 0 {
+            self.pending_others -= 1;
+            return Some((self.slot_ms, self.other_advert()));
+        }
+        let &i = self.order.get(self.next_in_round)?;
+        let offset = self
+            .round
+            .saturating_mul(self.interval_ms)
+            .saturating_add(self.tapes[i].phase_ms);
+        self.next_in_round += 1;
+        if self.next_in_round == self.order.len() {
+            self.next_in_round = 0;
+            self.round += 1;
+        }
+        let adv = self.tape_advert(i);
+        self.slot_ms = offset;
+        let whole = self.others_ratio.trunc();
+        let extra = self.rng.f64() < self.others_ratio - whole;
+        self.pending_others = (whole as u32).saturating_add(u32::from(extra));
+        Some((offset, adv))
+    }
+
+    fn tape_advert(&mut self, i: usize) -> Advertisement {
+        let rng = &mut self.rng;
+        let tape = &mut self.tapes[i];
+        if tape.adverts > 0 && tape.adverts % self.change_every == 0 {
+            let r = &mut tape.reading;
+            r.counter = r.counter.wrapping_add(1);
+            let pull = (tape.home_temp_centi - r.temp_centi) / 16;
+            r.temp_centi = r
+                .temp_centi
+                .saturating_add(rng.i16(-15..=15) + pull)
+                .clamp(-4000, 8500);
+            if rng.u8(..40) == 0 {
+                r.battery = r.battery.saturating_sub(1);
+            }
+            if rng.u8(..50) == 0 {
+                r.shock_count = r.shock_count.wrapping_add(1);
+            }
+        }
+        tape.adverts += 1;
+        Advertisement {
+            ts_ms: 0,
+            mac: tape.mac,
+            rssi: Some((tape.rssi_level + rng.i16(-5..=5)).clamp(-90, -50)),
+            name: Some(tape.name.clone()),
+            manufacturer_data: vec![(TAPE_COMPANY_ID, tape_payload(&tape.reading).to_vec())],
+            service_data: Vec::new(),
+        }
+    }
+
+    fn other_advert(&mut self) -> Advertisement {
+        let rng = &mut self.rng;
+        let device = rng.usize(..self.others.len());
+        let mut data = vec![0u8; rng.usize(2..=24)];
+        rng.fill(&mut data);
+        // A quarter of the other devices are Eddystone beacons (service data only).
+        let (manufacturer_data, service_data) = if device % 4 == 3 {
+            (Vec::new(), vec![(EDDYSTONE_UUID.to_string(), data)])
+        } else {
+            let company = OTHER_COMPANIES[device % OTHER_COMPANIES.len()];
+            (vec![(company, data)], Vec::new())
+        };
+        Advertisement {
+            ts_ms: 0,
+            mac: self.others[device],
+            rssi: Some(rng.i16(-95..=-40)),
+            name: None,
+            manufacturer_data,
+            service_data,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn settings() -> SimSettings {
+        SimSettings {
+            tapes: 20,
+            interval_ms: 1_000,
+            change_every: 3,
+            unregistered: 4,
+            others_ratio: 0.5,
+            seed: 7,
+            duration_ms: Some(30_000),
+            realtime: false,
+            start_ms: 1_763_719_200_000,
+        }
+    }
+
+    async fn collect(s: SimSettings) -> (SourceReport, Vec<Advertisement>) {
+        let (tx, mut rx) = mpsc::channel(256);
+        let task = tokio::spawn(Sim::new(s).run(tx, CancellationToken::new()));
+        let mut got = Vec::new();
+        while let Some(adv) = rx.recv().await {
+            got.push(adv);
+        }
+        (task.await.unwrap().unwrap(), got)
+    }
+
+    fn tape_adverts(got: &[Advertisement], mac: Mac) -> Vec<&Advertisement> {
+        got.iter().filter(|a| a.mac == mac).collect()
+    }
+
+    fn reading(adv: &Advertisement) -> TapeReading {
+        TapeReading::from_payload(adv.manufacturer(TAPE_COMPANY_ID).unwrap()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_same_seed_gives_the_same_adverts() {
+        let (_, first) = collect(settings()).await;
+        let (_, second) = collect(settings()).await;
+        assert!(!first.is_empty());
+        assert_eq!(first, second);
+        let (_, other_seed) = collect(SimSettings {
+            seed: 8,
+            ..settings()
+        })
+        .await;
+        assert_ne!(first, other_seed);
+        assert_eq!(Sim::fleet(&settings()), Sim::fleet(&settings()));
+    }
+
+    #[test]
+    fn the_fleet_has_distinct_static_macs_and_unregistered_tapes_start_c0_de_ad() {
+        let fleet = Sim::fleet(&settings());
+        assert_eq!(fleet.len(), 20);
+        assert_eq!(fleet.iter().collect::<HashSet<_>>().len(), 20);
+        for (i, mac) in fleet.iter().enumerate() {
+            let o = mac.octets();
+            assert_eq!(o[0] & 0xC0, 0xC0, "{mac} is a static random address");
+            assert_eq!(o[..3] == UNREGISTERED_PREFIX, i < 4, "{mac} (tape {i})");
+        }
+    }
+
+    #[test]
+    fn a_payload_decodes_back_to_its_reading() {
+        let r = TapeReading {
+            counter: 0x1234,
+            temp_centi: -1250,
+            battery: 87,
+            shock_count: 3,
+            serial: 0x00AB_CDEF,
+        };
+        let payload = tape_payload(&r);
+        assert_eq!(
+            payload,
+            [0x49, 0x56, 0x34, 0x12, 0x1E, 0xFB, 87, 3, 0xEF, 0xCD, 0xAB]
+        );
+        assert_eq!(TapeReading::from_payload(&payload), Some(r));
+        assert_eq!(TapeReading::from_payload(&payload[..10]), None);
+        let mut no_marker = payload;
+        no_marker[1] = 0;
+        assert_eq!(TapeReading::from_payload(&no_marker), None);
+    }
+
+    #[tokio::test]
+    async fn tape_adverts_carry_the_tape_payload_name_and_plausible_readings() {
+        let (_, got) = collect(settings()).await;
+        let fleet = Sim::fleet(&settings());
+        for (i, mac) in fleet.iter().enumerate() {
+            let adverts = tape_adverts(&got, *mac);
+            assert_eq!(adverts.len(), 30, "one advert a second for 30 s");
+            for adv in adverts {
+                assert_eq!(
+                    adv.name.as_deref(),
+                    Some(format!("TT-{:04}", i + 1).as_str())
+                );
+                assert_eq!(adv.manufacturer_data.len(), 1);
+                let r = reading(adv);
+                assert!((200..=2700).contains(&r.temp_centi), "{r:?}");
+                assert!((50..=100).contains(&r.battery), "{r:?}");
+                assert!(r.serial <= 0x00FF_FFFF);
+                assert!((-90..=-50).contains(&adv.rssi.unwrap()));
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn the_counter_moves_every_change_every_adverts_of_a_tape() {
+        let (_, got) = collect(settings()).await;
+        for mac in Sim::fleet(&settings()) {
+            let adverts = tape_adverts(&got, mac);
+            let first = reading(adverts[0]);
+            for (n, adv) in adverts.iter().enumerate() {
+                let r = reading(adv);
+                assert_eq!(
+                    r.counter,
+                    first.counter.wrapping_add((n / 3) as u16),
+                    "advert {n}"
+                );
+                assert_eq!(r.serial, first.serial);
+                if n % 3 != 0 {
+                    assert_eq!(r, reading(adverts[n - 1]), "unchanged within a group");
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn adverts_follow_the_schedule_and_the_duration_ends_the_source() {
+        let s = settings();
+        let (report, got) = collect(s.clone()).await;
+        assert_eq!(report.adverts as usize, got.len());
+        let end = s.start_ms + 30_000;
+        assert!(got.iter().all(|a| (s.start_ms..end).contains(&a.ts_ms)));
+        assert!(
+            got.windows(2).all(|w| w[0].ts_ms <= w[1].ts_ms),
+            "in time order"
+        );
+        let mut last: HashMap<Mac, EpochMillis> = HashMap::new();
+        for adv in got
+            .iter()
+            .filter(|a| a.manufacturer(TAPE_COMPANY_ID).is_some())
+        {
+            if let Some(prev) = last.insert(adv.mac, adv.ts_ms) {
+                assert_eq!(
+                    adv.ts_ms - prev,
+                    1_000,
+                    "{} adverts every interval",
+                    adv.mac
+                );
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn other_devices_advert_in_between_at_about_the_ratio() {
+        let (_, got) = collect(settings()).await;
+        let tapes: HashSet<Mac> = Sim::fleet(&settings()).into_iter().collect();
+        let (tape, other): (Vec<_>, Vec<_>) = got.iter().partition(|a| tapes.contains(&a.mac));
+        assert_eq!(tape.len(), 600);
+        assert!((200..400).contains(&other.len()), "{} others", other.len());
+        assert!(other
+            .iter()
+            .all(|a| a.manufacturer(TAPE_COMPANY_ID).is_none()));
+        assert!(other.iter().any(|a| !a.service_data.is_empty()));
+        assert!(other.iter().any(|a| a.manufacturer(0x004C).is_some()));
+        let (_, none) = collect(SimSettings {
+            others_ratio: 0.0,
+            ..settings()
+        })
+        .await;
+        assert_eq!(none.len(), 600);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn without_realtime_the_source_runs_as_fast_as_it_is_read() {
+        let s = SimSettings {
+            tapes: 500,
+            duration_ms: Some(200_000),
+            ..settings()
+        };
+        let started = std::time::Instant::now();
+        let (report, _) = collect(s).await;
+        let took = started.elapsed();
+        assert!(report.adverts >= 100_000, "{report:?}");
+        // 200 s of a 500-tape fleet; unoptimised test builds are slow, still seconds.
+        assert!(took < Duration::from_secs(10), "took {took:?}");
+    }
+
+    #[tokio::test]
+    async fn in_realtime_adverts_come_at_the_real_rate_stamped_with_the_wall_clock() {
+        let s = SimSettings {
+            tapes: 2,
+            unregistered: 0,
+            interval_ms: 100,
+            others_ratio: 0.0,
+            duration_ms: Some(300),
+            realtime: true,
+            ..settings()
+        };
+        let before = crate::outbox::now_ms();
+        let started = std::time::Instant::now();
+        let (report, got) = collect(s).await;
+        let took = started.elapsed();
+        let after = crate::outbox::now_ms();
+        assert_eq!(report.adverts, 6);
+        assert!(took >= Duration::from_millis(200), "took {took:?}");
+        assert!(got.iter().all(|a| (before..=after).contains(&a.ts_ms)));
+    }
+
+    #[tokio::test]
+    async fn the_stop_token_ends_an_endless_simulation() {
+        let s = SimSettings {
+            duration_ms: None,
+            realtime: true,
+            ..settings()
+        };
+        let (tx, mut rx) = mpsc::channel(16);
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(Sim::new(s).run(tx, stop.clone()));
+        rx.recv().await.unwrap();
+        stop.cancel();
+        let report = tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("the simulation ends when stopped")
+            .unwrap()
+            .unwrap();
+        assert!(report.adverts >= 1);
+    }
+
+    #[tokio::test]
+    async fn a_closed_receiver_ends_the_simulation() {
+        let (tx, rx) = mpsc::channel(16);
+        drop(rx);
+        let s = SimSettings {
+            duration_ms: None,
+            ..settings()
+        };
+        let report = Sim::new(s).run(tx, CancellationToken::new()).await.unwrap();
+        assert_eq!(report.adverts, 0);
+    }
 }
