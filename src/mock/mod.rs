@@ -1,1 +1,564 @@
-//! placeholder, filled by its issue
+/*!
+A spec-faithful mock of the tracking service: the token endpoint (spec section 5), bulk
+and single decode (4.4, 4.3) with the error answers of section 7, on a loopback port.
+
+Why it exists: the daemon's promises (nothing lost, batches split on 400, one token
+refresh on 401, backoff on 429/5xx) can only be tested against a service that answers
+like the real one and can be made to misbehave on purpose. Tests start one per test
+with [`start`]; `tapegate demo` and `tapegate mock` run it with [`MockConfig::demo`].
+
+# Layout
+Each environment lives under its own path prefix, so one port serves several:
+- `POST /{env}/oauth/token`: form-encoded password grant, every field checked.
+- `POST /{env}/external/v1/devices/decode`: bulk decode.
+- `POST /{env}/external/v1/devices/{mac_id}/decode`: single decode.
+
+[`MockHandle::base_url`] and [`MockHandle::auth_url`] give the URLs, and
+[`MockHandle::environment_settings`] a ready [`EnvironmentSettings`].
+
+# Where the mock had to choose
+- A body that is not valid JSON gets 401 `Unauthorized access` (spec section 7 lists
+  it under 401); valid JSON that is not an array gets 400.
+- Checks run in this order: fault injection, bearer token (401), `customer_id` and
+  `authorized_groups` present (400), body JSON (401), array (400), item count (413),
+  every item has the four string fields (400 naming the item index), duplicate
+  `mac_id` (400), poison MAC (400); then each item is answered on its own.
+- A `customer_id` or `authorized_groups` that differs from the environment's is not a
+  request error: the devices are simply not associated with that customer, so every
+  item gets the "device not found" error (404 on single decode).
+- The bulk answer carries exactly the fields the spec lists for it (`mac_id, qr_code,
+  cts, ts, bat, temp`, or `mac_id, error`); the single decode answer carries all the
+  fields of spec 2.3.
+- `mac_id` is accepted as `AABBCCDDEEFF` or `AA:BB:CC:DD:EE:FF` (any case) and echoed
+  back exactly as received; a `mac_id` that is no MAC is "device not found".
+- `scan_time` must be a number in a string (`ts` echoes it); anything else is an
+  item error `invalid scan_time`.
+
+# The simulated tape packet
+`ble_packet` is hex (any case) or base64 of either the 13-byte manufacturer data
+(`F7 0E`, company identifier 0x0EF7 little-endian, then the payload) or the 11-byte
+payload alone:
+
+| bytes | meaning | answer field |
+|---|---|---|
+| `[0..2]` | marker `49 56` | (without it: `invalid ble_packet`) |
+| `[2..4]` | packet counter, u16 LE | `cts` |
+| `[4..6]` | temperature, i16 LE, 0.01 °C | `temp` (°C) |
+| `[6]` | battery percent | `bat` |
+| `[7]` | shock count | `shock_count` |
+| `[8..11]` | low 24 bits of the tape serial | (not answered) |
+
+Also `qr_code` = `"TT"` + the 12 hex digits of the MAC, `ts` = `scan_time` as a number,
+`fw_ver` = `"1.4.2"`, and the other fields of 2.3 are 0. See [`packet`].
+
+# Memory
+The record of received requests keeps the newest [`DEFAULT_RECORD_LIMIT`] requests
+(older ones are dropped and counted); [`MockHandle::set_recording`] turns it off for
+long demos. Expired tokens are forgotten at every grant.
+*/
+
+pub mod packet;
+mod service;
+
+use std::collections::HashSet;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use url::Url;
+
+use crate::config::{EnvironmentSettings, MacFormat, ServiceSettings};
+use crate::secret::Secret;
+
+use service::Shared;
+
+/// MACs whose plain form starts with this are unknown to the default registry (the
+/// simulated fleet gives its unregistered tapes this prefix).
+pub const UNREGISTERED_PREFIX: &str = "C0DEAD";
+/// Items per bulk request (spec section 8).
+pub const DEFAULT_MAX_ITEMS: usize = 250;
+/// Received requests kept by default.
+pub const DEFAULT_RECORD_LIMIT: usize = 10_000;
+/// `fw_ver` of every decoded packet.
+pub const FW_VER: &str = "1.4.2";
+
+/// One environment: what onboarding would hand out for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MockEnvironment {
+    /// Path prefix (`/ppe/...`).
+    pub name: String,
+    pub client_id: String,
+    pub audience: String,
+    pub username: String,
+    /// The mock's own credential; not a secret worth protecting, but kept as a
+    /// [`Secret`] so it formats like the real one.
+    pub password: Secret,
+    pub customer_id: String,
+    pub authorized_groups: String,
+    /// Lifetime of granted tokens, seconds.
+    pub expires_in: u64,
+}
+
+impl MockEnvironment {
+    /// The demo environment "ppe".
+    pub fn demo() -> Self {
+        Self::named("ppe")
+    }
+
+    /// An environment with the demo credentials under another name.
+    pub fn named(name: &str) -> Self {
+        MockEnvironment {
+            name: name.to_string(),
+            client_id: "tapegate-demo".to_string(),
+            audience: "https://api.example/decode".to_string(),
+            username: "demo".to_string(),
+            password: Secret::new("demo-password"),
+            customer_id: "demo-customer".to_string(),
+            authorized_groups: "demo-group".to_string(),
+            expires_in: 3600,
+        }
+    }
+}
+
+/// Which MACs are known tapes associated with the customer. MACs are compared in their
+/// plain form: 12 upper-case hex digits, no separators.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Registry {
+    All,
+    AllExcept(HashSet<String>),
+    Only(HashSet<String>),
+    /// Every MAC except those whose plain form starts with the prefix.
+    AllExceptPrefix(String),
+}
+
+impl Registry {
+    /// Every MAC except the simulated fleet's unregistered ones ([`UNREGISTERED_PREFIX`]).
+    pub fn simulated_fleet() -> Self {
+        Registry::AllExceptPrefix(UNREGISTERED_PREFIX.to_string())
+    }
+
+    /// Whether the MAC (plain form) is registered.
+    pub fn is_registered(&self, plain_mac: &str) -> bool {
+        match self {
+            Registry::All => true,
+            Registry::AllExcept(set) => !set.contains(plain_mac),
+            Registry::Only(set) => set.contains(plain_mac),
+            Registry::AllExceptPrefix(prefix) => !plain_mac.starts_with(prefix.as_str()),
+        }
+    }
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry::simulated_fleet()
+    }
+}
+
+/// What the mock serves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MockConfig {
+    pub environments: Vec<MockEnvironment>,
+    pub registry: Registry,
+    /// Items per bulk request; more gets 413.
+    pub max_items: usize,
+}
+
+impl MockConfig {
+    /// One environment "ppe" with the demo credentials, the simulated fleet's
+    /// registry, 250 items per request.
+    pub fn demo() -> Self {
+        MockConfig {
+            environments: vec![MockEnvironment::demo()],
+            registry: Registry::default(),
+            max_items: DEFAULT_MAX_ITEMS,
+        }
+    }
+}
+
+impl Default for MockConfig {
+    fn default() -> Self {
+        Self::demo()
+    }
+}
+
+/// A one-shot misbehaviour applied to a decode request (bulk or single).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// Answer this status at once (429 body `{"message":"Too many requests"}`, others
+    /// `{message, code}`), with a `Retry-After` header when given.
+    Status {
+        status: u16,
+        retry_after: Option<String>,
+    },
+    /// Wait this long, then answer normally (to exceed the client's timeout).
+    Delay(Duration),
+    /// Close the connection without any answer.
+    Close,
+    /// Answer normally but leave out the last N items of a bulk answer.
+    DropItems(usize),
+}
+
+/// Random faults on a fraction of decode requests, reproducible from the seed (for the
+/// same sequence of requests).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Storm {
+    /// Fraction of decode requests that get a fault, 0.0..=1.0.
+    pub probability: f64,
+    pub seed: u64,
+    /// The faults to pick from, uniformly (repeat one to weight it).
+    pub mix: Vec<Fault>,
+}
+
+impl Storm {
+    /// A storm with the default mix: 503, 500 and 429 (with `Retry-After: 1`), a closed
+    /// connection, and a 1.5 s delay.
+    pub fn new(probability: f64, seed: u64) -> Self {
+        let status = |status, retry: Option<&str>| Fault::Status {
+            status,
+            retry_after: retry.map(str::to_string),
+        };
+        Storm {
+            probability,
+            seed,
+            mix: vec![
+                status(503, Some("1")),
+                status(500, None),
+                status(429, Some("1")),
+                Fault::Close,
+                Fault::Delay(Duration::from_millis(1500)),
+            ],
+        }
+    }
+}
+
+/// Which decode endpoint a request went to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeKind {
+    Bulk,
+    Single,
+}
+
+/// One item of a received decode request, as sent (non-string values as JSON text,
+/// missing fields empty).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceivedItem {
+    pub mac_id: String,
+    pub ble_packet: String,
+    pub product_id: String,
+    pub scan_time: String,
+}
+
+/// A decode request the mock received, and what it did with it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Received {
+    pub at: SystemTime,
+    pub kind: DecodeKind,
+    pub environment: String,
+    pub path: String,
+    pub correlation_id: Option<String>,
+    pub customer_id: Option<String>,
+    pub authorized_groups: Option<String>,
+    /// Empty when the body was not a JSON array.
+    pub items: Vec<ReceivedItem>,
+    /// `None` when the connection was closed without an answer.
+    pub status: Option<u16>,
+    /// The injected fault, if one was applied.
+    pub fault: Option<Fault>,
+    /// Items answered with a decoded value (after any `DropItems`).
+    pub decoded: usize,
+}
+
+/// Counters since start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MockStats {
+    /// Requests to the token endpoints, granted or not.
+    pub token_requests: u64,
+    pub token_grants: u64,
+    pub decode_requests: u64,
+    /// Items answered with a decoded value in a 200 answer: what was delivered.
+    pub decoded_items: u64,
+    /// Items answered with an item error in a 200 answer.
+    pub item_errors: u64,
+    pub faults_applied: u64,
+    /// Received records dropped because of the record limit.
+    pub dropped_records: u64,
+}
+
+/// A running mock. Dropping it stops the server (as does [`MockHandle::shutdown`]).
+pub struct MockHandle {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    root: Url,
+    cancel: CancellationToken,
+    server: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for MockHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockHandle")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Starts the mock on a free loopback port.
+pub async fn start(config: MockConfig) -> io::Result<MockHandle> {
+    start_on(SocketAddr::from(([127, 0, 0, 1], 0)), config).await
+}
+
+/// Starts the mock on `addr`.
+pub async fn start_on(addr: SocketAddr, config: MockConfig) -> io::Result<MockHandle> {
+    let listener = TcpListener::bind(addr).await?;
+    let addr = listener.local_addr()?;
+    let root = Url::parse(&format!("http://{addr}/")).map_err(io::Error::other)?;
+    let shared = Arc::new(Shared::new(config));
+    let cancel = CancellationToken::new();
+    let server = tokio::spawn(accept_loop(listener, shared.clone(), cancel.clone()));
+    tracing::debug!(%addr, "mock tracking service listening");
+    Ok(MockHandle {
+        shared,
+        addr,
+        root,
+        cancel,
+        server: Some(server),
+    })
+}
+
+/// Runs the demo mock on `addr` until Ctrl-C, printing each environment's base and
+/// auth URL on stdout (one line each), for `tapegate mock`.
+pub async fn serve_forever(addr: SocketAddr, config: MockConfig) -> io::Result<()> {
+    let handle = start_on(addr, config).await?;
+    for env in handle.environments() {
+        println!("{env} base_url {}", handle.base_url(&env));
+        println!("{env} auth_url {}", handle.auth_url(&env));
+    }
+    tokio::signal::ctrl_c().await?;
+    handle.shutdown().await;
+    Ok(())
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, cancel: CancellationToken) {
+    let connections = TaskTracker::new();
+    loop {
+        let stream = tokio::select! {
+            _ = cancel.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => stream,
+                Err(err) => {
+                    // Out of file descriptors and the like: pause rather than spin.
+                    tracing::debug!(error = %err, "mock accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let shared = shared.clone();
+        let cancel = cancel.clone();
+        connections.spawn(async move {
+            let svc = service_fn(move |req| service::handle(shared.clone(), req));
+            let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), svc);
+            tokio::pin!(conn);
+            tokio::select! {
+                result = conn.as_mut() => {
+                    if let Err(err) = result {
+                        tracing::debug!(error = %err, "mock connection ended");
+                    }
+                }
+                _ = cancel.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(Duration::from_secs(1), conn).await;
+                }
+            }
+        });
+    }
+    drop(listener);
+    connections.close();
+    let _ = tokio::time::timeout(Duration::from_secs(2), connections.wait()).await;
+}
+
+impl MockHandle {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Names of the configured environments.
+    pub fn environments(&self) -> Vec<String> {
+        self.shared.environment_names()
+    }
+
+    /// `http://127.0.0.1:PORT/{env}/` (any name; an unknown one answers 404).
+    pub fn base_url(&self, env: &str) -> Url {
+        self.url(&[env, ""])
+    }
+
+    /// `http://127.0.0.1:PORT/{env}/oauth/token`.
+    pub fn auth_url(&self, env: &str) -> Url {
+        self.url(&[env, "oauth", "token"])
+    }
+
+    fn url(&self, segments: &[&str]) -> Url {
+        let mut url = self.root.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.clear().extend(segments);
+        }
+        url
+    }
+
+    /// The settings a client needs for environment `env`, or `None` if it is not
+    /// configured.
+    pub fn environment_settings(&self, env: &str) -> Option<EnvironmentSettings> {
+        let e = self.shared.environment(env)?;
+        Some(EnvironmentSettings {
+            base_url: self.base_url(env),
+            auth_url: self.auth_url(env),
+            client_id: e.client_id,
+            audience: e.audience,
+            username: e.username,
+            password: e.password,
+            customer_id: e.customer_id,
+            authorized_groups: e.authorized_groups,
+        })
+    }
+
+    /// Service settings for environment `env` (plain MACs on the wire).
+    pub fn service_settings(
+        &self,
+        env: &str,
+        request_timeout: Duration,
+    ) -> Option<ServiceSettings> {
+        Some(ServiceSettings {
+            environment: env.to_string(),
+            mac_format: MacFormat::Plain,
+            request_timeout,
+            endpoint: self.environment_settings(env)?,
+        })
+    }
+
+    /// Queues a one-shot fault for the next decode request (FIFO).
+    pub fn push_fault(&self, fault: Fault) {
+        self.shared.with(|s| s.faults.push_back(fault));
+    }
+
+    /// Drops the queued faults.
+    pub fn clear_faults(&self) {
+        self.shared.with(|s| s.faults.clear());
+    }
+
+    /// Queued faults not yet applied.
+    pub fn pending_faults(&self) -> usize {
+        self.shared.with(|s| s.faults.len())
+    }
+
+    /// Random faults on a fraction of decode requests (queued faults go first).
+    pub fn set_storm(&self, storm: Option<Storm>) {
+        self.shared.with(|s| {
+            s.storm = storm.map(|st| {
+                let rng = fastrand::Rng::with_seed(st.seed);
+                (st, rng)
+            })
+        });
+    }
+
+    /// A bulk (or single) request holding this MAC (any form) is refused whole with 400
+    /// `Invalid ble_packet for <mac>`.
+    pub fn set_poison(&self, mac: Option<&str>) {
+        let key = mac.map(service::mac_key);
+        self.shared.with(|s| s.poison = key);
+    }
+
+    pub fn set_max_items(&self, max_items: usize) {
+        self.shared.with(|s| s.max_items = max_items);
+    }
+
+    pub fn set_registry(&self, registry: Registry) {
+        self.shared.with(|s| s.registry = registry);
+    }
+
+    /// Lifetime of tokens granted from now on in `env`; `false` if there is no such
+    /// environment.
+    pub fn set_expires_in(&self, env: &str, secs: u64) -> bool {
+        self.shared
+            .with(|s| match s.envs.iter_mut().find(|e| e.name == env) {
+                Some(e) => {
+                    e.expires_in = secs;
+                    true
+                }
+                None => false,
+            })
+    }
+
+    /// Every granted token becomes invalid (the next decode gets 401).
+    pub fn revoke_all_tokens(&self) {
+        self.shared.with(|s| s.tokens.clear());
+    }
+
+    /// Whether received requests are recorded (counters always run).
+    pub fn set_recording(&self, on: bool) {
+        self.shared.with(|s| s.recording = on);
+    }
+
+    /// How many received requests are kept (the oldest are dropped and counted).
+    pub fn set_record_limit(&self, limit: usize) {
+        self.shared.with(|s| {
+            s.record_limit = limit;
+            s.trim_records();
+        });
+    }
+
+    /// The recorded decode requests, oldest first. A request held by `Fault::Delay`
+    /// is recorded when it is answered, after the delay.
+    pub fn received(&self) -> Vec<Received> {
+        self.shared.with(|s| s.received.iter().cloned().collect())
+    }
+
+    pub fn clear_received(&self) {
+        self.shared.with(|s| s.received.clear());
+    }
+
+    pub fn stats(&self) -> MockStats {
+        self.shared.with(|s| s.stats)
+    }
+
+    /// Tokens granted so far.
+    pub fn token_grants(&self) -> u64 {
+        self.stats().token_grants
+    }
+
+    /// Requests to the token endpoints so far, granted or not.
+    pub fn token_requests(&self) -> u64 {
+        self.stats().token_requests
+    }
+
+    /// Items answered with a decoded value so far (delivered).
+    pub fn decoded_items(&self) -> u64 {
+        self.stats().decoded_items
+    }
+
+    /// Decode requests (bulk and single) so far.
+    pub fn decode_requests(&self) -> u64 {
+        self.stats().decode_requests
+    }
+
+    /// Stops accepting, lets answers in flight finish (up to a second), and waits for
+    /// the server task.
+    pub async fn shutdown(mut self) {
+        self.cancel.cancel();
+        if let Some(server) = self.server.take() {
+            let _ = server.await;
+        }
+    }
+}
+
+impl Drop for MockHandle {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
