@@ -15,16 +15,24 @@ tapes into decoded readings in the tracking service.
 - [`products`]: which advertisements are tapes, and the `ble_packet` sent for them.
 - [`dedup`]: per-MAC deduplication on capture time (pure, time passed in).
 - [`outbox`]: the durable, bounded SQLite store; its module doc is the design document.
+- [`ingest`]: the stage from advertisements to committed groups in the outbox.
 - [`pipeline`]: the only place that creates channels, spawns stages and orders shutdown.
 - [`api`]: the tracking service client (token cache, bulk and single decode).
+- [`commands`]: `status`, `tapes`, `dead-letters`: reading the state database beside
+  the running daemon. [`cli`] is the command line; [`clock`] formats times.
 - [`mock`]: the spec-faithful mock tracking service used by tests and `tapegate demo`.
 */
 
 pub mod api;
+pub mod cli;
+pub mod clock;
+pub mod commands;
 pub mod config;
 pub mod dedup;
+pub mod ingest;
 pub mod mock;
 pub mod outbox;
+pub mod pipeline;
 pub mod products;
 pub mod record;
 pub mod secret;

@@ -1,3 +1,111 @@
-fn main() {
-    println!("tapegate");
+//! The thin binary: parse the command line, load the config, start logging, call the
+//! library, map errors to exit codes (0 ok, 2 bad config or usage, 1 anything else).
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use tapegate::cli::{Cli, Command, DeadLetters};
+use tapegate::config::{self, Config, ConfigError};
+use tapegate::pipeline::{self, RunOptions};
+
+/// How a command failed.
+enum Failure {
+    Config(ConfigError),
+    Other(anyhow::Error),
+}
+
+impl<E: Into<anyhow::Error>> From<E> for Failure {
+    fn from(e: E) -> Self {
+        Failure::Other(e.into())
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match dispatch(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Config(e)) => {
+            eprintln!("tapegate: {e}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Other(e)) => {
+            eprintln!("tapegate: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn load(cli: &Cli) -> Result<Config, Failure> {
+    config::load(&cli.config, std::env::vars()).map_err(Failure::Config)
+}
+
+fn init_logging(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .with_target(false)
+        .init();
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    match (term, int) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
+    }
+}
+
+fn dispatch(cli: Cli) -> Result<(), Failure> {
+    let mut stdout = std::io::stdout().lock();
+    match &cli.command {
+        Command::Run { until_drained } => {
+            let config = load(&cli)?;
+            init_logging(&config.log.level);
+            let options = RunOptions {
+                until_drained: *until_drained,
+                ..RunOptions::default()
+            };
+            let rt = runtime()?;
+            let result = rt.block_on(pipeline::run(config, stop_signal(), options));
+            // Everything is committed by now. A blocking read of stdin (replay from
+            // "-") cannot be interrupted; do not wait for it.
+            rt.shutdown_background();
+            result?;
+        }
+        Command::Status { json } => {
+            let config = load(&cli)?;
+            tapegate::commands::status(&config, *json, &mut stdout)?;
+        }
+        Command::DeadLetters(DeadLetters::List { json, limit }) => {
+            let config = load(&cli)?;
+            tapegate::commands::dead_letters_list(&config, *json, *limit, &mut stdout)?;
+        }
+        Command::DeadLetters(DeadLetters::Retry(which)) => {
+            let config = load(&cli)?;
+            let n = tapegate::commands::dead_letters_change(&config, true, which.mac)?;
+            println!("re-queued {n} dead letter(s)");
+        }
+        Command::DeadLetters(DeadLetters::Purge(which)) => {
+            let config = load(&cli)?;
+            let n = tapegate::commands::dead_letters_change(&config, false, which.mac)?;
+            println!("purged {n} dead letter(s)");
+        }
+    }
+    Ok(())
 }

@@ -1,0 +1,184 @@
+//! The operator commands that read or change the state database while the daemon
+//! runs: `status`, `tapes` and `dead-letters`. Each opens its own short-lived
+//! connection (WAL lets it read beside the daemon) and prints for a person or as JSON.
+
+use std::io::Write;
+
+use serde::Serialize;
+
+use crate::clock::{age, rfc3339};
+use crate::config::Config;
+use crate::outbox::{now_ms, OutboxError, Stats, Store};
+use crate::record::{EpochMillis, Mac};
+
+/// `tapegate status --json`: the contract fields of DESIGN.md and a few more.
+#[derive(Debug, Serialize)]
+pub struct StatusJson {
+    pub gateway_id: String,
+    pub database: String,
+    pub database_exists: bool,
+    pub pending: u64,
+    pub delivered: u64,
+    pub dead_letters: u64,
+    pub dead_letters_stored: u64,
+    pub evicted: u64,
+    pub admitted: u64,
+    /// Seconds since the capture time of the oldest pending capture.
+    pub oldest_pending_age_secs: Option<u64>,
+    /// RFC 3339 UTC.
+    pub last_flush_ok_at: Option<String>,
+    pub last_error: Option<String>,
+    pub last_error_at: Option<String>,
+    pub tapes: u64,
+}
+
+impl StatusJson {
+    pub fn new(config: &Config, stats: Option<&Stats>, now: EpochMillis) -> StatusJson {
+        let s = stats.cloned().unwrap_or_default();
+        StatusJson {
+            gateway_id: config.gateway.id.clone(),
+            database: Store::path_in(&config.gateway.state_dir)
+                .display()
+                .to_string(),
+            database_exists: stats.is_some(),
+            pending: s.pending,
+            delivered: s.delivered,
+            dead_letters: s.dead_letters,
+            dead_letters_stored: s.dead_letters_stored,
+            evicted: s.evicted,
+            admitted: s.admitted,
+            oldest_pending_age_secs: s
+                .oldest_pending_at
+                .map(|t| ((now - t).max(0) / 1000) as u64),
+            last_flush_ok_at: s.last_flush_ok_at.map(rfc3339),
+            last_error: s.last_error,
+            last_error_at: s.last_error_at.map(rfc3339),
+            tapes: s.tapes,
+        }
+    }
+}
+
+fn ago(at: EpochMillis, now: EpochMillis) -> String {
+    format!(
+        "{} ({} ago)",
+        rfc3339(at),
+        age(((now - at).max(0) / 1000) as u64)
+    )
+}
+
+/// Prints `tapegate status`.
+pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), OutboxError> {
+    let store = Store::open_existing(&config.gateway.state_dir)?;
+    let stats = store.as_ref().map(Store::stats).transpose()?;
+    let now = now_ms();
+    let s = StatusJson::new(config, stats.as_ref(), now);
+    if json {
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&s).unwrap_or_default()
+        );
+        return Ok(());
+    }
+    let mut lines = vec![
+        ("gateway", s.gateway_id.clone()),
+        (
+            "database",
+            if s.database_exists {
+                s.database.clone()
+            } else {
+                format!("{} (not created yet: the daemon has not run)", s.database)
+            },
+        ),
+    ];
+    let oldest = stats
+        .as_ref()
+        .and_then(|st| st.oldest_pending_at)
+        .map(|t| format!(", oldest captured {}", ago(t, now)))
+        .unwrap_or_default();
+    lines.push(("pending", format!("{}{oldest}", s.pending)));
+    lines.push(("delivered", s.delivered.to_string()));
+    lines.push((
+        "dead letters",
+        format!(
+            "{} ({} stored; see `tapegate dead-letters list`)",
+            s.dead_letters, s.dead_letters_stored
+        ),
+    ));
+    lines.push(("evicted", s.evicted.to_string()));
+    lines.push(("tapes seen", s.tapes.to_string()));
+    let st = stats.unwrap_or_default();
+    lines.push((
+        "last flush ok",
+        st.last_flush_ok_at
+            .map(|t| ago(t, now))
+            .unwrap_or_else(|| "never".into()),
+    ));
+    lines.push((
+        "last error",
+        match (st.last_error, st.last_error_at) {
+            (Some(e), Some(t)) => format!("{e} (at {})", ago(t, now)),
+            (Some(e), None) => e,
+            _ => "none".into(),
+        },
+    ));
+    for (k, v) in lines {
+        let _ = writeln!(out, "{k:<14} {v}");
+    }
+    Ok(())
+}
+
+/// Prints `tapegate dead-letters list`.
+pub fn dead_letters_list(
+    config: &Config,
+    json: bool,
+    limit: usize,
+    out: &mut dyn Write,
+) -> Result<(), OutboxError> {
+    let rows = match Store::open_existing(&config.gateway.state_dir)? {
+        Some(store) => store.dead_letters(limit)?,
+        None => Vec::new(),
+    };
+    if json {
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&rows).unwrap_or_default()
+        );
+        return Ok(());
+    }
+    if rows.is_empty() {
+        let _ = writeln!(out, "no dead letters");
+        return Ok(());
+    }
+    let _ = writeln!(
+        out,
+        "{:<8} {:<17} {:<20} {:<20} error",
+        "id", "mac", "captured", "refused"
+    );
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "{:<8} {:<17} {:<20} {:<20} {}",
+            r.id,
+            r.mac,
+            rfc3339(r.captured_at),
+            rfc3339(r.dead_at),
+            r.error
+        );
+    }
+    Ok(())
+}
+
+/// `tapegate dead-letters retry | purge`: returns how many rows were affected.
+pub fn dead_letters_change(
+    config: &Config,
+    retry: bool,
+    mac: Option<Mac>,
+) -> Result<u64, OutboxError> {
+    match Store::open_existing(&config.gateway.state_dir)? {
+        Some(mut store) if retry => store.retry_dead_letters(mac),
+        Some(mut store) => store.purge_dead_letters(mac),
+        None => Ok(0),
+    }
+}

@@ -1,0 +1,172 @@
+/*!
+The ingest stage: advertisements → products → dedup → commit groups in the outbox.
+
+Captures are collected into a group and committed every `outbox.commit_interval_ms` or
+every [`GROUP_MAX`] captures. A capture is *accepted* when its group commits; the group
+held here is the whole loss window of a crash. A commit that fails (disk full, I/O
+error) keeps the group and retries it with backoff; meanwhile no advertisement is read,
+so the bounded channel behind the source applies back-pressure.
+
+The stage ends when its input closes (the source ended or was stopped), after admitting
+what dedup still holds and committing the last group.
+*/
+
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+
+use crate::dedup::{Dedup, DedupSettings};
+use crate::outbox::{now_ms, Outbox, GROUP_MAX};
+use crate::products::Products;
+use crate::record::{Advertisement, Capture, EpochMillis};
+
+/// What the ingest stage did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IngestReport {
+    pub adverts: u64,
+    /// Matched no product.
+    pub unmatched: u64,
+    /// Dropped or merged by dedup.
+    pub deduplicated: u64,
+    /// Committed to the outbox.
+    pub accepted: u64,
+    /// Evicted from the outbox to stay within `max_pending`.
+    pub evicted: u64,
+    /// Captures that could not be committed before shutdown gave up (logged at ERROR).
+    pub lost: u64,
+}
+
+/// Settings the stage needs.
+pub struct IngestSettings {
+    pub products: Products,
+    pub dedup: DedupSettings,
+    pub commit_interval: Duration,
+    /// Release held captures on wall-clock time (live sources) rather than only on the
+    /// capture times seen (replay, synthetic simulation).
+    pub live: bool,
+}
+
+/// Runs the stage until `input` closes. `committed` is bumped after every commit so the
+/// flusher knows there is new work. `abandon` is cancelled when the shutdown grace has
+/// run out: a group that still cannot be committed is then given up (and logged).
+pub async fn run(
+    settings: IngestSettings,
+    mut input: mpsc::Receiver<Advertisement>,
+    outbox: Outbox,
+    committed: watch::Sender<u64>,
+    abandon: CancellationToken,
+) -> IngestReport {
+    let mut dedup = Dedup::new(settings.dedup);
+    let mut report = IngestReport::default();
+    let mut group: Vec<Capture> = Vec::with_capacity(GROUP_MAX);
+    let mut admitted: Vec<Capture> = Vec::with_capacity(4);
+    let mut clock: EpochMillis = EpochMillis::MIN;
+    let mut tick = tokio::time::interval(settings.commit_interval);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut committer = Committer::new(outbox, committed, abandon);
+
+    loop {
+        tokio::select! {
+            biased;
+            adv = input.recv() => {
+                let Some(adv) = adv else { break };
+                report.adverts += 1;
+                clock = clock.max(adv.ts_ms);
+                let Some(capture) = settings.products.capture(&adv) else {
+                    report.unmatched += 1;
+                    continue;
+                };
+                dedup.offer(capture, &mut admitted);
+                group.append(&mut admitted);
+                if group.len() >= GROUP_MAX {
+                    committer.commit(&mut group, &mut report).await;
+                }
+            }
+            _ = tick.tick() => {
+                let now = if settings.live { clock.max(now_ms()) } else { clock };
+                dedup.release_due(now, &mut admitted);
+                group.append(&mut admitted);
+                committer.commit(&mut group, &mut report).await;
+            }
+        }
+    }
+    dedup.drain(&mut admitted);
+    group.append(&mut admitted);
+    committer.commit(&mut group, &mut report).await;
+    report.deduplicated = report.adverts - report.unmatched - report.accepted - report.lost;
+    report
+}
+
+/// Commits groups, retrying a failed one with backoff until it commits or shutdown
+/// gives up on it.
+struct Committer {
+    outbox: Outbox,
+    committed: watch::Sender<u64>,
+    abandon: CancellationToken,
+}
+
+impl Committer {
+    fn new(outbox: Outbox, committed: watch::Sender<u64>, abandon: CancellationToken) -> Self {
+        Committer {
+            outbox,
+            committed,
+            abandon,
+        }
+    }
+
+    async fn commit(&mut self, group: &mut Vec<Capture>, report: &mut IngestReport) {
+        if group.is_empty() {
+            return;
+        }
+        let mut delay = Duration::from_millis(100);
+        let mut failures = 0u32;
+        loop {
+            let batch = std::mem::take(group);
+            let n = batch.len() as u64;
+            let (result, batch) = self
+                .outbox
+                .call(move |store| {
+                    let r = store.enqueue(&batch);
+                    Ok((r, batch))
+                })
+                .await
+                .unwrap_or_else(|e| (Err(e), Vec::new()));
+            match result {
+                Ok(evicted) => {
+                    report.accepted += n;
+                    if evicted > 0 {
+                        report.evicted += evicted;
+                        tracing::error!(
+                            evicted,
+                            "outbox full (outbox.max_pending): evicted the oldest pending captures"
+                        );
+                    }
+                    if failures > 0 {
+                        tracing::info!(captures = n, failures, "outbox write recovered");
+                    }
+                    self.committed.send_modify(|c| *c += n);
+                    return;
+                }
+                Err(e) if e.is_retryable() && !self.abandon.is_cancelled() => {
+                    *group = batch;
+                    failures += 1;
+                    if failures == 1 {
+                        tracing::warn!(captures = n, error = %e, "outbox write failed; holding the group and retrying");
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(Instant::now() + delay) => {}
+                        _ = self.abandon.cancelled() => {}
+                    }
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => {
+                    report.lost += n;
+                    tracing::error!(captures = n, error = %e, "captures lost: the outbox could not take them before shutdown");
+                    return;
+                }
+            }
+        }
+    }
+}
