@@ -32,9 +32,47 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Validate the config, fetch a token, reach the decode endpoint; exit 0 only if all work.
+    Check,
+    /// The tapes decoded recently: QR code, MAC, temperature, battery, RSSI, last seen.
+    Tapes {
+        #[arg(long)]
+        json: bool,
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// Decode one packet with the single decode endpoint (for checking a tape).
+    Decode {
+        /// The tape's MAC (any case, with or without separators).
+        #[arg(long)]
+        mac: Mac,
+        /// The ble_packet, encoded as the product's packet_encoding says (hex by default).
+        #[arg(long)]
+        packet: String,
+        /// product_id (default: the first product's).
+        #[arg(long)]
+        product: Option<String>,
+    },
     /// Inspect and re-queue what the service refused.
     #[command(subcommand)]
     DeadLetters(DeadLetters),
+    /// Everything on loopback: simulated tapes, the mock service, the daemon. No config needed.
+    Demo {
+        /// Stop after this many seconds (default: run until Ctrl-C).
+        #[arg(long)]
+        duration: Option<f64>,
+        /// Simulated tapes.
+        #[arg(long, default_value_t = 300)]
+        tapes: usize,
+        /// Keep the state database in this directory (default: a temporary one, removed at the end).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+    /// Run the mock tracking service on its own (to try a gateway without an account).
+    Mock {
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: std::net::SocketAddr,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -182,3 +182,85 @@ pub fn dead_letters_change(
         None => Ok(0),
     }
 }
+
+/// Prints `tapegate tapes`: the latest reading of each tape, most recently captured first.
+pub fn tapes(
+    config: &Config,
+    json: bool,
+    limit: usize,
+    out: &mut dyn Write,
+) -> Result<(), OutboxError> {
+    let rows = match Store::open_existing(&config.gateway.state_dir)? {
+        Some(store) => store.tapes(limit)?,
+        None => Vec::new(),
+    };
+    if json {
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&rows).unwrap_or_default()
+        );
+        return Ok(());
+    }
+    if rows.is_empty() {
+        let _ = writeln!(out, "no decoded tapes yet");
+        return Ok(());
+    }
+    let now = now_ms();
+    let _ = writeln!(
+        out,
+        "{:<16} {:<17} {:>8} {:>8} {:>5}  last seen",
+        "qr code", "mac", "temp °C", "battery", "rssi"
+    );
+    for t in rows {
+        let num = |v: Option<f64>, digits: usize| {
+            v.map(|x| format!("{x:.digits$}"))
+                .unwrap_or_else(|| "-".into())
+        };
+        let _ = writeln!(
+            out,
+            "{:<16} {:<17} {:>8} {:>8} {:>5}  {}",
+            t.qr_code.as_deref().unwrap_or("-"),
+            t.mac,
+            num(t.temp, 2),
+            num(t.bat, 0),
+            t.rssi.map(|r| r.to_string()).unwrap_or_else(|| "-".into()),
+            ago(t.captured_at, now)
+        );
+    }
+    Ok(())
+}
+
+/// `tapegate decode`: one packet through the single decode endpoint; returns the
+/// decoded fields as pretty JSON.
+pub async fn decode(
+    config: &Config,
+    mac: Mac,
+    packet: &str,
+    product: Option<&str>,
+) -> anyhow::Result<String> {
+    let service = config
+        .service
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("no [service] section in the config"))?;
+    let client = crate::api::ServiceClient::new(service)?;
+    let mac_id = match service.mac_format {
+        crate::config::MacFormat::Plain => mac.plain(),
+        crate::config::MacFormat::Colon => mac.colon(),
+    };
+    let product = product
+        .map(str::to_string)
+        .or_else(|| config.products.0.first().map(|p| p.id.clone()))
+        .unwrap_or_else(|| "tape".into());
+    let correlation_id = format!("{}-decode-{}", config.gateway.id, now_ms());
+    let decoded = client
+        .decode_one(
+            &mac_id,
+            &product,
+            packet,
+            &(now_ms() / 1000).to_string(),
+            &correlation_id,
+        )
+        .await?;
+    Ok(serde_json::to_string_pretty(&decoded.raw)?)
+}

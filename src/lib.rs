@@ -17,18 +17,23 @@ tapes into decoded readings in the tracking service.
 - [`outbox`]: the durable, bounded SQLite store; its module doc is the design document.
 - [`ingest`]: the stage from advertisements to committed groups in the outbox.
 - [`pipeline`]: the only place that creates channels, spawns stages and orders shutdown.
+- [`flush`]: batching, answer handling and backoff towards the bulk decode endpoint.
 - [`api`]: the tracking service client (token cache, bulk and single decode).
 - [`commands`]: `status`, `tapes`, `dead-letters`: reading the state database beside
   the running daemon. [`cli`] is the command line; [`clock`] formats times.
+- [`check`] and [`demo`]: `tapegate check` (for installers) and `tapegate demo`.
 - [`mock`]: the spec-faithful mock tracking service used by tests and `tapegate demo`.
 */
 
 pub mod api;
+pub mod check;
 pub mod cli;
 pub mod clock;
 pub mod commands;
 pub mod config;
 pub mod dedup;
+pub mod demo;
+pub mod flush;
 pub mod ingest;
 pub mod mock;
 pub mod outbox;

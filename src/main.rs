@@ -71,6 +71,10 @@ async fn stop_signal() {
     }
 }
 
+fn writeln_out(out: &mut dyn std::io::Write, text: &str) {
+    let _ = writeln!(out, "{text}");
+}
+
 fn dispatch(cli: Cli) -> Result<(), Failure> {
     let mut stdout = std::io::stdout().lock();
     match &cli.command {
@@ -95,6 +99,55 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::DeadLetters(DeadLetters::List { json, limit }) => {
             let config = load(&cli)?;
             tapegate::commands::dead_letters_list(&config, *json, *limit, &mut stdout)?;
+        }
+        Command::Tapes { json, limit } => {
+            let config = load(&cli)?;
+            tapegate::commands::tapes(&config, *json, *limit, &mut stdout)?;
+        }
+        Command::Check => {
+            let config = load(&cli)?;
+            init_logging("error");
+            let path = cli.config.display().to_string();
+            if !runtime()?.block_on(tapegate::check::run(&config, &path, &mut stdout)) {
+                return Err(Failure::Other(anyhow::anyhow!("check failed")));
+            }
+        }
+        Command::Decode {
+            mac,
+            packet,
+            product,
+        } => {
+            let config = load(&cli)?;
+            init_logging("warn");
+            let decoded = runtime()?.block_on(tapegate::commands::decode(
+                &config,
+                *mac,
+                packet,
+                product.as_deref(),
+            ))?;
+            writeln_out(&mut stdout, &decoded);
+        }
+        Command::Demo {
+            duration,
+            tapes,
+            state_dir,
+        } => {
+            init_logging("warn");
+            let options = tapegate::demo::DemoOptions {
+                duration: duration.map(std::time::Duration::from_secs_f64),
+                tapes: *tapes,
+                state_dir: state_dir.clone(),
+            };
+            let rt = runtime()?;
+            let mut out = std::io::stdout();
+            rt.block_on(tapegate::demo::run(options, stop_signal(), &mut out))?;
+        }
+        Command::Mock { listen } => {
+            init_logging("info");
+            runtime()?.block_on(tapegate::mock::serve_forever(
+                *listen,
+                tapegate::mock::MockConfig::demo(),
+            ))?;
         }
         Command::DeadLetters(DeadLetters::Retry(which)) => {
             let config = load(&cli)?;

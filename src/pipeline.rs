@@ -16,7 +16,9 @@ use std::future::Future;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::api::ServiceClient;
 use crate::config::{Config, SourceKind};
+use crate::flush::{FlushControl, FlushReport, Flusher};
 use crate::ingest::{self, IngestReport, IngestSettings};
 use crate::outbox::{Outbox, OutboxError, Store, StoreOptions};
 use crate::source::replay::Replay;
@@ -40,6 +42,8 @@ pub struct RunOptions {
 pub struct RunReport {
     pub source: SourceReport,
     pub ingest: IngestReport,
+    /// `None` when no `[service]` is configured.
+    pub flush: Option<FlushReport>,
 }
 
 /// Why the daemon stopped with an error.
@@ -93,10 +97,20 @@ pub async fn run(
         tracing::warn!("no [service] configured: captures accumulate in the outbox until one is");
     }
 
+    let client = config
+        .service
+        .as_ref()
+        .map(ServiceClient::new)
+        .transpose()
+        .map_err(|e| RunError::Stage(format!("cannot set up the service client: {e}")))?;
+
     let stop_source = CancellationToken::new();
+    let stop_flush = CancellationToken::new();
     let abandon = CancellationToken::new();
+    // Cancelled when the source fails: the daemon stops (and exits non-zero).
+    let fatal = CancellationToken::new();
     let (adverts_tx, adverts_rx) = mpsc::channel(ADVERT_CHANNEL);
-    let (committed_tx, _committed_rx) = watch::channel(0u64);
+    let (committed_tx, committed_rx) = watch::channel(0u64);
 
     let live = match config.scanner.source {
         SourceKind::Ble => true,
@@ -105,9 +119,10 @@ pub async fn run(
     };
     let source = {
         let stop = stop_source.clone();
+        let fatal = fatal.clone();
         let scanner = config.scanner.clone();
         tokio::spawn(async move {
-            match scanner.source {
+            let result = match scanner.source {
                 SourceKind::Replay => {
                     let path = scanner.replay_path.unwrap_or_else(|| "-".into());
                     Replay::new(path)
@@ -120,7 +135,12 @@ pub async fn run(
                     .await
                     .map_err(RunError::from),
                 SourceKind::Ble => Err(RunError::SourceUnavailable("ble")),
+            };
+            if let Err(e) = &result {
+                tracing::error!(error = %e, "the source failed; stopping");
+                fatal.cancel();
             }
+            result
         })
     };
     let ingest = tokio::spawn(ingest::run(
@@ -135,64 +155,79 @@ pub async fn run(
         committed_tx,
         abandon.clone(),
     ));
-
-    // The source's result decides whether the run failed; stages behind it drain.
-    let mut source = source;
-    let mut source_result = None;
-    let mut shutdown = std::pin::pin!(shutdown);
-    let mut stopping = false;
-    if options.until_drained {
-        tokio::select! {
-            r = &mut source => source_result = Some(r),
-            _ = &mut shutdown => stopping = true,
-        }
-    } else {
-        tokio::select! {
-            r = &mut source => {
-                source_result = Some(r);
-                if !matches!(source_result, Some(Ok(Ok(_)))) {
-                    stopping = true;
-                } else {
-                    tracing::info!("source ended; running until stopped");
-                    shutdown.as_mut().await;
-                    stopping = true;
+    let flusher = match (client, &config.service) {
+        (Some(client), Some(service)) => {
+            tracing::info!(
+                environment = %service.environment,
+                url = %client.decode_bulk_url(),
+                "delivering to the service"
+            );
+            Some(tokio::spawn(
+                Flusher {
+                    client,
+                    outbox: outbox.clone(),
+                    settings: config.flush.clone(),
+                    mac_format: service.mac_format,
+                    gateway_id: config.gateway.id.clone(),
+                    retention: config.readings.retention,
                 }
-            }
-            _ = &mut shutdown => stopping = true,
+                .run(FlushControl {
+                    committed: committed_rx,
+                    stop: stop_flush.clone(),
+                    abandon: abandon.clone(),
+                    until_drained: options.until_drained,
+                }),
+            ))
         }
-    }
-    if stopping {
-        tracing::info!("shutting down: stopping the source and committing what is held");
+        _ => None,
+    };
+
+    // Every stage, awaited in pipeline order: each ends after the one before it.
+    let all = async {
+        let source = source.await;
+        let ingest = ingest.await;
+        let flush = match flusher {
+            Some(f) => Some(f.await),
+            None => None,
+        };
+        (source, ingest, flush)
+    };
+    let mut all = std::pin::pin!(all);
+    let mut finished = None;
+    tokio::select! {
+        r = &mut all, if options.until_drained => finished = Some(r),
+        _ = shutdown => tracing::info!("shutting down: stopping the source, committing what is held, finishing the batch in flight"),
+        _ = fatal.cancelled() => {}
     }
     stop_source.cancel();
-
-    let grace = config.gateway.shutdown_grace;
-    let drained = async {
-        let source_result = match source_result {
-            Some(r) => r,
-            None => source.await,
-        };
-        let ingest_report = ingest.await;
-        (source_result, ingest_report)
-    };
-    let mut drained = std::pin::pin!(drained);
-    let (source_result, ingest_report) = match tokio::time::timeout(grace, &mut drained).await {
-        Ok(r) => r,
-        Err(_) => {
-            tracing::warn!(
-                grace_secs = grace.as_secs(),
-                "shutdown grace ran out; abandoning what cannot finish"
-            );
-            abandon.cancel();
-            drained.await
+    stop_flush.cancel();
+    let (source_result, ingest_result, flush_result) = match finished {
+        Some(r) => r,
+        None => {
+            let grace = config.gateway.shutdown_grace;
+            match tokio::time::timeout(grace, &mut all).await {
+                Ok(r) => r,
+                Err(_) => {
+                    tracing::warn!(
+                        grace_secs = grace.as_secs(),
+                        "shutdown grace ran out; abandoning what cannot finish (it stays pending)"
+                    );
+                    abandon.cancel();
+                    all.await
+                }
+            }
         }
     };
     drop(outbox);
     // The owner thread closes the database (checkpointing the WAL) once every handle is gone.
     let _ = tokio::task::spawn_blocking(move || owner.join()).await;
 
-    let ingest_report = ingest_report.map_err(|e| RunError::Stage(format!("ingest: {e}")))?;
+    let ingest_report = ingest_result.map_err(|e| RunError::Stage(format!("ingest: {e}")))?;
+    let flush_report = flush_result
+        .transpose()
+        .map_err(|e| RunError::Stage(format!("flush: {e}")))?;
     let source_report = source_result.map_err(|e| RunError::Stage(format!("source: {e}")))??;
+    let flushed = flush_report.clone().unwrap_or_default();
     tracing::info!(
         adverts = ingest_report.adverts,
         unmatched = ingest_report.unmatched,
@@ -200,10 +235,13 @@ pub async fn run(
         accepted = ingest_report.accepted,
         evicted = ingest_report.evicted,
         malformed = source_report.malformed,
+        delivered = flushed.delivered,
+        dead_letters = flushed.dead_letters,
         "stopped"
     );
     Ok(RunReport {
         source: source_report,
         ingest: ingest_report,
+        flush: flush_report,
     })
 }

@@ -1,0 +1,254 @@
+/*!
+`tapegate demo`: everything on loopback, no hardware and no credentials. It starts the
+mock tracking service, a simulated fleet of tapes (a few of them unknown to the
+service) and the real daemon on a temporary state directory, prints once a second what
+is happening, injects a short outage of the service and shows the catch-up after it.
+*/
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::clock::age;
+use crate::config;
+use crate::mock::{self, MockConfig, Storm};
+use crate::outbox::{now_ms, Store};
+use crate::pipeline::{self, RunOptions};
+
+/// What the demo runs.
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    /// Stop after this long (None: until Ctrl-C).
+    pub duration: Option<Duration>,
+    pub tapes: usize,
+    /// Keep the state directory here instead of a temporary one.
+    pub state_dir: Option<PathBuf>,
+}
+
+/// Runs the demo until `stop` resolves or the duration ends.
+pub async fn run(
+    options: DemoOptions,
+    stop: impl std::future::Future<Output = ()>,
+    out: &mut (dyn Write + Send),
+) -> anyhow::Result<()> {
+    let service = mock::start(MockConfig::demo()).await?;
+    let (state_dir, temporary) = match &options.state_dir {
+        Some(d) => (d.clone(), false),
+        None => (
+            std::env::temp_dir().join(format!("tapegate-demo-{}", std::process::id())),
+            true,
+        ),
+    };
+    let unregistered = (options.tapes / 60).clamp(1, 10);
+    let text = demo_config(&service, &state_dir, options.tapes, unregistered);
+    let config = config::from_toml(&text, Path::new("(demo)"), std::iter::empty())?;
+
+    let _ = writeln!(
+        out,
+        "tapegate demo: {} simulated tapes ({} unknown to the service), mock service at {}\nstate: {}\n",
+        options.tapes,
+        unregistered,
+        service.base_url("ppe"),
+        state_dir.display()
+    );
+
+    let daemon_stop = tokio_util::sync::CancellationToken::new();
+    let daemon = {
+        let stop = daemon_stop.clone();
+        tokio::spawn(pipeline::run(
+            config,
+            async move { stop.cancelled().await },
+            RunOptions::default(),
+        ))
+    };
+
+    let started = Instant::now();
+    let outage_at = options
+        .duration
+        .map(|d| d / 3)
+        .unwrap_or(Duration::from_secs(15))
+        .min(Duration::from_secs(15));
+    let outage_len = Duration::from_secs(8);
+    let mut outage = Phase::Before;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            _ = tick.tick() => {}
+        }
+        let elapsed = started.elapsed();
+        if options.duration.is_some_and(|d| elapsed >= d) {
+            break;
+        }
+        match outage {
+            Phase::Before if elapsed >= outage_at => {
+                let _ = writeln!(
+                    out,
+                    "--- injecting a {}s outage: the service answers 503 to everything ---",
+                    outage_len.as_secs()
+                );
+                service.set_storm(Some(Storm {
+                    probability: 1.0,
+                    seed: 7,
+                    mix: vec![mock::Fault::Status {
+                        status: 503,
+                        retry_after: None,
+                    }],
+                }));
+                outage = Phase::During;
+            }
+            Phase::During if elapsed >= outage_at + outage_len => {
+                let _ = writeln!(out, "--- outage over: catching up ---");
+                service.set_storm(None);
+                outage = Phase::After;
+            }
+            _ => {}
+        }
+        if let Ok(Some(store)) = Store::open_existing(&state_dir) {
+            if let Ok(s) = store.stats() {
+                let oldest = s
+                    .oldest_pending_at
+                    .map(|t| format!(" (oldest {})", age(((now_ms() - t).max(0) / 1000) as u64)))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "{:>4}s  captured {:>6}  delivered {:>6}  dead letters {:>3}  pending {:>5}{oldest}  tapes {:>4}  service: {}",
+                    elapsed.as_secs(),
+                    s.admitted,
+                    s.delivered,
+                    s.dead_letters,
+                    s.pending,
+                    s.tapes,
+                    if outage == Phase::During { "DOWN" } else { "ok" }
+                );
+            }
+        }
+    }
+
+    let _ = writeln!(
+        out,
+        "\nstopping: committing what is held and finishing the batch in flight ..."
+    );
+    daemon_stop.cancel();
+    let report = daemon.await??;
+    if let Ok(Some(store)) = Store::open_existing(&state_dir) {
+        let s = store.stats()?;
+        let _ = writeln!(
+            out,
+            "\ncaptured {} (adverts heard {}, not tapes {}, deduplicated {}), delivered {}, dead letters {}, pending {} (a real gateway delivers these at its next start)",
+            s.admitted,
+            report.ingest.adverts,
+            report.ingest.unmatched,
+            report.ingest.deduplicated,
+            s.delivered,
+            s.dead_letters,
+            s.pending
+        );
+        let _ = writeln!(
+            out,
+            "mock service: {} decode requests, {} items decoded",
+            service.decode_requests(),
+            service.decoded_items()
+        );
+        let tapes = store.tapes(5)?;
+        if !tapes.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nsome decoded tapes (`tapegate tapes` shows them all):"
+            );
+            for t in tapes {
+                let _ = writeln!(
+                    out,
+                    "  {:<16} {}  {:>6.2} °C  battery {:>3}%",
+                    t.qr_code.as_deref().unwrap_or("-"),
+                    t.mac,
+                    t.temp.unwrap_or(f64::NAN),
+                    t.bat.map(|b| b.round() as i64).unwrap_or(-1)
+                );
+            }
+        }
+        let dead = store.dead_letters(3)?;
+        if let Some(d) = dead.first() {
+            let _ = writeln!(
+                out,
+                "\na dead letter (`tapegate dead-letters list`): {} refused: {}",
+                d.mac, d.error
+            );
+        }
+    }
+    if temporary {
+        let _ = std::fs::remove_dir_all(&state_dir);
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Before,
+    During,
+    After,
+}
+
+/// The demo's config, through the same validation as a user's file.
+fn demo_config(
+    service: &mock::MockHandle,
+    state_dir: &Path,
+    tapes: usize,
+    unregistered: usize,
+) -> String {
+    let env = mock::MockEnvironment::demo();
+    format!(
+        r#"
+[gateway]
+id = "demo"
+state_dir = "{state}"
+shutdown_grace_secs = 5
+
+[service]
+environment = "ppe"
+request_timeout_secs = 5
+
+[service.environments.ppe]
+base_url = "{base}"
+auth_url = "{auth}"
+client_id = "{client}"
+audience = "{audience}"
+username = "{user}"
+password = "{password}"
+customer_id = "{customer}"
+authorized_groups = "{groups}"
+
+[scanner]
+source = "sim"
+sim_tapes = {tapes}
+sim_interval_ms = 1000
+sim_change_every = 3
+sim_unregistered = {unregistered}
+sim_others_ratio = 0.3
+
+[dedup]
+window_secs = 60
+min_interval_secs = 5
+
+[flush]
+max_delay_secs = 1
+backoff_initial_ms = 250
+backoff_max_secs = 4
+
+[log]
+level = "warn"
+"#,
+        state = state_dir.display(),
+        base = service.base_url("ppe"),
+        auth = service.auth_url("ppe"),
+        client = env.client_id,
+        audience = env.audience,
+        user = env.username,
+        password = env.password.expose(),
+        customer = env.customer_id,
+        groups = env.authorized_groups,
+    )
+}

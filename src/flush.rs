@@ -1,0 +1,484 @@
+/*!
+The flusher: drains the outbox into the bulk decode endpoint.
+
+One batch is in flight at a time. A batch is the oldest pending capture of each MAC (so
+each MAC at most once, and a MAC's captures go in capture order), at most
+`flush.max_batch` (or less after a 413), sent when full or when the oldest pending
+capture has waited `flush.max_delay_secs`.
+
+What each answer gets is decided by one function, [`classify`]; the loop only carries
+it out:
+
+| answer | action |
+|---|---|
+| 200, item decoded | reading stored, row removed |
+| 200, item with `error` | dead letter with the server's error, row removed |
+| 200, item missing | row stays, retried |
+| 400 on the whole batch | split in halves until the refused items are alone; a refused single item is dead-lettered with the server's message |
+| 401 (after the client's one fresh-token retry) | back off, "credentials or permission" |
+| 413 | halve the batch size for this run; that size is never sent again |
+| 429, 5xx, timeout, connection error, unreadable answer | exponential backoff with full jitter, `Retry-After` honoured, capped at `backoff_max` |
+
+A batch that keeps failing transiently is halved after [`HALVE_AFTER`] failures in a row,
+so that one capture the service chokes on cannot hold back the others forever.
+*/
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{ApiError, BulkAnswerItem, BulkItem, ServiceClient};
+use crate::config::{FlushSettings, MacFormat};
+use crate::outbox::{now_ms, Outbox, Outcome, PendingCapture, Reading};
+
+/// Consecutive transient failures after which the next batches are halved.
+pub const HALVE_AFTER: u32 = 3;
+
+/// Rows looked at, at most, to fill one batch.
+const SCAN_LIMIT: usize = 20_000;
+
+/// How often decoded readings past retention are pruned.
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+
+/// Exponential backoff with full jitter and a cap.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    initial: Duration,
+    max: Duration,
+    failures: u32,
+}
+
+impl Backoff {
+    pub fn new(initial: Duration, max: Duration) -> Backoff {
+        Backoff {
+            initial,
+            max: max.max(initial),
+            failures: 0,
+        }
+    }
+
+    /// The delay after one more failure: uniformly random in `[0, min(max, initial·2ⁿ)]`
+    /// (`jitter` in `[0, 1]`; 1.0 turns jitter off), but never less than the server's
+    /// `Retry-After`; and never more than `max`.
+    pub fn next_delay(&mut self, jitter: f64, retry_after: Option<Duration>) -> Duration {
+        let exp = self.initial.saturating_mul(1u32 << self.failures.min(20));
+        self.failures = self.failures.saturating_add(1);
+        let ceiling = exp.min(self.max);
+        let jittered = ceiling.mul_f64(jitter.clamp(0.0, 1.0));
+        jittered.max(retry_after.unwrap_or_default()).min(self.max)
+    }
+
+    pub fn reset(&mut self) {
+        self.failures = 0;
+    }
+
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+}
+
+/// What to do with a batch after its answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Settle each row: delivered, dead letter, or (absent from the map) retry.
+    Settle(Vec<(usize, Outcome)>),
+    /// Refused whole: split (a single item becomes a dead letter with this message).
+    Split(String),
+    /// Too large: never send this many again.
+    Shrink,
+    /// Back off and retry; the text is the operator-readable cause.
+    Retry {
+        cause: String,
+        retry_after: Option<Duration>,
+    },
+}
+
+/// Maps the answer to a batch sent with `mac_ids` to an action. Items are matched by
+/// `mac_id`, not position; a row whose MAC is not in the answer is left to retry.
+pub fn classify(mac_ids: &[String], answer: Result<Vec<BulkAnswerItem>, ApiError>) -> Action {
+    match answer {
+        Ok(items) => {
+            let mut by_mac: HashMap<&str, &BulkAnswerItem> = HashMap::with_capacity(items.len());
+            for item in &items {
+                by_mac.insert(item.mac_id.as_str(), item);
+            }
+            let outcomes = mac_ids
+                .iter()
+                .enumerate()
+                .filter_map(|(i, mac)| {
+                    let item = by_mac.get(mac.as_str())?;
+                    Some((
+                        i,
+                        match &item.result {
+                            Ok(d) => Outcome::Delivered(Reading {
+                                qr_code: d.qr_code.clone(),
+                                temp: d.temp,
+                                bat: d.bat,
+                                raw: d.raw.to_string(),
+                            }),
+                            Err(e) => Outcome::DeadLetter(e.clone()),
+                        },
+                    ))
+                })
+                .collect();
+            Action::Settle(outcomes)
+        }
+        Err(ApiError::Rejected { message, .. }) => Action::Split(message),
+        Err(ApiError::TooLarge { .. }) => Action::Shrink,
+        Err(e) => Action::Retry {
+            cause: e.operator_cause(),
+            retry_after: e.retry_after(),
+        },
+    }
+}
+
+/// What the flusher did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FlushReport {
+    pub batches: u64,
+    pub delivered: u64,
+    pub dead_letters: u64,
+    pub failures: u64,
+}
+
+/// The flusher's inputs.
+pub struct Flusher {
+    pub client: ServiceClient,
+    pub outbox: Outbox,
+    pub settings: FlushSettings,
+    pub mac_format: MacFormat,
+    pub gateway_id: String,
+    pub retention: Duration,
+}
+
+/// How the flusher is told to end.
+pub struct FlushControl {
+    /// Bumped by ingest after each commit; closed when ingest has ended.
+    pub committed: watch::Receiver<u64>,
+    /// Stop after the batch in flight (shutdown).
+    pub stop: CancellationToken,
+    /// Drop the batch in flight (shutdown grace ran out); its rows stay pending.
+    pub abandon: CancellationToken,
+    /// End once ingest has ended and nothing is pending (`--until-drained`).
+    pub until_drained: bool,
+}
+
+impl Flusher {
+    /// Runs until stopped (or drained, with `until_drained`).
+    pub async fn run(self, mut ctl: FlushControl) -> FlushReport {
+        let mut report = FlushReport::default();
+        let mut backoff = Backoff::new(self.settings.backoff_initial, self.settings.backoff_max);
+        let mut limit = self.settings.max_batch;
+        // Sub-batches of a batch the server refused whole, sent before anything new.
+        let mut splits: VecDeque<Vec<PendingCapture>> = VecDeque::new();
+        let mut waiting_since: Option<Instant> = None;
+        let mut ingest_done = false;
+        let mut seq = 0u64;
+        let mut next_prune = Instant::now();
+        let mut failing = false;
+
+        loop {
+            if ctl.stop.is_cancelled() {
+                break;
+            }
+            if Instant::now() >= next_prune {
+                let before = now_ms() - self.retention.as_millis() as i64;
+                if let Err(e) = self.outbox.call(move |s| s.prune_readings(before)).await {
+                    tracing::warn!(error = %e, "could not prune old readings");
+                }
+                next_prune = Instant::now() + PRUNE_EVERY;
+            }
+
+            let halved = backoff.failures() >= HALVE_AFTER;
+            let size = if halved { (limit / 2).max(1) } else { limit };
+            let batch = match splits.pop_front() {
+                Some(b) => b,
+                None => match self
+                    .outbox
+                    .call(move |s| s.next_batch(size, SCAN_LIMIT))
+                    .await
+                {
+                    Ok(b) => b,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot read the outbox; flusher stops");
+                        break;
+                    }
+                },
+            };
+
+            if batch.is_empty() {
+                waiting_since = None;
+                if ctl.until_drained && ingest_done {
+                    break;
+                }
+                ingest_done |= !self.wait_for_commit(&mut ctl, None).await;
+                continue;
+            }
+            // A part-full batch waits for more, up to max_delay from when it was first seen.
+            if batch.len() < size && !ingest_done {
+                let since = *waiting_since.get_or_insert_with(Instant::now);
+                let due = since + self.settings.max_delay;
+                if Instant::now() < due {
+                    ingest_done |= !self.wait_for_commit(&mut ctl, Some(due)).await;
+                    continue;
+                }
+            }
+            waiting_since = None;
+
+            seq += 1;
+            let correlation_id = format!("{}-{}-{seq}", self.gateway_id, now_ms());
+            let mac_ids: Vec<String> = batch
+                .iter()
+                .map(|p| match self.mac_format {
+                    MacFormat::Plain => p.capture.mac.plain(),
+                    MacFormat::Colon => p.capture.mac.colon(),
+                })
+                .collect();
+            let items: Vec<BulkItem> = batch
+                .iter()
+                .zip(&mac_ids)
+                .map(|(p, mac_id)| BulkItem {
+                    mac_id: mac_id.clone(),
+                    ble_packet: p.capture.packet.clone(),
+                    product_id: p.capture.product_id.clone(),
+                    scan_time: (p.capture.ts_ms.div_euclid(1000)).to_string(),
+                })
+                .collect();
+
+            let started = Instant::now();
+            let answer = tokio::select! {
+                a = self.client.decode_bulk(&items, &correlation_id) => a,
+                _ = ctl.abandon.cancelled() => {
+                    tracing::warn!(correlation_id, items = items.len(), "shutdown: abandoned the batch in flight; its captures stay pending");
+                    break;
+                }
+            };
+            report.batches += 1;
+            match classify(&mac_ids, answer) {
+                Action::Settle(outcomes) => {
+                    let answered = outcomes.len();
+                    let missing = batch.len() - answered;
+                    let mut rows: Vec<Option<PendingCapture>> =
+                        batch.into_iter().map(Some).collect();
+                    let settle: Vec<(PendingCapture, Outcome)> = outcomes
+                        .into_iter()
+                        .filter_map(|(i, o)| rows[i].take().map(|p| (p, o)))
+                        .collect();
+                    let delivered = settle
+                        .iter()
+                        .filter(|(_, o)| matches!(o, Outcome::Delivered(_)))
+                        .count();
+                    let dead = settle.len() - delivered;
+                    let now = now_ms();
+                    let result = self
+                        .outbox
+                        .call(move |s| {
+                            s.settle(&settle, now)?;
+                            s.note_flush_ok(now)
+                        })
+                        .await;
+                    if let Err(e) = result {
+                        // The rows stay pending and are sent again: at-least-once.
+                        tracing::warn!(correlation_id, error = %e, "could not record the answer; the batch will be sent again");
+                        continue;
+                    }
+                    report.delivered += delivered as u64;
+                    report.dead_letters += dead as u64;
+                    tracing::debug!(
+                        correlation_id,
+                        items = items.len(),
+                        delivered,
+                        dead_letters = dead,
+                        missing,
+                        ms = started.elapsed().as_millis() as u64,
+                        "batch answered"
+                    );
+                    if dead > 0 {
+                        // Tapes of other customers pass every dock: refusals are normal,
+                        // stored and counted, not lost.
+                        tracing::debug!(
+                            correlation_id,
+                            dead_letters = dead,
+                            "the service refused captures; kept as dead letters"
+                        );
+                    }
+                    if answered == 0 {
+                        // Nothing answered at all: treat like a failure so we do not spin.
+                        let delay = backoff.next_delay(fastrand::f64(), None);
+                        self.note_failure(
+                            &mut failing,
+                            "the service answered none of the items",
+                            &correlation_id,
+                            delay,
+                        )
+                        .await;
+                        report.failures += 1;
+                        if self.sleep(&ctl, delay).await {
+                            break;
+                        }
+                    } else {
+                        if failing {
+                            tracing::info!(correlation_id, "delivery recovered");
+                        }
+                        failing = false;
+                        backoff.reset();
+                    }
+                }
+                Action::Split(message) => {
+                    if batch.len() == 1 {
+                        let now = now_ms();
+                        let settle = vec![(
+                            batch.into_iter().next().expect("one row"),
+                            Outcome::DeadLetter(message.clone()),
+                        )];
+                        if let Err(e) = self.outbox.call(move |s| s.settle(&settle, now)).await {
+                            tracing::warn!(correlation_id, error = %e, "could not record a dead letter; will retry");
+                            continue;
+                        }
+                        report.dead_letters += 1;
+                        tracing::warn!(correlation_id, mac = %mac_ids[0], reason = %message, "the service refused a capture; kept as a dead letter");
+                    } else {
+                        tracing::info!(correlation_id, items = batch.len(), reason = %message, "the service refused the batch; splitting it to find the refused captures");
+                        let mut first = batch;
+                        let second = first.split_off(first.len() / 2);
+                        splits.push_front(second);
+                        splits.push_front(first);
+                    }
+                }
+                Action::Shrink => {
+                    let sent = batch.len();
+                    if sent <= 1 {
+                        let delay = backoff.next_delay(fastrand::f64(), None);
+                        self.note_failure(
+                            &mut failing,
+                            "the service refuses even one item as too large (413)",
+                            &correlation_id,
+                            delay,
+                        )
+                        .await;
+                        report.failures += 1;
+                        if self.sleep(&ctl, delay).await {
+                            break;
+                        }
+                    } else {
+                        limit = limit.min(sent / 2).max(1);
+                        tracing::warn!(correlation_id, sent, new_limit = limit, "the service said the batch was too large (413); sending smaller batches from now on");
+                        splits.push_front(batch);
+                        // Re-cut what was queued to the new limit.
+                        let queued: Vec<PendingCapture> = splits.drain(..).flatten().collect();
+                        for chunk in queued.chunks(limit) {
+                            splits.push_back(chunk.to_vec());
+                        }
+                    }
+                }
+                Action::Retry { cause, retry_after } => {
+                    report.failures += 1;
+                    // A split part that fails transiently goes back to the front.
+                    if !splits.is_empty() {
+                        splits.push_front(batch);
+                    }
+                    let delay = backoff.next_delay(fastrand::f64(), retry_after);
+                    self.note_failure(&mut failing, &cause, &correlation_id, delay)
+                        .await;
+                    if self.sleep(&ctl, delay).await {
+                        break;
+                    }
+                }
+            }
+        }
+        report
+    }
+
+    /// Logs a failure (once per streak at WARN) and records it for `status`.
+    async fn note_failure(
+        &self,
+        failing: &mut bool,
+        cause: &str,
+        correlation_id: &str,
+        delay: Duration,
+    ) {
+        if !*failing {
+            tracing::warn!(
+                correlation_id,
+                cause,
+                retry_in_ms = delay.as_millis() as u64,
+                "delivery failed; backing off"
+            );
+        } else {
+            tracing::debug!(
+                correlation_id,
+                cause,
+                retry_in_ms = delay.as_millis() as u64,
+                "delivery failed again"
+            );
+        }
+        *failing = true;
+        let cause = cause.to_string();
+        let now = now_ms();
+        if let Err(e) = self.outbox.call(move |s| s.note_error(&cause, now)).await {
+            tracing::warn!(error = %e, "could not record the delivery error");
+        }
+    }
+
+    /// Sleeps `delay`; true if told to stop meanwhile.
+    async fn sleep(&self, ctl: &FlushControl, delay: Duration) -> bool {
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => false,
+            _ = ctl.stop.cancelled() => true,
+        }
+    }
+
+    /// Waits for a commit (or `until`, or stop). False when ingest has ended.
+    async fn wait_for_commit(&self, ctl: &mut FlushControl, until: Option<Instant>) -> bool {
+        let deadline = async {
+            match until {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = ctl.committed.changed() => r.is_ok(),
+            _ = deadline => true,
+            _ = ctl.stop.cancelled() => true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_with_jitter_off() {
+        let mut b = Backoff::new(Duration::from_millis(500), Duration::from_secs(4));
+        let got: Vec<u128> = (0..6)
+            .map(|_| b.next_delay(1.0, None).as_millis())
+            .collect();
+        assert_eq!(got, vec![500, 1000, 2000, 4000, 4000, 4000]);
+        b.reset();
+        assert_eq!(b.next_delay(1.0, None), Duration::from_millis(500));
+    }
+
+    #[test]
+    fn full_jitter_stays_within_zero_and_the_ceiling() {
+        let mut b = Backoff::new(Duration::from_millis(500), Duration::from_secs(300));
+        assert_eq!(b.next_delay(0.0, None), Duration::ZERO);
+        assert_eq!(b.next_delay(0.5, None), Duration::from_millis(500));
+    }
+
+    #[test]
+    fn retry_after_is_honoured_but_capped() {
+        let mut b = Backoff::new(Duration::from_millis(500), Duration::from_secs(60));
+        assert_eq!(
+            b.next_delay(0.1, Some(Duration::from_secs(7))),
+            Duration::from_secs(7)
+        );
+        assert_eq!(
+            b.next_delay(0.1, Some(Duration::from_secs(3600))),
+            Duration::from_secs(60)
+        );
+    }
+}
