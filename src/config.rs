@@ -633,7 +633,7 @@ fn section<T: for<'de> Deserialize<'de>>(
             problems.push(Problem {
                 key,
                 value: None,
-                message: e.into_inner().to_string(),
+                message: e.into_inner().to_string().trim_end().to_string(),
             });
             None
         }

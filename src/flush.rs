@@ -40,6 +40,10 @@ pub const HALVE_AFTER: u32 = 3;
 /// Rows looked at, at most, to fill one batch.
 const SCAN_LIMIT: usize = 20_000;
 
+/// How often an idle flusher looks for work that did not come through ingest (dead
+/// letters re-queued from the CLI).
+const IDLE_RECHECK: Duration = Duration::from_secs(5);
+
 /// How often decoded readings past retention are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
@@ -214,7 +218,7 @@ impl Flusher {
                 if ctl.until_drained && ingest_done {
                     break;
                 }
-                ingest_done |= !self.wait_for_commit(&mut ctl, None).await;
+                ingest_done |= !self.wait_for_commit(&mut ctl, None, ingest_done).await;
                 continue;
             }
             // A part-full batch waits for more, up to max_delay from when it was first seen.
@@ -222,7 +226,7 @@ impl Flusher {
                 let since = *waiting_since.get_or_insert_with(Instant::now);
                 let due = since + self.settings.max_delay;
                 if Instant::now() < due {
-                    ingest_done |= !self.wait_for_commit(&mut ctl, Some(due)).await;
+                    ingest_done |= !self.wait_for_commit(&mut ctl, Some(due), ingest_done).await;
                     continue;
                 }
             }
@@ -431,18 +435,19 @@ impl Flusher {
         }
     }
 
-    /// Waits for a commit (or `until`, or stop). False when ingest has ended.
-    async fn wait_for_commit(&self, ctl: &mut FlushControl, until: Option<Instant>) -> bool {
-        let deadline = async {
-            match until {
-                Some(t) => tokio::time::sleep_until(t).await,
-                None => std::future::pending().await,
-            }
-        };
+    /// Waits for a commit, `until` (default: [`IDLE_RECHECK`] from now), or stop.
+    /// Returns false once ingest has ended (its channel closed).
+    async fn wait_for_commit(
+        &self,
+        ctl: &mut FlushControl,
+        until: Option<Instant>,
+        ingest_done: bool,
+    ) -> bool {
+        let until = until.unwrap_or_else(|| Instant::now() + IDLE_RECHECK);
         tokio::select! {
-            r = ctl.committed.changed() => r.is_ok(),
-            _ = deadline => true,
-            _ = ctl.stop.cancelled() => true,
+            r = ctl.committed.changed(), if !ingest_done => r.is_ok(),
+            _ = tokio::time::sleep_until(until) => !ingest_done,
+            _ = ctl.stop.cancelled() => !ingest_done,
         }
     }
 }

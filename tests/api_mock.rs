@@ -6,10 +6,11 @@ use std::time::{Duration, SystemTime};
 
 use tapegate::api::{ApiError, BulkItem, ServiceClient, TransportKind};
 use tapegate::config::ServiceSettings;
-use tapegate::mock::packet::TapePayload;
+use tapegate::mock::packet::manufacturer_data;
 use tapegate::mock::{self, Fault, MockConfig, MockEnvironment, MockHandle, Registry, Storm};
 use tapegate::record::hex_upper;
 use tapegate::secret::Secret;
+use tapegate::source::sim::TapeReading;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -27,14 +28,14 @@ fn client(mock: &MockHandle) -> ServiceClient {
 }
 
 fn packet(counter: u16) -> String {
-    let p = TapePayload {
+    let p = TapeReading {
         counter,
         temp_centi: 2150,
         battery: 87,
         shock_count: 2,
         serial: 0x00AB_CDEF,
     };
-    hex_upper(&p.to_manufacturer_data())
+    hex_upper(&manufacturer_data(&p))
 }
 
 fn item(mac: &str) -> BulkItem {

@@ -37,19 +37,20 @@ Each environment lives under its own path prefix, so one port serves several:
 # The simulated tape packet
 `ble_packet` is hex (any case) or base64 of either the 13-byte manufacturer data
 (`F7 0E`, company identifier 0x0EF7 little-endian, then the payload) or the 11-byte
-payload alone:
+payload alone. The payload layout is the simulated fleet's ([`crate::source::sim`] has
+the table); the mock decodes it with the same code ([`packet`]) and answers:
 
-| bytes | meaning | answer field |
-|---|---|---|
-| `[0..2]` | marker `49 56` | (without it: `invalid ble_packet`) |
-| `[2..4]` | packet counter, u16 LE | `cts` |
-| `[4..6]` | temperature, i16 LE, 0.01 °C | `temp` (°C) |
-| `[6]` | battery percent | `bat` |
-| `[7]` | shock count | `shock_count` |
-| `[8..11]` | low 24 bits of the tape serial | (not answered) |
+| payload field | answer field |
+|---|---|
+| marker `49 56` | (without it: `invalid ble_packet`) |
+| packet counter | `cts` |
+| temperature, 0.01 °C | `temp` (°C) |
+| battery percent | `bat` |
+| shock count | `shock_count` |
+| low 24 bits of the tape serial | (not answered) |
 
 Also `qr_code` = `"TT"` + the 12 hex digits of the MAC, `ts` = `scan_time` as a number,
-`fw_ver` = `"1.4.2"`, and the other fields of 2.3 are 0. See [`packet`].
+`fw_ver` = `"1.4.2"`, and the other fields of 2.3 are 0.
 
 # Memory
 The record of received requests keeps the newest [`DEFAULT_RECORD_LIMIT`] requests

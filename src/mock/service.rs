@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use crate::record::Mac;
 
-use super::packet::{decode_packet, TapePayload};
+use super::packet::{decode_packet, TapeReading};
 use super::{
     DecodeKind, Fault, MockConfig, MockEnvironment, MockStats, Received, ReceivedItem, Registry,
     Storm, DEFAULT_RECORD_LIMIT, FW_VER,
@@ -404,7 +404,7 @@ fn decode_item(
     item: &ReceivedItem,
     associated: bool,
     registry: &Registry,
-) -> Result<(Mac, TapePayload, Value), &'static str> {
+) -> Result<(Mac, TapeReading, Value), &'static str> {
     let mac = parse_mac_id(&item.mac_id)
         .filter(|m| associated && registry.is_registered(&m.plain()))
         .ok_or(NOT_FOUND_ITEM)?;
@@ -428,7 +428,7 @@ fn scan_time_number(s: &str) -> Option<Value> {
 
 /// The decoded packet. `full`: every field of spec 2.3 (single decode); otherwise the
 /// fields the bulk answer lists.
-fn decoded_fields(mac: Mac, p: &TapePayload, ts: Value, full: bool) -> Map<String, Value> {
+fn decoded_fields(mac: Mac, p: &TapeReading, ts: Value, full: bool) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("qr_code".into(), Value::from(format!("TT{}", mac.plain())));
     m.insert("cts".into(), Value::from(p.counter));

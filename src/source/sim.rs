@@ -103,6 +103,11 @@ impl TapeReading {
             serial: u32::from_le_bytes([b[8], b[9], b[10], 0]),
         })
     }
+
+    /// Temperature in °C.
+    pub fn temp_c(&self) -> f64 {
+        f64::from(self.temp_centi) / 100.0
+    }
 }
 
 /// The 11-byte payload (after the company identifier) of a tape advert.
@@ -449,6 +454,7 @@ mod tests {
             [0x49, 0x56, 0x34, 0x12, 0x1E, 0xFB, 87, 3, 0xEF, 0xCD, 0xAB]
         );
         assert_eq!(TapeReading::from_payload(&payload), Some(r));
+        assert_eq!(r.temp_c(), -12.5);
         assert_eq!(TapeReading::from_payload(&payload[..10]), None);
         let mut no_marker = payload;
         no_marker[1] = 0;

@@ -5,6 +5,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use tapegate::outbox::{Stats, Store};
 use tapegate::record::{hex_upper, Advertisement, Mac};
@@ -73,6 +74,11 @@ impl Gateway {
         self.store().stats().unwrap()
     }
 
+    /// The stats, or `None` while the daemon has not yet created the database.
+    pub fn try_stats(&self) -> Option<Stats> {
+        Store::open_existing(&self.state_dir()).ok()??.stats().ok()
+    }
+
     pub fn status_json(&self) -> serde_json::Value {
         let out = self.run(&["status", "--json"]);
         assert!(
@@ -133,4 +139,118 @@ pub fn write_records(path: &Path, adverts: &[Advertisement]) {
     for a in adverts {
         writeln!(f, "{}", a.to_record()).unwrap();
     }
+}
+
+/// Config of a daemon that replays adverts from its stdin with dedup off, so every tape
+/// advert written to it becomes one capture.
+pub fn stdin_replay_config(commit_interval_ms: u64) -> String {
+    format!(
+        "[scanner]\nsource = \"replay\"\nreplay_path = \"-\"\n\n[dedup]\nwindow_secs = 0\nmin_interval_secs = 0\n\n[outbox]\ncommit_interval_ms = {commit_interval_ms}\n"
+    )
+}
+
+/// `tapegate run` as a child process fed through its stdin, its stderr collected as it
+/// comes. Killed on drop if the test did not stop it.
+pub struct Daemon {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Daemon {
+    pub fn start(g: &Gateway) -> Daemon {
+        let mut child = g
+            .command(&["run"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let mut pipe = child.stderr.take().unwrap();
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = stderr.clone();
+        let reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = std::io::Read::read(&mut pipe, &mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Daemon {
+            child,
+            stdin,
+            stderr,
+            reader: Some(reader),
+        }
+    }
+
+    /// Writes one record line per advert to the daemon's stdin.
+    pub fn send(&mut self, adverts: &[Advertisement]) {
+        let mut buf = String::new();
+        for a in adverts {
+            buf.push_str(&a.to_record());
+            buf.push('\n');
+        }
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        stdin.write_all(buf.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// What the daemon has logged so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// Sends SIGTERM and waits (at most `limit`) for the exit; returns the status and
+    /// everything logged.
+    pub fn terminate(mut self, limit: Duration) -> (std::process::ExitStatus, String) {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = wait_for(limit, || self.child.try_wait().unwrap())
+            .unwrap_or_else(|| panic!("no exit within {limit:?} of SIGTERM:\n{}", self.stderr()));
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        (status, self.stderr())
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Polls `f` every 20 ms until it gives `Some`, or gives `None` after `limit`.
+pub fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `PRAGMA integrity_check` of the database file, through a connection of its own.
+pub fn integrity_check(db: &Path) -> String {
+    let c = rusqlite::Connection::open(db).unwrap();
+    c.query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap()
 }
