@@ -15,6 +15,9 @@ use crate::record::Mac;
 /// endpoint, the headers and the permission without decoding anything real.
 const PROBE_MAC: Mac = Mac::new([0, 0, 0, 0, 0, 0]);
 
+/// How far the clocks may differ before `check` fails (tokens carry validity times).
+const MAX_SKEW_SECS: i64 = 300;
+
 /// The observed tape advert (company 0x0EF7, as on air).
 const PROBE_PACKET: &str = "F70E4956E29F84211E44FFB51E";
 
@@ -69,6 +72,27 @@ pub async fn run(config: &Config, config_path: &str, out: &mut dyn Write) -> boo
             line(false, "token", token_advice(&e, env.auth_url.as_ref()));
             return false;
         }
+    }
+    match client.clock_skew_secs() {
+        Some(skew) if skew.abs() > MAX_SKEW_SECS => line(
+            false,
+            "clock",
+            format!(
+                "this gateway's clock is {} s {} the service's: fix NTP (timedatectl status)",
+                skew.abs(),
+                if skew > 0 { "behind" } else { "ahead of" }
+            ),
+        ),
+        Some(skew) => line(
+            true,
+            "clock",
+            format!("within {} s of the service's", skew.abs().max(1)),
+        ),
+        None => line(
+            true,
+            "clock",
+            "not checked (the token endpoint sent no Date header)".into(),
+        ),
     }
     let product = config
         .products

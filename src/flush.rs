@@ -31,6 +31,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{ApiError, BulkAnswerItem, BulkItem, ServiceClient};
+use crate::clock::rfc3339;
 use crate::config::{FlushSettings, MacFormat};
 use crate::outbox::{now_ms, Outbox, Outcome, PendingCapture, Reading};
 
@@ -385,6 +386,14 @@ impl Flusher {
                         splits.push_front(batch);
                     }
                     let delay = backoff.next_delay(fastrand::f64(), retry_after);
+                    // "rate limited until 2026-11-21T20:40:00Z" when the server said when.
+                    let cause = match retry_after {
+                        Some(_) => format!(
+                            "{cause} until {}",
+                            rfc3339(now_ms() + delay.as_millis() as i64)
+                        ),
+                        None => cause,
+                    };
                     self.note_failure(&mut failing, &cause, &correlation_id, delay)
                         .await;
                     if self.sleep(&ctl, delay).await {

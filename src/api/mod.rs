@@ -138,6 +138,8 @@ struct Inner {
     customer_id: HeaderValue,
     authorized_groups: HeaderValue,
     tokens: TokenCache,
+    /// Server clock minus ours, in seconds, from the `Date` of the last token answer.
+    clock_skew: std::sync::Mutex<Option<i64>>,
 }
 
 impl fmt::Debug for ServiceClient {
@@ -271,6 +273,7 @@ impl ServiceClient {
                 customer_id,
                 authorized_groups,
                 tokens: TokenCache::new(),
+                clock_skew: std::sync::Mutex::new(None),
             }),
         })
     }
@@ -290,6 +293,13 @@ impl ServiceClient {
     pub async fn fetch_token(&self) -> Result<Duration, ApiError> {
         let grant = self.inner.tokens.force(|| self.grant()).await?;
         Ok(grant.expires_in)
+    }
+
+    /// How far the token endpoint's clock is ahead of ours (negative: behind), in
+    /// seconds, from the `Date` header of its last answer. A clock far off breaks TLS
+    /// and token validity; `tapegate check` reports it.
+    pub fn clock_skew_secs(&self) -> Option<i64> {
+        self.inner.clock_skew.lock().ok().and_then(|g| *g)
     }
 
     /// Drops the cached token; the next request fetches a new one.
@@ -502,6 +512,20 @@ impl ServiceClient {
             .map_err(transport)?;
         let status = resp.status();
         let retry_after = retry_after_of(&resp);
+        if let Some(server) = resp
+            .headers()
+            .get(reqwest::header::DATE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| httpdate::parse_http_date(v).ok())
+        {
+            let skew = match server.duration_since(SystemTime::now()) {
+                Ok(ahead) => ahead.as_secs() as i64,
+                Err(behind) => -(behind.duration().as_secs() as i64),
+            };
+            if let Ok(mut g) = self.inner.clock_skew.lock() {
+                *g = Some(skew);
+            }
+        }
         let body = read_capped(resp, MAX_ERROR_BYTES)
             .await
             .map_err(transport)?
