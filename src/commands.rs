@@ -128,6 +128,31 @@ pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), Ou
     Ok(())
 }
 
+/// Reads rows from the state database. Prints them as JSON, or `empty` when there are
+/// none, and returns `None` then; otherwise returns them for a table.
+fn rows<T: Serialize>(
+    config: &Config,
+    json: bool,
+    empty: &str,
+    out: &mut dyn Write,
+    read: impl FnOnce(&Store) -> Result<Vec<T>, OutboxError>,
+) -> Result<Option<Vec<T>>, OutboxError> {
+    let rows = match Store::open_existing(&config.gateway.state_dir)? {
+        Some(store) => read(&store)?,
+        None => Vec::new(),
+    };
+    if json {
+        let text = serde_json::to_string_pretty(&rows).unwrap_or_default();
+        let _ = writeln!(out, "{text}");
+        return Ok(None);
+    }
+    if rows.is_empty() {
+        let _ = writeln!(out, "{empty}");
+        return Ok(None);
+    }
+    Ok(Some(rows))
+}
+
 /// Prints `tapegate dead-letters list`.
 pub fn dead_letters_list(
     config: &Config,
@@ -135,22 +160,12 @@ pub fn dead_letters_list(
     limit: usize,
     out: &mut dyn Write,
 ) -> Result<(), OutboxError> {
-    let rows = match Store::open_existing(&config.gateway.state_dir)? {
-        Some(store) => store.dead_letters(limit)?,
-        None => Vec::new(),
+    let Some(rows) = rows(config, json, "no dead letters", out, |s| {
+        s.dead_letters(limit)
+    })?
+    else {
+        return Ok(());
     };
-    if json {
-        let _ = writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&rows).unwrap_or_default()
-        );
-        return Ok(());
-    }
-    if rows.is_empty() {
-        let _ = writeln!(out, "no dead letters");
-        return Ok(());
-    }
     let _ = writeln!(
         out,
         "{:<8} {:<17} {:<20} {:<20} error",
@@ -190,22 +205,12 @@ pub fn tapes(
     limit: usize,
     out: &mut dyn Write,
 ) -> Result<(), OutboxError> {
-    let rows = match Store::open_existing(&config.gateway.state_dir)? {
-        Some(store) => store.tapes(limit)?,
-        None => Vec::new(),
+    let Some(rows) = rows(config, json, "no decoded tapes yet", out, |s| {
+        s.tapes(limit)
+    })?
+    else {
+        return Ok(());
     };
-    if json {
-        let _ = writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&rows).unwrap_or_default()
-        );
-        return Ok(());
-    }
-    if rows.is_empty() {
-        let _ = writeln!(out, "no decoded tapes yet");
-        return Ok(());
-    }
     let now = now_ms();
     let _ = writeln!(
         out,

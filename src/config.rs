@@ -791,16 +791,7 @@ fn validate(raw: RawConfig, _path: &Path, problems: &mut Vec<Problem>) -> Option
     let service = raw.service.map(|s| validate_service(s, &mut c));
 
     let products = match raw.products {
-        None => Products(vec![Product {
-            id: "tape".into(),
-            manufacturer_id: Some(0x0EF7),
-            service_uuid: None,
-            name_prefix: None,
-            mac_prefix: None,
-            min_rssi: None,
-            packet: PacketSource::ManufacturerData,
-            packet_encoding: PacketEncoding::Hex,
-        }]),
+        None => Products(vec![Product::tape()]),
         Some(list) if list.is_empty() => {
             c.other("products", "expected at least one [[products]] entry");
             Products::default()

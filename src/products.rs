@@ -107,6 +107,21 @@ impl PacketBytes<'_> {
 }
 
 impl Product {
+    /// The asset-tracking tape: manufacturer data of company 0x0EF7 as on air, hex,
+    /// `product_id` "tape". The default when the config names no product.
+    pub fn tape() -> Product {
+        Product {
+            id: "tape".into(),
+            manufacturer_id: Some(0x0EF7),
+            service_uuid: None,
+            name_prefix: None,
+            mac_prefix: None,
+            min_rssi: None,
+            packet: PacketSource::ManufacturerData,
+            packet_encoding: PacketEncoding::Hex,
+        }
+    }
+
     /// The capture of `adv` under this product, or `None` if `adv` does not match it.
     pub fn capture(&self, adv: &Advertisement) -> Option<Capture> {
         let bytes = self.packet_bytes(adv)?;
@@ -288,10 +303,7 @@ mod tests {
     }
 
     fn tape() -> Product {
-        Product {
-            manufacturer_id: Some(0x0EF7),
-            ..product("tape")
-        }
+        Product::tape()
     }
 
     /// The observed advert: company 0x0EF7, 11 bytes of payload.
