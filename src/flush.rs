@@ -34,6 +34,7 @@ use crate::api::{ApiError, BulkAnswerItem, BulkItem, ServiceClient};
 use crate::clock::rfc3339;
 use crate::config::{FlushSettings, MacFormat};
 use crate::outbox::{now_ms, Outbox, Outcome, PendingCapture, Reading};
+use crate::systemd::Beat;
 
 /// Consecutive transient failures after which the next batches are halved.
 pub const HALVE_AFTER: u32 = 3;
@@ -157,6 +158,8 @@ pub struct Flusher {
     pub mac_format: MacFormat,
     pub gateway_id: String,
     pub retention: Duration,
+    /// Touched on every turn, for the watchdog.
+    pub beat: Beat,
 }
 
 /// How the flusher is told to end.
@@ -186,6 +189,7 @@ impl Flusher {
         let mut failing = false;
 
         loop {
+            self.beat.touch();
             if ctl.stop.is_cancelled() {
                 break;
             }

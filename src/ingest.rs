@@ -17,10 +17,14 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
+use std::sync::Arc;
+
+use crate::config::Config;
 use crate::dedup::{Dedup, DedupSettings};
 use crate::outbox::{now_ms, Outbox, GROUP_MAX};
 use crate::products::Products;
 use crate::record::{Advertisement, Capture, EpochMillis};
+use crate::systemd::Beat;
 
 /// What the ingest stage did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -46,6 +50,10 @@ pub struct IngestSettings {
     /// Release held captures on wall-clock time (live sources) rather than only on the
     /// capture times seen (replay, synthetic simulation).
     pub live: bool,
+    /// Touched on every turn, for the watchdog.
+    pub beat: Beat,
+    /// New products and dedup settings (SIGHUP); dedup keeps its per-MAC state.
+    pub reload: Option<watch::Receiver<Arc<Config>>>,
 }
 
 /// Runs the stage until `input` closes. `committed` is bumped after every commit so the
@@ -59,13 +67,16 @@ pub async fn run(
     abandon: CancellationToken,
 ) -> IngestReport {
     let mut dedup = Dedup::new(settings.dedup);
+    let mut products = settings.products;
+    let mut reload = settings.reload;
+    let beat = settings.beat;
     let mut report = IngestReport::default();
     let mut group: Vec<Capture> = Vec::with_capacity(GROUP_MAX);
     let mut admitted: Vec<Capture> = Vec::with_capacity(4);
     let mut clock: EpochMillis = EpochMillis::MIN;
     let mut tick = tokio::time::interval(settings.commit_interval);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut committer = Committer::new(outbox, committed, abandon);
+    let mut committer = Committer::new(outbox, committed, abandon, beat.clone());
 
     loop {
         tokio::select! {
@@ -74,7 +85,7 @@ pub async fn run(
                 let Some(adv) = adv else { break };
                 report.adverts += 1;
                 clock = clock.max(adv.ts_ms);
-                let Some(capture) = settings.products.capture(&adv) else {
+                let Some(capture) = products.capture(&adv) else {
                     report.unmatched += 1;
                     continue;
                 };
@@ -84,7 +95,14 @@ pub async fn run(
                     committer.commit(&mut group, &mut report).await;
                 }
             }
+            new = reloaded(&mut reload) => {
+                let Some(config) = new else { reload = None; continue };
+                products = config.products.clone();
+                dedup.set_settings(config.dedup);
+                tracing::info!(products = products.0.len(), "reloaded products and dedup settings");
+            }
             _ = tick.tick() => {
+                beat.touch();
                 let now = if settings.live { clock.max(now_ms()) } else { clock };
                 dedup.release_due(now, &mut admitted);
                 group.append(&mut admitted);
@@ -99,20 +117,38 @@ pub async fn run(
     report
 }
 
+/// The next reloaded config, or `None` once the sender is gone; pending without one.
+async fn reloaded(reload: &mut Option<watch::Receiver<Arc<Config>>>) -> Option<Arc<Config>> {
+    match reload {
+        Some(r) => match r.changed().await {
+            Ok(()) => Some(r.borrow_and_update().clone()),
+            Err(_) => None,
+        },
+        None => std::future::pending().await,
+    }
+}
+
 /// Commits groups, retrying a failed one with backoff until it commits or shutdown
 /// gives up on it.
 struct Committer {
     outbox: Outbox,
     committed: watch::Sender<u64>,
     abandon: CancellationToken,
+    beat: Beat,
 }
 
 impl Committer {
-    fn new(outbox: Outbox, committed: watch::Sender<u64>, abandon: CancellationToken) -> Self {
+    fn new(
+        outbox: Outbox,
+        committed: watch::Sender<u64>,
+        abandon: CancellationToken,
+        beat: Beat,
+    ) -> Self {
         Committer {
             outbox,
             committed,
             abandon,
+            beat,
         }
     }
 
@@ -152,6 +188,8 @@ impl Committer {
                 Err(e) if e.is_retryable() && !self.abandon.is_cancelled() => {
                     *group = batch;
                     failures += 1;
+                    // Holding a group on a full disk is not a stall.
+                    self.beat.touch();
                     if failures == 1 {
                         tracing::warn!(captures = n, error = %e, "outbox write failed; holding the group and retrying");
                     }

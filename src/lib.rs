@@ -22,6 +22,8 @@ tapes into decoded readings in the tracking service.
 - [`commands`]: `status`, `tapes`, `dead-letters`: reading the state database beside
   the running daemon. [`cli`] is the command line; [`clock`] formats times.
 - [`check`] and [`demo`]: `tapegate check` (for installers) and `tapegate demo`.
+- [`systemd`]: sd_notify (READY, STATUS, STOPPING) and the watchdog that pings only
+  while every stage makes progress.
 - [`mock`]: the spec-faithful mock tracking service used by tests and `tapegate demo`.
 */
 
@@ -42,3 +44,4 @@ pub mod products;
 pub mod record;
 pub mod secret;
 pub mod source;
+pub mod systemd;

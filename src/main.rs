@@ -3,10 +3,17 @@
 
 use std::process::ExitCode;
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
 use clap::Parser;
 use tapegate::cli::{Cli, Command, DeadLetters};
 use tapegate::config::{self, Config, ConfigError};
 use tapegate::pipeline::{self, RunOptions};
+use tokio::sync::watch;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{reload, EnvFilter, Registry};
 
 /// How a command failed.
 enum Failure {
@@ -39,22 +46,65 @@ fn load(cli: &Cli) -> Result<Config, Failure> {
     config::load(&cli.config, std::env::vars()).map_err(Failure::Config)
 }
 
-fn init_logging(level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+/// Changes the log level of the running daemon (SIGHUP).
+type LevelHandle = reload::Handle<EnvFilter, Registry>;
+
+/// Logs to journald with structured fields when started by systemd (`JOURNAL_STREAM`),
+/// otherwise human-readable to stderr. `RUST_LOG` wins over `level`.
+fn init_logging(level: &str) -> LevelHandle {
     use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(filter)
-        .with_target(false)
-        .init();
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    let (filter, handle) = reload::Layer::new(filter);
+    let registry = tracing_subscriber::registry().with(filter);
+    let journald = std::env::var_os("JOURNAL_STREAM")
+        .and_then(|_| tracing_journald::layer().ok())
+        .map(|l| l.with_syslog_identifier("tapegate".into()));
+    match journald {
+        Some(journald) => registry.with(journald).init(),
+        None => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_ansi(std::io::stderr().is_terminal())
+                    .with_target(false),
+            )
+            .init(),
+    }
+    handle
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
     Ok(tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?)
+}
+
+/// On SIGHUP: re-reads the config; a valid one replaces products, dedup settings and
+/// the log level without dropping anything; a bad one is refused and the old one stays.
+async fn reload_on_hangup(path: PathBuf, configs: watch::Sender<Arc<Config>>, level: LevelHandle) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    while hup.recv().await.is_some() {
+        match config::load(&path, std::env::vars()) {
+            Ok(new) => {
+                if std::env::var_os("RUST_LOG").is_none() {
+                    match EnvFilter::try_new(&new.log.level) {
+                        Ok(f) => {
+                            let _ = level.reload(f);
+                        }
+                        Err(e) => tracing::warn!(error = %e, "log level not changed"),
+                    }
+                }
+                tracing::info!(path = %path.display(), "SIGHUP: config reloaded (products, dedup, log level; other changes take effect at the next start)");
+                configs.send_replace(Arc::new(new));
+            }
+            Err(e) => {
+                tracing::error!(path = %path.display(), error = %e, "SIGHUP: new config refused; the running one stays in force");
+            }
+        }
+    }
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -82,13 +132,19 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
     match &cli.command {
         Command::Run { until_drained } => {
             let config = load(&cli)?;
-            init_logging(&config.log.level);
+            let level = init_logging(&config.log.level);
+            let (reload_tx, reload_rx) = tokio::sync::watch::channel(Arc::new(config.clone()));
             let options = RunOptions {
                 until_drained: *until_drained,
+                reload: Some(reload_rx),
                 ..RunOptions::default()
             };
             let rt = runtime()?;
-            let result = rt.block_on(pipeline::run(config, stop_signal(), options));
+            let path = cli.config.clone();
+            let result = rt.block_on(async move {
+                tokio::spawn(reload_on_hangup(path, reload_tx, level));
+                pipeline::run(config, stop_signal(), options).await
+            });
             // Everything is committed by now. A blocking read of stdin (replay from
             // "-") cannot be interrupted; do not wait for it.
             rt.shutdown_background();

@@ -12,6 +12,10 @@ batch in flight (or abandons it, leaving its rows pending) within
 */
 
 use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::Instrument;
 
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -24,17 +28,30 @@ use crate::outbox::{Outbox, OutboxError, Store, StoreOptions};
 use crate::source::replay::Replay;
 use crate::source::sim::Sim;
 use crate::source::{Source, SourceError, SourceReport};
+use crate::systemd::{self, Liveness, Notifier};
 
 /// Advertisements in flight between the source and the ingest stage.
 const ADVERT_CHANNEL: usize = 4096;
 
+/// The ingest stage turns at least every commit interval; this long without a turn is
+/// a stall (for the watchdog).
+const INGEST_ALLOWANCE: Duration = Duration::from_secs(30);
+
+/// Beyond a whole request and a whole backoff, how long the flusher may go without a turn.
+const FLUSH_SLACK: Duration = Duration::from_secs(60);
+
+/// How often `STATUS=` is refreshed for `systemctl status`.
+const STATUS_EVERY: Duration = Duration::from_secs(10);
+
 /// How `run` behaves beyond the config.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct RunOptions {
     /// Return once the source has ended and nothing deliverable is pending.
     pub until_drained: bool,
     /// Test hook: cap the database size (see [`StoreOptions::max_page_count`]).
     pub max_page_count: Option<u32>,
+    /// Reloaded configs (SIGHUP): products and dedup settings take effect at once.
+    pub reload: Option<watch::Receiver<Arc<Config>>>,
 }
 
 /// What a run did.
@@ -66,6 +83,18 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
     options: RunOptions,
 ) -> Result<RunReport, RunError> {
+    // Every log line of the daemon carries the gateway id (a journald field too).
+    let span = tracing::info_span!("gateway", id = %config.gateway.id);
+    run_in(config, shutdown, options).instrument(span).await
+}
+
+async fn run_in(
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send,
+    options: RunOptions,
+) -> Result<RunReport, RunError> {
+    let notifier = Notifier::from_env();
+    let mut liveness = Liveness::default();
     let state_dir = config.gateway.state_dir.clone();
     let store_options = StoreOptions {
         durability: config.outbox.durability,
@@ -121,40 +150,48 @@ pub async fn run(
         let stop = stop_source.clone();
         let fatal = fatal.clone();
         let scanner = config.scanner.clone();
-        tokio::spawn(async move {
-            let result = match scanner.source {
-                SourceKind::Replay => {
-                    let path = scanner.replay_path.unwrap_or_else(|| "-".into());
-                    Replay::new(path)
+        tokio::spawn(
+            async move {
+                let result = match scanner.source {
+                    SourceKind::Replay => {
+                        let path = scanner.replay_path.unwrap_or_else(|| "-".into());
+                        Replay::new(path)
+                            .run(adverts_tx, stop)
+                            .await
+                            .map_err(RunError::from)
+                    }
+                    SourceKind::Sim => Sim::new(scanner.sim)
                         .run(adverts_tx, stop)
                         .await
-                        .map_err(RunError::from)
+                        .map_err(RunError::from),
+                    SourceKind::Ble => Err(RunError::SourceUnavailable("ble")),
+                };
+                if let Err(e) = &result {
+                    tracing::error!(error = %e, "the source failed; stopping");
+                    fatal.cancel();
                 }
-                SourceKind::Sim => Sim::new(scanner.sim)
-                    .run(adverts_tx, stop)
-                    .await
-                    .map_err(RunError::from),
-                SourceKind::Ble => Err(RunError::SourceUnavailable("ble")),
-            };
-            if let Err(e) = &result {
-                tracing::error!(error = %e, "the source failed; stopping");
-                fatal.cancel();
+                result
             }
-            result
-        })
+            .in_current_span(),
+        )
     };
-    let ingest = tokio::spawn(ingest::run(
-        IngestSettings {
-            products: config.products.clone(),
-            dedup: config.dedup,
-            commit_interval: config.outbox.commit_interval,
-            live,
-        },
-        adverts_rx,
-        outbox.clone(),
-        committed_tx,
-        abandon.clone(),
-    ));
+    let ingest = tokio::spawn(
+        ingest::run(
+            IngestSettings {
+                products: config.products.clone(),
+                dedup: config.dedup,
+                commit_interval: config.outbox.commit_interval,
+                live,
+                beat: liveness.stage("ingest", INGEST_ALLOWANCE),
+                reload: options.reload,
+            },
+            adverts_rx,
+            outbox.clone(),
+            committed_tx,
+            abandon.clone(),
+        )
+        .in_current_span(),
+    );
     let flusher = match (client, &config.service) {
         (Some(client), Some(service)) => {
             tracing::info!(
@@ -170,17 +207,43 @@ pub async fn run(
                     mac_format: service.mac_format,
                     gateway_id: config.gateway.id.clone(),
                     retention: config.readings.retention,
+                    // A flusher may legitimately wait a whole request and a whole backoff.
+                    beat: liveness.stage(
+                        "flush",
+                        service.request_timeout + config.flush.backoff_max + FLUSH_SLACK,
+                    ),
                 }
                 .run(FlushControl {
                     committed: committed_rx,
                     stop: stop_flush.clone(),
                     abandon: abandon.clone(),
                     until_drained: options.until_drained,
-                }),
+                })
+                .in_current_span(),
             ))
         }
         _ => None,
     };
+
+    // The outbox is open and checked and the source has started.
+    notifier.ready();
+    let service_tasks = CancellationToken::new();
+    tokio::spawn(
+        report_status(notifier.clone(), outbox.clone(), service_tasks.clone()).in_current_span(),
+    );
+    if let Some(interval) = notifier.watchdog_interval() {
+        let notifier = notifier.clone();
+        let stop = service_tasks.clone();
+        tokio::spawn(
+            async move {
+                tokio::select! {
+                    _ = systemd::watchdog(notifier, liveness, interval) => {}
+                    _ = stop.cancelled() => {}
+                }
+            }
+            .in_current_span(),
+        );
+    }
 
     // Every stage, awaited in pipeline order: each ends after the one before it.
     let all = async {
@@ -199,6 +262,7 @@ pub async fn run(
         _ = shutdown => tracing::info!("shutting down: stopping the source, committing what is held, finishing the batch in flight"),
         _ = fatal.cancelled() => {}
     }
+    notifier.stopping();
     stop_source.cancel();
     stop_flush.cancel();
     let (source_result, ingest_result, flush_result) = match finished {
@@ -218,6 +282,7 @@ pub async fn run(
             }
         }
     };
+    service_tasks.cancel();
     drop(outbox);
     // The owner thread closes the database (checkpointing the WAL) once every handle is gone.
     let _ = tokio::task::spawn_blocking(move || owner.join()).await;
@@ -244,4 +309,38 @@ pub async fn run(
         ingest: ingest_report,
         flush: flush_report,
     })
+}
+
+/// Keeps `systemctl status` current: pending, last flush, last error.
+async fn report_status(notifier: Notifier, outbox: Outbox, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(STATUS_EVERY);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.cancelled() => return,
+        }
+        let Ok(s) = outbox.call(|store| store.stats()).await else {
+            return;
+        };
+        let now = crate::outbox::now_ms();
+        let last_ok = s
+            .last_flush_ok_at
+            .map(|t| {
+                format!(
+                    "{} ago",
+                    crate::clock::age(((now - t).max(0) / 1000) as u64)
+                )
+            })
+            .unwrap_or_else(|| "never".into());
+        let mut text = format!(
+            "pending {}, delivered {}, dead letters {}, last flush ok {last_ok}",
+            s.pending, s.delivered, s.dead_letters
+        );
+        if let (Some(e), Some(at)) = (&s.last_error, s.last_error_at) {
+            if s.last_flush_ok_at.is_none_or(|ok| at > ok) {
+                text.push_str(&format!(", last error: {e}"));
+            }
+        }
+        notifier.status(&text);
+    }
 }

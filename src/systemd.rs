@@ -1,0 +1,222 @@
+/*!
+Living under systemd: `sd_notify` (READY, STATUS, STOPPING, WATCHDOG) and the watchdog
+rule that pings only while every stage is making progress.
+
+Each long-running stage owns a [`Beat`] and touches it whenever it completes a turn of
+its loop (ingest on every commit tick, the flusher on every batch or idle wait). The
+watchdog task pings systemd only if every stage that is still running has beaten within
+its allowance; a stuck flusher or a wedged outbox thread stops the pings, and systemd
+restarts the service (`WatchdogSec=`, `Restart=on-failure`). Outside systemd
+(`NOTIFY_SOCKET` unset) every call here is a no-op.
+*/
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// A stage's heartbeat: milliseconds since the watchdog's epoch at its last turn, or
+/// `DONE` once the stage has ended normally.
+#[derive(Clone)]
+pub struct Beat {
+    name: &'static str,
+    last: Arc<AtomicU64>,
+    epoch: Instant,
+    allowance: Duration,
+}
+
+const DONE: u64 = u64::MAX;
+
+impl Beat {
+    /// Records a turn of the stage's loop.
+    pub fn touch(&self) {
+        let ms = self.epoch.elapsed().as_millis() as u64;
+        self.last.store(ms, Ordering::Relaxed);
+    }
+
+    /// The stage ended normally (a replay source reached its end): it is no longer
+    /// expected to beat.
+    pub fn done(&self) {
+        self.last.store(DONE, Ordering::Relaxed);
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+/// The set of stage heartbeats the watchdog looks at.
+#[derive(Clone)]
+pub struct Liveness {
+    epoch: Instant,
+    beats: Vec<Beat>,
+}
+
+impl Default for Liveness {
+    fn default() -> Self {
+        Liveness {
+            epoch: Instant::now(),
+            beats: Vec::new(),
+        }
+    }
+}
+
+impl Liveness {
+    /// A new stage that must beat at least once per `allowance`.
+    pub fn stage(&mut self, name: &'static str, allowance: Duration) -> Beat {
+        let beat = Beat {
+            name,
+            last: Arc::new(AtomicU64::new(self.epoch.elapsed().as_millis() as u64)),
+            epoch: self.epoch,
+            allowance,
+        };
+        self.beats.push(beat.clone());
+        beat
+    }
+
+    /// `Ok` when every running stage beat within its allowance at `now`; otherwise the
+    /// name of a stage that did not.
+    pub fn check(&self, now: Instant) -> Result<(), &'static str> {
+        let now_ms = now.saturating_duration_since(self.epoch).as_millis() as u64;
+        for b in &self.beats {
+            let last = b.last.load(Ordering::Relaxed);
+            if last != DONE && now_ms.saturating_sub(last) > b.allowance.as_millis() as u64 {
+                return Err(b.name);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Talks to systemd when started by it.
+#[derive(Debug, Clone, Default)]
+pub struct Notifier {
+    enabled: bool,
+}
+
+impl Notifier {
+    /// Enabled when `NOTIFY_SOCKET` is set (`Type=notify`).
+    pub fn from_env() -> Notifier {
+        Notifier {
+            enabled: std::env::var_os("NOTIFY_SOCKET").is_some(),
+        }
+    }
+
+    fn send(&self, state: &[sd_notify::NotifyState<'_>]) {
+        if self.enabled {
+            if let Err(e) = sd_notify::notify(false, state) {
+                tracing::warn!(error = %e, "could not notify systemd");
+            }
+        }
+    }
+
+    /// The outbox is open and checked and the source has started.
+    pub fn ready(&self) {
+        self.send(&[sd_notify::NotifyState::Ready]);
+    }
+
+    /// The one-line state `systemctl status` shows.
+    pub fn status(&self, text: &str) {
+        self.send(&[sd_notify::NotifyState::Status(text)]);
+    }
+
+    pub fn stopping(&self) {
+        self.send(&[sd_notify::NotifyState::Stopping]);
+    }
+
+    pub fn watchdog(&self) {
+        self.send(&[sd_notify::NotifyState::Watchdog]);
+    }
+
+    /// Half the `WatchdogSec=` systemd asked for, if it asked (and the request is for
+    /// this process).
+    pub fn watchdog_interval(&self) -> Option<Duration> {
+        if !self.enabled {
+            return None;
+        }
+        let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
+        if let Some(pid) = std::env::var("WATCHDOG_PID")
+            .ok()
+            .and_then(|p| p.parse::<u32>().ok())
+        {
+            if pid != std::process::id() {
+                return None;
+            }
+        }
+        Some(Duration::from_micros(usec) / 2)
+    }
+}
+
+/// Pings the watchdog every `interval` while `liveness` holds; stops pinging (once,
+/// with an ERROR naming the stalled stage) when it does not. Runs until dropped.
+pub async fn watchdog(notifier: Notifier, liveness: Liveness, interval: Duration) {
+    let mut tick = tokio::time::interval(interval);
+    let mut stalled: Option<&'static str> = None;
+    loop {
+        tick.tick().await;
+        match liveness.check(Instant::now()) {
+            Ok(()) => {
+                if let Some(stage) = stalled.take() {
+                    tracing::info!(stage, "stage making progress again; watchdog pings resumed");
+                }
+                notifier.watchdog();
+            }
+            Err(stage) => {
+                if stalled.is_none() {
+                    tracing::error!(stage, "a stage has stopped making progress; withholding watchdog pings so systemd restarts the service");
+                }
+                stalled = Some(stage);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn every_stage_beating_keeps_the_watchdog_fed() {
+        let mut l = Liveness::default();
+        let ingest = l.stage("ingest", Duration::from_secs(10));
+        let flush = l.stage("flush", Duration::from_secs(30));
+        for _ in 0..10 {
+            tokio::time::advance(Duration::from_secs(5)).await;
+            ingest.touch();
+            flush.touch();
+            assert_eq!(l.check(Instant::now()), Ok(()));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_stage_stops_the_pings_and_is_named() {
+        let mut l = Liveness::default();
+        let ingest = l.stage("ingest", Duration::from_secs(10));
+        let _flush = l.stage("flush", Duration::from_secs(30));
+        tokio::time::advance(Duration::from_secs(8)).await;
+        ingest.touch();
+        assert_eq!(l.check(Instant::now()), Ok(()));
+        // The flusher has not beaten for 31 s: stuck.
+        tokio::time::advance(Duration::from_secs(23)).await;
+        ingest.touch();
+        assert_eq!(l.check(Instant::now()), Err("flush"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stage_that_ended_normally_is_not_expected_to_beat() {
+        let mut l = Liveness::default();
+        let source = l.stage("source", Duration::from_secs(5));
+        source.done();
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert_eq!(l.check(Instant::now()), Ok(()));
+    }
+
+    #[test]
+    fn outside_systemd_nothing_is_sent_and_there_is_no_watchdog() {
+        let n = Notifier { enabled: false };
+        n.ready();
+        n.status("x");
+        assert_eq!(n.watchdog_interval(), None);
+    }
+}

@@ -1,0 +1,197 @@
+//! Living under systemd, checked against the real binary: the sd_notify protocol on a
+//! `NOTIFY_SOCKET` datagram socket as systemd provides it, and SIGHUP reload.
+
+mod common;
+
+use std::io::Write;
+use std::os::unix::net::UnixDatagram;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const STDIN_REPLAY: &str = "[scanner]\nsource = \"replay\"\nreplay_path = \"-\"\n[dedup]\nwindow_secs = 0\nmin_interval_secs = 0\n[outbox]\ncommit_interval_ms = 20\n";
+
+/// Messages received on the notify socket until `until` matches one or the deadline.
+fn receive_until(
+    sock: &UnixDatagram,
+    seen: &mut Vec<String>,
+    until: impl Fn(&str) -> bool,
+) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut buf = [0u8; 4096];
+    while Instant::now() < deadline {
+        if let Ok(n) = sock.recv(&mut buf) {
+            let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+            let hit = msg.lines().any(&until);
+            seen.push(msg);
+            if hit {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+#[test]
+fn under_systemd_it_notifies_ready_status_watchdog_and_stopping() {
+    let g = Gateway::new(STDIN_REPLAY);
+    let socket = g.path("notify.sock");
+    let sock = UnixDatagram::bind(&socket).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut child = g
+        .command(&["run"])
+        .env("NOTIFY_SOCKET", &socket)
+        .env("WATCHDOG_USEC", "400000")
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut seen = Vec::new();
+    assert!(
+        receive_until(&sock, &mut seen, |m| m == "READY=1"),
+        "no READY: {seen:?}"
+    );
+    writeln!(stdin, "{}", tape_advert(tape_mac(1), 1_000, 1).to_record()).unwrap();
+    stdin.flush().unwrap();
+    // Every stage is alive: pings arrive at half of WatchdogSec.
+    assert!(
+        receive_until(&sock, &mut seen, |m| m == "WATCHDOG=1"),
+        "no WATCHDOG: {seen:?}"
+    );
+    assert!(
+        receive_until(&sock, &mut seen, |m| m.starts_with("STATUS=pending ")),
+        "no STATUS: {seen:?}"
+    );
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(
+        receive_until(&sock, &mut seen, |m| m == "STOPPING=1"),
+        "no STOPPING: {seen:?}"
+    );
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    drop(stdin);
+    let at = |what: &str| {
+        seen.iter()
+            .position(|m| m.lines().any(|l| l == what))
+            .unwrap()
+    };
+    let (ready, stopping) = (at("READY=1"), at("STOPPING=1"));
+    assert!(ready < stopping);
+    assert_eq!(g.stats().pending, 1);
+}
+
+#[test]
+fn outside_systemd_nothing_is_notified_and_it_runs_the_same() {
+    let g = Gateway::new(STDIN_REPLAY);
+    let mut child = g
+        .command(&["run"])
+        .env_remove("NOTIFY_SOCKET")
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{}", tape_advert(tape_mac(1), 1_000, 1).to_record()).unwrap();
+    stdin.flush().unwrap();
+    wait_pending(&g, 1);
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+}
+
+fn wait_pending(g: &Gateway, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        if g.state_dir().join("outbox.db").exists() && g.stats().pending == n {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("pending never reached {n}");
+}
+
+#[test]
+fn sighup_reloads_products_and_refuses_a_bad_config_without_dropping_anything() {
+    let product =
+        |id: &str| format!("{STDIN_REPLAY}[[products]]\nid = \"{id}\"\nmanufacturer_id = 0x0EF7\n");
+    let g = Gateway::new(&product("tape-v1"));
+    let mut child = g
+        .command(&["run"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut send = |i: u32, stdin: &mut std::process::ChildStdin| {
+        writeln!(
+            stdin,
+            "{}",
+            tape_advert(tape_mac(i), 1_000 + i64::from(i), 1).to_record()
+        )
+        .unwrap();
+        stdin.flush().unwrap();
+    };
+    send(1, &mut stdin);
+    wait_pending(&g, 1);
+
+    // A good new config: products change at once, nothing pending is touched.
+    g.write_config(&product("tape-v2"));
+    unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+    // The reload is asynchronous: send until a capture carries the new product id.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut i = 2;
+    loop {
+        send(i, &mut stdin);
+        i += 1;
+        std::thread::sleep(Duration::from_millis(100));
+        let rows = g.store().pending_captures().unwrap();
+        if rows
+            .last()
+            .is_some_and(|r| r.capture.product_id == "tape-v2")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "products were not reloaded");
+    }
+
+    // A bad new config is refused; the running one stays in force.
+    g.write_config(&format!(
+        "{}\n[flush]\nmax_batch = 999\n",
+        product("tape-v3")
+    ));
+    unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+    std::thread::sleep(Duration::from_millis(300));
+    send(1000, &mut stdin);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let rows = g.store().pending_captures().unwrap();
+        if let Some(last) = rows.last().filter(|r| r.capture.mac == tape_mac(1000)) {
+            assert_eq!(last.capture.product_id, "tape-v2");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "capture after the refused reload never arrived"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    drop(stdin);
+    let err = text(&out.stderr);
+    assert!(err.contains("config reloaded"), "{err}");
+    assert!(
+        err.contains("new config refused") && err.contains("flush.max_batch = 999"),
+        "{err}"
+    );
+    let rows = g.store().pending_captures().unwrap();
+    assert_eq!(
+        rows[0].capture.product_id, "tape-v1",
+        "what was captured before stays as it was"
+    );
+    assert_eq!(rows.len() as u64, g.stats().admitted, "nothing dropped");
+}
