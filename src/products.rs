@@ -160,7 +160,7 @@ impl Product {
 
     fn criteria_hold(&self, adv: &Advertisement) -> bool {
         if let Some(min) = self.min_rssi {
-            if adv.rssi.map_or(true, |rssi| rssi < min) {
+            if adv.rssi.is_none_or(|rssi| rssi < min) {
                 return false;
             }
         }

@@ -599,7 +599,7 @@ fn answer_single(
 ) -> (Answer, usize) {
     let missing: Vec<&str> = ["product_id", "ble_packet", "scan_time"]
         .into_iter()
-        .filter(|k| header(parts, k).map_or(true, |v| v.trim().is_empty()))
+        .filter(|k| header(parts, k).is_none_or(|v| v.trim().is_empty()))
         .collect();
     if !missing.is_empty() {
         let msg = format!("Missing required parameters: {}", missing.join(", "));
