@@ -34,7 +34,9 @@ fn main() {
             let m = (i % u64::from(MACS)) as u32;
             let b = m.to_be_bytes();
             let counter = ((i / u64::from(MACS)) as u16).to_le_bytes();
-            let packet = [0xF7, 0x0E, 0x49, 0x56, counter[0], counter[1], 0x10, 0x01, 90, 0, b[1], b[2], b[3]];
+            let packet = [
+                0xF7, 0x0E, 0x49, 0x56, counter[0], counter[1], 0x10, 0x01, 90, 0, b[1], b[2], b[3],
+            ];
             group.push(Capture {
                 mac: Mac::new([0xC0, 0xFF, 0xEE, b[1], b[2], b[3]]),
                 ts_ms: 1_763_719_200_000 + i as i64,
@@ -112,7 +114,10 @@ max_pending = {captures}
     let wall = started.elapsed();
     let _ = mock.kill();
     let _ = mock.wait();
-    assert!(pid > 0 && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "tapegate failed: {status}");
+    assert!(
+        pid > 0 && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "tapegate failed: {status}"
+    );
 
     let store = Store::open_existing(&state).expect("open").expect("exists");
     let stats = store.stats().expect("stats");
@@ -123,8 +128,22 @@ max_pending = {captures}
         + usage.ru_stime.tv_usec as f64 / 1e6;
     let n = captures as f64;
     println!("drain benchmark: {captures} pending captures over {MACS} MACs to the mock service on loopback, batches of 250, one in flight, durability full");
-    println!("  delivered       {} (dead letters {})", stats.delivered, stats.dead_letters);
-    println!("  wall            {:.2} s  ->  {:.0} captures/s", wall.as_secs_f64(), n / wall.as_secs_f64());
-    println!("  daemon cpu      {:.2} s  ->  {:.2} us/capture", cpu, cpu * 1e6 / n);
-    println!("  daemon peak RSS {:.1} MB", usage.ru_maxrss as f64 / 1024.0);
+    println!(
+        "  delivered       {} (dead letters {})",
+        stats.delivered, stats.dead_letters
+    );
+    println!(
+        "  wall            {:.2} s  ->  {:.0} captures/s",
+        wall.as_secs_f64(),
+        n / wall.as_secs_f64()
+    );
+    println!(
+        "  daemon cpu      {:.2} s  ->  {:.2} us/capture",
+        cpu,
+        cpu * 1e6 / n
+    );
+    println!(
+        "  daemon peak RSS {:.1} MB",
+        usage.ru_maxrss as f64 / 1024.0
+    );
 }

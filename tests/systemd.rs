@@ -124,7 +124,7 @@ fn sighup_reloads_products_and_refuses_a_bad_config_without_dropping_anything() 
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    let mut send = |i: u32, stdin: &mut std::process::ChildStdin| {
+    let send = |i: u32, stdin: &mut std::process::ChildStdin| {
         writeln!(
             stdin,
             "{}",
