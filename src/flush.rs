@@ -203,6 +203,8 @@ impl Flusher {
 
             let halved = backoff.failures() >= HALVE_AFTER;
             let size = if halved { (limit / 2).max(1) } else { limit };
+            // Parts of a split batch are sent as they are, at once, until none is left.
+            let from_splits = !splits.is_empty();
             let batch = match splits.pop_front() {
                 Some(b) => b,
                 None => match self
@@ -227,7 +229,7 @@ impl Flusher {
                 continue;
             }
             // A part-full batch waits for more, up to max_delay from when it was first seen.
-            if batch.len() < size && !ingest_done {
+            if batch.len() < size && !ingest_done && !from_splits {
                 let since = *waiting_since.get_or_insert_with(Instant::now);
                 let due = since + self.settings.max_delay;
                 if Instant::now() < due {
@@ -385,8 +387,9 @@ impl Flusher {
                 }
                 Action::Retry { cause, retry_after } => {
                     report.failures += 1;
-                    // A split part that fails transiently goes back to the front.
-                    if !splits.is_empty() {
+                    // A split part that fails transiently goes back to the front, so
+                    // the search for the refused capture goes on where it was.
+                    if from_splits {
                         splits.push_front(batch);
                     }
                     let delay = backoff.next_delay(fastrand::f64(), retry_after);

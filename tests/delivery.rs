@@ -1,0 +1,1041 @@
+//! End-to-end delivery (DESIGN.md, "Delivery"): the real flusher against the mock
+//! tracking service over loopback HTTP, with a real temp SQLite outbox.
+//!
+//! Most tests run the daemon in-process (`pipeline::run` until drained) on a generated
+//! replay trace; the crash and signal tests run the real binary. What the service got
+//! is read from the mock's record of received requests, what the gateway kept from its
+//! state database. Every wait polls with a deadline.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::process::{Child, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{text, write_records, Gateway};
+use tapegate::config::{self, Config};
+use tapegate::mock::{
+    self, DecodeKind, Fault, MockConfig, MockEnvironment, MockHandle, Received, ReceivedItem, Storm,
+};
+use tapegate::outbox::{Stats, Store};
+use tapegate::pipeline::{self, RunOptions, RunReport};
+use tapegate::record::{hex_upper, Advertisement, Mac};
+
+/// Capture time of the first advert of every trace (2025-11-21 10:00 UTC).
+const T0_MS: i64 = 1_763_719_200_000;
+/// The mock's item error for a MAC it does not know (spec 4.4, item `error`).
+const NOT_FOUND: &str = "device not found or not associated with the customer";
+/// Longest a drained run may take before the test calls it stuck.
+const RUN_LIMIT: Duration = Duration::from_secs(40);
+
+/// One capture as the service sees it: `(mac_id, ble_packet)`.
+type Key = (String, String);
+
+// ---------------------------------------------------------------------------------------
+// Traces
+
+/// One capture of a generated trace.
+#[derive(Debug, Clone)]
+struct Shot {
+    mac: Mac,
+    ts_ms: i64,
+    counter: u16,
+    temp_centi: i16,
+    battery: u8,
+}
+
+impl Shot {
+    /// The 11-byte payload of a simulated tape (the table in the mock's module doc):
+    /// marker `49 56`, counter, temperature in 0.01 °C, battery, shocks, serial.
+    fn payload(&self) -> Vec<u8> {
+        let mut p = vec![0x49, 0x56];
+        p.extend_from_slice(&self.counter.to_le_bytes());
+        p.extend_from_slice(&self.temp_centi.to_le_bytes());
+        p.extend_from_slice(&[self.battery, 0, 0x01, 0x02, 0x03]);
+        p
+    }
+
+    fn advert(&self) -> Advertisement {
+        Advertisement {
+            ts_ms: self.ts_ms,
+            mac: self.mac,
+            rssi: Some(-60),
+            name: Some("TT".into()),
+            manufacturer_data: vec![(0x0EF7, self.payload())],
+            service_data: vec![],
+        }
+    }
+
+    /// `ble_packet` as the default product sends it: the company identifier
+    /// little-endian, then the payload, in upper-case hex.
+    fn packet(&self) -> String {
+        let mut bytes = vec![0xF7, 0x0E];
+        bytes.extend(self.payload());
+        hex_upper(&bytes)
+    }
+
+    fn key(&self) -> Key {
+        (self.mac.plain(), self.packet())
+    }
+
+    fn registered(&self) -> bool {
+        !self.mac.plain().starts_with(mock::UNREGISTERED_PREFIX)
+    }
+
+    fn temp(&self) -> f64 {
+        f64::from(self.temp_centi) / 100.0
+    }
+}
+
+/// A tape the mock knows.
+fn registered_mac(i: u32) -> Mac {
+    let b = i.to_be_bytes();
+    Mac::new([0xC0, 0xFF, 0xEE, b[1], b[2], b[3]])
+}
+
+/// A tape the mock does not know (`mock::UNREGISTERED_PREFIX`).
+fn unregistered_mac(i: u32) -> Mac {
+    let b = i.to_be_bytes();
+    Mac::new([0xC0, 0xDE, 0xAD, b[1], b[2], b[3]])
+}
+
+/// `rounds` captures of each of `registered` known and `unregistered` unknown tapes: a
+/// round every minute, the tapes of a round 10 ms apart; each capture has its own packet
+/// (counter, temperature and battery change), so trace order is capture order.
+fn trace(registered: u32, unregistered: u32, rounds: u32) -> Vec<Shot> {
+    let mut shots = Vec::new();
+    for r in 0..rounds {
+        for i in 0..registered + unregistered {
+            let mac = if i < registered {
+                registered_mac(i)
+            } else {
+                unregistered_mac(i - registered)
+            };
+            shots.push(Shot {
+                mac,
+                ts_ms: T0_MS + i64::from(r) * 60_000 + i64::from(i) * 10,
+                counter: (r * 1000 + i) as u16,
+                temp_centi: ((i * 37 + r * 101) % 4000) as i16 - 1000,
+                battery: 100 - r as u8,
+            });
+        }
+    }
+    shots
+}
+
+fn write_trace(path: &Path, shots: &[Shot]) {
+    let adverts: Vec<Advertisement> = shots.iter().map(Shot::advert).collect();
+    write_records(path, &adverts);
+}
+
+// ---------------------------------------------------------------------------------------
+// Gateways
+
+/// What a test tunes about delivery.
+#[derive(Debug, Clone)]
+struct Knobs {
+    max_batch: usize,
+    request_timeout_secs: u64,
+    backoff_max_secs: u64,
+    /// The environment whose token endpoint is used; the service's own unless a test
+    /// wants tokens the decode endpoint refuses.
+    token_env: &'static str,
+}
+
+impl Default for Knobs {
+    fn default() -> Self {
+        Knobs {
+            max_batch: 250,
+            request_timeout_secs: 10,
+            backoff_max_secs: 1,
+            token_env: "ppe",
+        }
+    }
+}
+
+/// A gateway replaying `trace` into the mock's "ppe" environment with its demo
+/// credentials: dedup off (every advert is a capture), quick commits, short waits.
+fn delivery_config(mock: &MockHandle, trace: &Path, k: &Knobs) -> String {
+    let e = mock
+        .environment_settings("ppe")
+        .expect("the mock serves ppe");
+    format!(
+        r#"
+[service]
+environment = "ppe"
+request_timeout_secs = {timeout}
+
+[service.environments.ppe]
+base_url = "{base}"
+auth_url = "{auth}"
+client_id = "{client_id}"
+audience = "{audience}"
+username = "{username}"
+password = "{password}"
+customer_id = "{customer_id}"
+authorized_groups = "{groups}"
+
+[scanner]
+source = "replay"
+replay_path = "{trace}"
+
+[dedup]
+window_secs = 0
+min_interval_secs = 0
+
+[outbox]
+commit_interval_ms = 20
+
+[flush]
+max_batch = {max_batch}
+max_delay_secs = 0.05
+backoff_initial_ms = 50
+backoff_max_secs = {backoff_max}
+"#,
+        timeout = k.request_timeout_secs,
+        base = e.base_url,
+        auth = mock.auth_url(k.token_env),
+        client_id = e.client_id,
+        audience = e.audience,
+        username = e.username,
+        password = e.password.expose(),
+        customer_id = e.customer_id,
+        groups = e.authorized_groups,
+        trace = trace.display(),
+        max_batch = k.max_batch,
+        backoff_max = k.backoff_max_secs,
+    )
+}
+
+/// A gateway in a temp dir whose replay trace holds `shots`.
+fn gateway(mock: &MockHandle, shots: &[Shot], k: &Knobs) -> Gateway {
+    let g = Gateway::new("");
+    let trace = g.path("trace.jsonl");
+    write_trace(&trace, shots);
+    g.write_config(&delivery_config(mock, &trace, k));
+    g
+}
+
+fn load(g: &Gateway) -> Config {
+    config::load(&g.config_path(), std::iter::empty::<(String, String)>()).expect("valid config")
+}
+
+/// Runs the daemon in-process until the trace has ended and nothing is pending.
+async fn run_until_drained(g: &Gateway) -> RunReport {
+    let options = RunOptions {
+        until_drained: true,
+        ..RunOptions::default()
+    };
+    let run = pipeline::run(load(g), std::future::pending::<()>(), options);
+    tokio::time::timeout(RUN_LIMIT, run)
+        .await
+        .expect("the daemon drains in time")
+        .expect("the daemon runs")
+}
+
+/// A daemon running in-process on a FIFO as its replay trace, so the test decides when
+/// captures arrive; closing the feed ends the source, and the daemon drains and returns.
+struct Live {
+    feed: std::fs::File,
+    run: tokio::task::JoinHandle<Result<RunReport, pipeline::RunError>>,
+}
+
+impl Live {
+    async fn start(mock: &MockHandle, g: &Gateway, k: &Knobs) -> Live {
+        let fifo = g.path("trace.fifo");
+        let c_path = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
+        // SAFETY: mkfifo(3) with a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0, "mkfifo");
+        g.write_config(&delivery_config(mock, &fifo, k));
+        let options = RunOptions {
+            until_drained: true,
+            ..RunOptions::default()
+        };
+        let run = tokio::spawn(pipeline::run(
+            load(g),
+            std::future::pending::<()>(),
+            options,
+        ));
+        // Opening blocks until the daemon opens the other end.
+        let feed =
+            tokio::task::spawn_blocking(move || std::fs::OpenOptions::new().write(true).open(fifo))
+                .await
+                .unwrap()
+                .expect("the trace FIFO opens");
+        Live { feed, run }
+    }
+
+    fn send(&mut self, shots: &[Shot]) {
+        let mut lines = String::new();
+        for s in shots {
+            lines.push_str(&s.advert().to_record());
+            lines.push('\n');
+        }
+        self.feed
+            .write_all(lines.as_bytes())
+            .expect("feed the trace");
+    }
+
+    /// Ends the trace and waits for the daemon to drain.
+    async fn finish(self) -> RunReport {
+        drop(self.feed);
+        tokio::time::timeout(RUN_LIMIT, self.run)
+            .await
+            .expect("the daemon drains once the trace ends")
+            .unwrap()
+            .expect("the daemon runs")
+    }
+}
+
+/// The state database's counters, or `None` while it does not exist yet.
+fn stats_now(g: &Gateway) -> Option<Stats> {
+    Store::open_existing(&g.state_dir())
+        .ok()
+        .flatten()
+        .and_then(|s| s.stats().ok())
+}
+
+/// DESIGN.md: what was admitted is delivered or dead-lettered, nothing is pending.
+fn assert_drained(s: &Stats, admitted: usize, delivered: usize, dead_letters: usize) {
+    let got = (
+        s.admitted,
+        s.delivered,
+        s.dead_letters,
+        s.evicted,
+        s.pending,
+    );
+    let want = (admitted as u64, delivered as u64, dead_letters as u64, 0, 0);
+    assert_eq!(
+        got, want,
+        "(admitted, delivered, dead_letters, evicted, pending)"
+    );
+    assert_eq!(s.delivered + s.dead_letters, s.admitted);
+}
+
+async fn start_mock() -> MockHandle {
+    mock::start(MockConfig::demo()).await.expect("mock starts")
+}
+
+async fn until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// What the service received
+
+/// The bulk requests the mock received, in order of arrival. (A request whose client
+/// gave up while the mock held it, by timeout or by dying, is not in the record.)
+fn bulk_requests(mock: &MockHandle) -> Vec<Received> {
+    let mut requests: Vec<Received> = mock
+        .received()
+        .into_iter()
+        .filter(|r| r.kind == DecodeKind::Bulk)
+        .collect();
+    requests.sort_by_key(|r| r.at);
+    requests
+}
+
+fn key_of(item: &ReceivedItem) -> Key {
+    (item.mac_id.clone(), item.ble_packet.clone())
+}
+
+fn keys(r: &Received) -> HashSet<Key> {
+    r.items.iter().map(key_of).collect()
+}
+
+/// How often each capture appears in `requests`.
+fn tally<'a>(requests: impl IntoIterator<Item = &'a Received>) -> HashMap<Key, usize> {
+    let mut n = HashMap::new();
+    for r in requests {
+        for item in &r.items {
+            *n.entry(key_of(item)).or_insert(0) += 1;
+        }
+    }
+    n
+}
+
+/// The service decoded this request and its answer reached the gateway.
+fn answered(r: &Received) -> bool {
+    r.status == Some(200) && !timed_out(r)
+}
+
+/// The mock held this request a second or more: in these tests its client has given up
+/// by then (timed out, or shut down or killed while waiting).
+fn timed_out(r: &Received) -> bool {
+    matches!(r.fault, Some(Fault::Delay(d)) if d >= Duration::from_secs(1))
+}
+
+/// DESIGN.md: a batch holds at most `max_batch` captures, each MAC at most once, and
+/// only captures that were made (with their capture time as `scan_time`).
+fn assert_batches_well_formed(requests: &[Received], max_batch: usize, shots: &[Shot]) {
+    let made: HashMap<Key, &Shot> = shots.iter().map(|s| (s.key(), s)).collect();
+    for (n, r) in requests.iter().enumerate() {
+        assert!(
+            !r.items.is_empty() && r.items.len() <= max_batch,
+            "request {n} holds {} items (max_batch {max_batch})",
+            r.items.len()
+        );
+        let macs: HashSet<&str> = r.items.iter().map(|i| i.mac_id.as_str()).collect();
+        assert_eq!(macs.len(), r.items.len(), "request {n} holds a MAC twice");
+        for item in &r.items {
+            let shot = made
+                .get(&key_of(item))
+                .unwrap_or_else(|| panic!("request {n} sent a capture never made: {item:?}"));
+            assert_eq!(item.scan_time, (shot.ts_ms / 1000).to_string(), "{item:?}");
+            assert_eq!(item.product_id, "tape", "{item:?}");
+        }
+    }
+}
+
+/// DESIGN.md: captures of one MAC are delivered in capture order. Across `requests`
+/// (in order of arrival) a MAC's captures never go back; with `strict` (requests that
+/// were answered) they never repeat either.
+fn assert_capture_order<'a>(
+    requests: impl IntoIterator<Item = &'a Received>,
+    shots: &[Shot],
+    strict: bool,
+) {
+    let captured_at: HashMap<Key, i64> = shots.iter().map(|s| (s.key(), s.ts_ms)).collect();
+    let mut last: HashMap<String, i64> = HashMap::new();
+    for (n, r) in requests.into_iter().enumerate() {
+        for item in &r.items {
+            let ts = captured_at[&key_of(item)];
+            if let Some(prev) = last.insert(item.mac_id.clone(), ts) {
+                assert!(
+                    ts > prev || (!strict && ts == prev),
+                    "request {n}: {} captured at {ts} sent after its capture at {prev}",
+                    item.mac_id
+                );
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The real binary
+
+/// A mock service on a runtime of its own, for tests that drive the real binary.
+fn mock_on_own_runtime(config: MockConfig) -> (tokio::runtime::Runtime, MockHandle) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mock = rt.block_on(mock::start(config)).expect("mock starts");
+    (rt, mock)
+}
+
+/// `tapegate <args>` with its log in `<log>` inside the gateway dir.
+fn spawn_daemon(g: &Gateway, args: &[&str], log: &str, env: &[(&str, &str)]) -> Child {
+    let log = std::fs::File::create(g.path(log)).expect("log file");
+    let mut cmd = g.command(args);
+    cmd.envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("tapegate starts")
+}
+
+fn signal(child: &Child, sig: i32) {
+    // SAFETY: kill(2) on the pid of a child we spawned and have not reaped.
+    let rc = unsafe { libc::kill(child.id() as i32, sig) };
+    assert_eq!(rc, 0, "kill({sig})");
+}
+
+/// Waits at most `limit` for `child` to exit; past it kills it and fails with its log.
+fn wait_exit(child: &mut Child, limit: Duration, g: &Gateway, log: &str) -> ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let log = std::fs::read(g.path(log)).unwrap_or_default();
+            panic!(
+                "tapegate did not exit within {limit:?}; its log:\n{}",
+                text(&log)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn log_of(g: &Gateway, log: &str) -> String {
+    text(&std::fs::read(g.path(log)).unwrap_or_default())
+}
+
+// ---------------------------------------------------------------------------------------
+// The tests
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trace_is_delivered_exactly_once_in_capture_order_and_unknown_tapes_become_dead_letters()
+{
+    let mock = start_mock().await;
+    let shots = trace(240, 16, 4);
+    let k = Knobs {
+        max_batch: 100,
+        ..Knobs::default()
+    };
+    let g = gateway(&mock, &shots, &k);
+
+    let report = run_until_drained(&g).await;
+
+    let requests = bulk_requests(&mock);
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.status == Some(200) && r.fault.is_none()),
+        "no faults were injected, every request is answered"
+    );
+    assert_batches_well_formed(&requests, k.max_batch, &shots);
+    assert_capture_order(&requests, &shots, true);
+    let sent = tally(&requests);
+    for s in &shots {
+        assert_eq!(sent.get(&s.key()), Some(&1), "{:?} sent once", s.key());
+    }
+    assert_eq!(sent.len(), shots.len());
+
+    let registered: Vec<&Shot> = shots.iter().filter(|s| s.registered()).collect();
+    let unregistered = shots.len() - registered.len();
+    assert_eq!(mock.decoded_items(), registered.len() as u64);
+    assert_drained(&g.stats(), shots.len(), registered.len(), unregistered);
+    let store = g.store();
+    assert_eq!(store.count_pending_rows().unwrap(), 0);
+    let flush = report.flush.expect("the flusher ran");
+    assert_eq!(
+        (flush.delivered, flush.dead_letters, flush.failures),
+        (registered.len() as u64, unregistered as u64, 0)
+    );
+
+    // Unknown tapes: dead letters with the server's error text, every capture of them.
+    let dead = store.dead_letters(10_000).unwrap();
+    let dead_keys: HashSet<Key> = dead
+        .iter()
+        .map(|d| (d.mac.plain(), d.packet.clone()))
+        .collect();
+    let want: HashSet<Key> = shots
+        .iter()
+        .filter(|s| !s.registered())
+        .map(Shot::key)
+        .collect();
+    assert_eq!(dead_keys, want);
+    for d in &dead {
+        assert_eq!(d.error, NOT_FOUND, "{d:?}");
+    }
+
+    // Readings: the latest capture of every known tape, decoded.
+    let latest: HashMap<Mac, &Shot> = registered.iter().map(|s| (s.mac, *s)).collect();
+    let tapes = store.tapes(10_000).unwrap();
+    assert_eq!(tapes.len(), latest.len());
+    for t in &tapes {
+        let s = latest[&t.mac];
+        assert_eq!(t.qr_code, Some(format!("TT{}", t.mac.plain())));
+        assert_eq!(t.captured_at, s.ts_ms, "{t:?}");
+        assert_eq!(t.temp, Some(s.temp()), "{t:?}");
+        assert_eq!(t.bat, Some(f64::from(s.battery)), "{t:?}");
+    }
+    assert!(tapes.iter().any(|t| t.temp.is_some_and(|c| c < 0.0)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fault_storm_loses_nothing_resends_only_unanswered_batches_and_honours_retry_after() {
+    let mock = start_mock().await;
+    let shots = trace(150, 0, 3);
+    let k = Knobs {
+        max_batch: 25,
+        request_timeout_secs: 1,
+        backoff_max_secs: 2,
+        ..Knobs::default()
+    };
+    let g = gateway(&mock, &shots, &k);
+    // Each kind of fault once, in front of the seeded storm (same mix, Retry-After 1).
+    let status = |status, retry_after: &str| Fault::Status {
+        status,
+        retry_after: Some(retry_after.to_string()),
+    };
+    mock.push_fault(status(503, "2"));
+    mock.push_fault(Fault::Delay(Duration::from_millis(1500)));
+    mock.push_fault(Fault::Close);
+    mock.push_fault(status(429, "1"));
+    mock.set_storm(Some(Storm::new(0.3, 7)));
+
+    let report = run_until_drained(&g).await;
+    mock.set_storm(None);
+
+    // Nothing lost.
+    assert_drained(&g.stats(), shots.len(), shots.len(), 0);
+    assert_eq!(g.store().count_pending_rows().unwrap(), 0);
+    assert_eq!(g.store().tapes(1000).unwrap().len(), 150);
+
+    let requests = bulk_requests(&mock);
+    assert_batches_well_formed(&requests, k.max_batch, &shots);
+    assert_capture_order(&requests, &shots, false);
+    assert_capture_order(requests.iter().filter(|r| answered(r)), &shots, true);
+    assert!(report.flush.expect("the flusher ran").failures >= 4);
+    // A request whose client gave up is recorded as held, or not at all (the mock's
+    // handler is dropped with the connection).
+    let unrecorded = mock.decode_requests() - mock.received().len() as u64;
+    let held = requests.iter().filter(|r| timed_out(r)).count() as u64;
+    assert!(unrecorded + held >= 1, "a request timed out");
+
+    // Every capture was answered exactly once, by its last request; before that it was
+    // only in requests that failed (an error status, a closed connection, a timeout).
+    let mut seen: HashMap<Key, Vec<&Received>> = HashMap::new();
+    for r in &requests {
+        for item in &r.items {
+            seen.entry(key_of(item)).or_default().push(r);
+        }
+    }
+    for s in &shots {
+        let got = seen.get(&s.key()).map(Vec::as_slice).unwrap_or_default();
+        let (last, earlier) = got
+            .split_last()
+            .unwrap_or_else(|| panic!("{:?} never answered", s.key()));
+        assert!(
+            answered(last),
+            "{:?}: last request {:?}",
+            s.key(),
+            last.status
+        );
+        for r in earlier {
+            assert!(
+                !answered(r),
+                "{:?} sent again after an answered request",
+                s.key()
+            );
+        }
+    }
+    // The service decoded a capture twice only when the first answer was lost.
+    let decoded_unanswered: usize = requests
+        .iter()
+        .filter(|r| r.status == Some(200) && timed_out(r))
+        .map(|r| r.decoded)
+        .sum();
+    assert_eq!(
+        mock.decoded_items(),
+        (shots.len() + decoded_unanswered) as u64
+    );
+
+    // No request arrives sooner after a 429/503 with Retry-After: N than N seconds.
+    let mut honoured = 0;
+    for w in requests.windows(2) {
+        if let Some(Fault::Status {
+            status: 429 | 503,
+            retry_after: Some(secs),
+        }) = &w[0].fault
+        {
+            let asked = Duration::from_secs(secs.parse().unwrap());
+            let gap = w[1].at.duration_since(w[0].at).unwrap_or_default();
+            assert!(
+                gap >= asked,
+                "request after a Retry-After: {secs} answer came {gap:?} later"
+            );
+            honoured += 1;
+        }
+    }
+    assert!(honoured >= 2, "{honoured} Retry-After answers checked");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_and_revoked_tokens_are_replaced_between_batches_without_a_storm_of_grants() {
+    let mock = start_mock().await;
+    let g = Gateway::new("");
+    let mut live = Live::start(&mock, &g, &Knobs::default()).await;
+    let shots = trace(40, 0, 4);
+    let rounds: Vec<&[Shot]> = shots.chunks(40).collect();
+    let refused = |mock: &MockHandle| {
+        bulk_requests(mock)
+            .iter()
+            .filter(|r| r.status == Some(401))
+            .count()
+    };
+    let limit = Duration::from_secs(10);
+
+    // 1. The first batch gets a token.
+    live.send(rounds[0]);
+    until("round 0 delivered", limit, || mock.decoded_items() == 40).await;
+    assert_eq!((mock.token_grants(), refused(&mock)), (1, 0));
+
+    // 2. The service forgets every token between batches: one 401, one new token, and
+    // the same batch goes through.
+    mock.revoke_all_tokens();
+    live.send(rounds[1]);
+    until("round 1 delivered", limit, || mock.decoded_items() == 80).await;
+    assert_eq!((mock.token_grants(), refused(&mock)), (2, 1));
+
+    // 3. Again, and tokens granted from now on live 2 s.
+    assert!(mock.set_expires_in("ppe", 2));
+    mock.revoke_all_tokens();
+    live.send(rounds[2]);
+    until("round 2 delivered", limit, || mock.decoded_items() == 120).await;
+    assert_eq!((mock.token_grants(), refused(&mock)), (3, 2));
+
+    // 4. Once that lifetime has passed, the next batch gets a new token before it is
+    // sent, not after a 401.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    live.send(rounds[3]);
+    until("round 3 delivered", limit, || mock.decoded_items() == 160).await;
+    assert_eq!((mock.token_grants(), refused(&mock)), (4, 2));
+
+    let report = live.finish().await;
+    assert_eq!(report.flush.expect("the flusher ran").dead_letters, 0);
+    assert_drained(&g.stats(), 160, 160, 0);
+    assert_eq!(
+        mock.token_requests(),
+        mock.token_grants(),
+        "no grant failed"
+    );
+    let requests = bulk_requests(&mock);
+    assert!(requests.iter().all(|r| matches!(r.status, Some(200 | 401))));
+    assert_eq!(tally(requests.iter().filter(|r| answered(r))).len(), 160);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_413_halves_the_batch_until_accepted_and_the_refused_size_is_never_sent_again() {
+    let mock = start_mock().await;
+    mock.set_max_items(100);
+    let shots = trace(300, 0, 2);
+    let k = Knobs {
+        max_batch: 250,
+        ..Knobs::default()
+    };
+    let g = gateway(&mock, &shots, &k);
+
+    run_until_drained(&g).await;
+
+    assert_drained(&g.stats(), shots.len(), shots.len(), 0);
+    let requests = bulk_requests(&mock);
+    assert_batches_well_formed(&requests, k.max_batch, &shots);
+    let sizes: Vec<(usize, Option<u16>)> =
+        requests.iter().map(|r| (r.items.len(), r.status)).collect();
+    assert_eq!(
+        sizes[..3],
+        [(250, Some(413)), (125, Some(413)), (62, Some(200))],
+        "{sizes:?}"
+    );
+    for (n, r) in requests.iter().enumerate() {
+        if r.status != Some(413) {
+            continue;
+        }
+        let refused = r.items.len();
+        assert_eq!(requests[n + 1].items.len(), refused / 2, "{sizes:?}");
+        assert!(
+            requests[n + 1..].iter().all(|l| l.items.len() < refused),
+            "a request of {refused} or more items after a 413 for {refused}: {sizes:?}"
+        );
+    }
+    assert!(requests[2..].iter().all(answered), "{sizes:?}");
+    let delivered = tally(requests.iter().filter(|r| answered(r)));
+    assert_eq!(delivered.len(), shots.len());
+    assert!(delivered.values().all(|&n| n == 1));
+    assert_capture_order(requests.iter().filter(|r| answered(r)), &shots, true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capture_the_service_refuses_whole_batches_for_is_isolated_by_halving_while_captures_keep_coming(
+) {
+    let mock = start_mock().await;
+    let poison = registered_mac(37);
+    mock.set_poison(Some(&poison.plain()));
+    let g = Gateway::new("");
+    let k = Knobs {
+        max_batch: 50,
+        ..Knobs::default()
+    };
+    let mut live = Live::start(&mock, &g, &k).await;
+    // 64 tapes are heard, the poisoned one only once; the others keep being heard
+    // (a capture every 20 ms) until the poisoned capture is isolated, as at a busy dock.
+    let (mut sent, later): (Vec<Shot>, Vec<Shot>) = trace(64, 0, 40)
+        .into_iter()
+        .filter(|s| s.mac != poison || s.ts_ms < T0_MS + 60_000)
+        .partition(|s| s.ts_ms < T0_MS + 60_000);
+    live.send(&sent);
+    let refused_sizes = |mock: &MockHandle| -> Vec<usize> {
+        bulk_requests(mock)
+            .iter()
+            .filter(|r| r.status == Some(400))
+            .map(|r| r.items.len())
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for s in later {
+        if stats_now(&g).is_some_and(|st| st.dead_letters > 0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the poisoned capture was not isolated within 5 s while captures kept coming; \
+             refused batch sizes so far: {:?}",
+            refused_sizes(&mock)
+        );
+        live.send(std::slice::from_ref(&s));
+        sent.push(s);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    live.finish().await;
+
+    assert_drained(&g.stats(), sent.len(), sent.len() - 1, 1);
+    let poisoned = sent.iter().find(|s| s.mac == poison).unwrap();
+    let dead = g.store().dead_letters(100).unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(
+        (dead[0].mac, dead[0].packet.clone(), dead[0].error.clone()),
+        (
+            poison,
+            poisoned.packet(),
+            format!("Invalid ble_packet for {}", poison.plain())
+        )
+    );
+
+    let requests = bulk_requests(&mock);
+    assert_batches_well_formed(&requests, k.max_batch, &sent);
+    // Refused exactly the requests holding the poisoned capture, halved each time down
+    // to that capture alone; a refused batch is never sent again whole.
+    for r in &requests {
+        let holds = r.items.iter().any(|i| i.mac_id == poison.plain());
+        assert_eq!(holds, r.status == Some(400), "{:?}", r.status);
+    }
+    let refused = refused_sizes(&mock);
+    assert_eq!(refused.first(), Some(&k.max_batch), "{refused:?}");
+    assert_eq!(refused.last(), Some(&1), "{refused:?}");
+    assert!(
+        refused.windows(2).all(|w| w[1] <= w[0].div_ceil(2)),
+        "{refused:?}"
+    );
+    // Everything else delivered exactly once, in capture order.
+    let delivered = tally(requests.iter().filter(|r| answered(r)));
+    for s in &sent {
+        let want = if s.mac == poison { None } else { Some(&1) };
+        assert_eq!(delivered.get(&s.key()), want, "{:?}", s.key());
+    }
+    assert_capture_order(requests.iter().filter(|r| answered(r)), &sent, true);
+}
+
+#[test]
+fn kill_9_while_flushing_loses_nothing_and_resends_at_most_one_batch_per_kill() {
+    let (_rt, mock) = mock_on_own_runtime(MockConfig::demo());
+    let shots = trace(300, 0, 2);
+    let k = Knobs {
+        max_batch: 50,
+        request_timeout_secs: 30,
+        ..Knobs::default()
+    };
+    let g = gateway(&mock, &shots, &k);
+    let empty = g.path("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    let limit = Duration::from_secs(20);
+
+    let mut kills = 0;
+    for life in 0..2 {
+        // Three slow answers, then one the daemon is still waiting for when it dies.
+        for _ in 0..3 {
+            mock.push_fault(Fault::Delay(Duration::from_millis(200)));
+        }
+        mock.push_fault(Fault::Delay(Duration::from_secs(30)));
+        let before = mock.decode_requests();
+        let log = format!("life-{life}.log");
+        let mut child = spawn_daemon(&g, &["run"], &log, &[]);
+        if life == 0 {
+            // Every capture committed first: this test is about delivery, not ingest.
+            wait_for("the trace committed", limit, || {
+                stats_now(&g).is_some_and(|s| s.admitted == shots.len() as u64)
+            });
+        }
+        wait_for("a batch in flight", limit, || {
+            mock.decode_requests() == before + 4 && mock.pending_faults() == 0
+        });
+        signal(&child, libc::SIGKILL);
+        let status = wait_exit(&mut child, limit, &g, &log);
+        assert_eq!(status.code(), None, "killed by a signal");
+        kills += 1;
+        let s = g.stats();
+        assert!(
+            s.delivered >= 150 * (life + 1) && s.pending > 0,
+            "life {life} delivered three batches and died flushing: {s:?}"
+        );
+        // Later lives replay nothing: the trace was consumed.
+        g.write_config(&delivery_config(&mock, &empty, &k));
+    }
+
+    let mut child = spawn_daemon(&g, &["run", "--until-drained"], "last.log", &[]);
+    let status = wait_exit(&mut child, limit, &g, "last.log");
+    assert!(status.success(), "{status:?}: {}", log_of(&g, "last.log"));
+
+    assert_drained(&g.stats(), shots.len(), shots.len(), 0);
+    assert_eq!(g.store().count_pending_rows().unwrap(), 0);
+    let requests = bulk_requests(&mock);
+    assert_batches_well_formed(&requests, k.max_batch, &shots);
+    let decoded = tally(requests.iter().filter(|r| answered(r)));
+    for s in &shots {
+        assert!(decoded.contains_key(&s.key()), "{:?} lost", s.key());
+    }
+    let duplicates: usize = decoded.values().map(|n| n - 1).sum();
+    assert!(
+        duplicates <= kills * k.max_batch,
+        "{duplicates} captures decoded twice after {kills} kills"
+    );
+}
+
+#[test]
+fn sigterm_during_a_slow_flush_exits_0_within_the_grace_and_keeps_the_batch_in_flight_pending() {
+    let (_rt, mock) = mock_on_own_runtime(MockConfig::demo());
+    let shots = trace(40, 0, 1);
+    let k = Knobs {
+        request_timeout_secs: 30,
+        ..Knobs::default()
+    };
+    let g = gateway(&mock, &shots, &k);
+    let grace = Duration::from_secs(1);
+    // The answer takes far longer than the shutdown grace.
+    mock.push_fault(Fault::Delay(Duration::from_secs(10)));
+    let limit = Duration::from_secs(20);
+
+    let mut child = spawn_daemon(
+        &g,
+        &["run"],
+        "first.log",
+        &[("TAPEGATE_GATEWAY__SHUTDOWN_GRACE_SECS", "1")],
+    );
+    wait_for("the batch in flight", limit, || {
+        mock.decode_requests() == 1
+            && stats_now(&g).is_some_and(|s| s.admitted == shots.len() as u64)
+    });
+    let asked = Instant::now();
+    signal(&child, libc::SIGTERM);
+    let status = wait_exit(&mut child, limit, &g, "first.log");
+    let took = asked.elapsed();
+    assert!(status.success(), "{status:?}: {}", log_of(&g, "first.log"));
+    assert!(
+        took < grace + Duration::from_secs(3),
+        "exited {took:?} after SIGTERM with a {grace:?} grace"
+    );
+    // The batch in flight was abandoned, not lost.
+    let s = g.stats();
+    assert_eq!((s.admitted, s.pending, s.delivered), (40, 40, 0), "{s:?}");
+
+    let empty = g.path("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    g.write_config(&delivery_config(&mock, &empty, &k));
+    let mut child = spawn_daemon(&g, &["run", "--until-drained"], "second.log", &[]);
+    let status = wait_exit(&mut child, limit, &g, "second.log");
+    assert!(status.success(), "{status:?}: {}", log_of(&g, "second.log"));
+    assert_drained(&g.stats(), 40, 40, 0);
+    let delivered = tally(bulk_requests(&mock).iter().filter(|r| answered(r)));
+    let want: HashSet<Key> = shots.iter().map(Shot::key).collect();
+    assert_eq!(delivered.keys().cloned().collect::<HashSet<_>>(), want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn items_missing_from_a_200_answer_are_retried_and_delivered_later() {
+    let mock = start_mock().await;
+    let shots = trace(20, 0, 1);
+    let g = gateway(&mock, &shots, &Knobs::default());
+    mock.push_fault(Fault::DropItems(3));
+    // Then an answer without any item at all.
+    mock.push_fault(Fault::DropItems(usize::MAX));
+
+    let report = run_until_drained(&g).await;
+
+    let requests = bulk_requests(&mock);
+    let shape: Vec<(usize, usize, Option<u16>)> = requests
+        .iter()
+        .map(|r| (r.items.len(), r.decoded, r.status))
+        .collect();
+    assert_eq!(
+        shape,
+        [(20, 17, Some(200)), (3, 0, Some(200)), (3, 3, Some(200))]
+    );
+    let left_out: HashSet<Key> = requests[0].items[17..].iter().map(key_of).collect();
+    assert_eq!(keys(&requests[1]), left_out);
+    assert_eq!(keys(&requests[2]), left_out);
+    assert_drained(&g.stats(), 20, 20, 0);
+    assert_eq!(mock.decoded_items(), 20, "no capture decoded twice");
+    assert_eq!(report.flush.expect("the flusher ran").dead_letters, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_token_refused_too_is_reported_as_credentials_or_permission_and_nothing_is_dead_lettered(
+) {
+    // Tokens come from the "prod" token endpoint while decoding goes to "ppe": spec 5.6,
+    // a token from one environment is rejected by the other, however fresh.
+    let mock = mock::start(MockConfig {
+        environments: vec![MockEnvironment::demo(), MockEnvironment::named("prod")],
+        ..MockConfig::demo()
+    })
+    .await
+    .expect("mock starts");
+    let shots = trace(10, 0, 1);
+    let k = Knobs {
+        token_env: "prod",
+        ..Knobs::default()
+    };
+    let g = gateway(&mock, &shots, &k);
+    let config = load(&g);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(pipeline::run(
+        config.clone(),
+        async {
+            let _ = stopped.await;
+        },
+        RunOptions::default(),
+    ));
+
+    until(
+        "refused twice and reported",
+        Duration::from_secs(10),
+        || mock.decode_requests() >= 4 && stats_now(&g).is_some_and(|s| s.last_error.is_some()),
+    )
+    .await;
+    stop.send(()).unwrap();
+    let report = tokio::time::timeout(RUN_LIMIT, run)
+        .await
+        .expect("the daemon stops")
+        .unwrap()
+        .expect("the daemon runs");
+
+    let mut out = Vec::new();
+    tapegate::commands::status(&config, true, &mut out).unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let last_error = status["last_error"].as_str().unwrap_or_default();
+    assert!(last_error.contains("credentials or permission"), "{status}");
+    assert_eq!(
+        (
+            &status["pending"],
+            &status["delivered"],
+            &status["dead_letters"]
+        ),
+        (&10.into(), &0.into(), &0.into()),
+        "{status}"
+    );
+    assert_eq!(report.flush.expect("the flusher ran").dead_letters, 0);
+
+    // Each attempt: the cached token refused, one new token, refused again; then back
+    // off. At most one grant per attempt (plus the first).
+    let requests = bulk_requests(&mock);
+    assert!(requests.iter().all(|r| r.status == Some(401)));
+    assert_eq!(requests.len() % 2, 0, "attempts come in pairs");
+    assert!(
+        mock.token_grants() <= requests.len() as u64 / 2 + 1,
+        "{} grants for {} refused requests",
+        mock.token_grants(),
+        requests.len()
+    );
+}
