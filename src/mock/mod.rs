@@ -199,7 +199,8 @@ pub enum Fault {
         status: u16,
         retry_after: Option<String>,
     },
-    /// Wait this long, then answer normally (to exceed the client's timeout).
+    /// Process the request at once but hold the answer this long (past the client's
+    /// timeout: the service did the work and the answer was lost).
     Delay(Duration),
     /// Close the connection without any answer.
     Close,
@@ -515,7 +516,7 @@ impl MockHandle {
     }
 
     /// The recorded decode requests, oldest first. A request held by `Fault::Delay`
-    /// is recorded when it is answered, after the delay.
+    /// is processed and recorded at once; only its answer waits.
     pub fn received(&self) -> Vec<Received> {
         self.shared.with(|s| s.received.iter().cloned().collect())
     }
