@@ -33,7 +33,11 @@ pub enum Command {
         json: bool,
     },
     /// Validate the config, fetch a token, reach the decode endpoint; exit 0 only if all work.
-    Check,
+    Check {
+        /// Only validate the config (no network).
+        #[arg(long)]
+        config_only: bool,
+    },
     /// The tapes decoded recently: QR code, MAC, temperature, battery, RSSI, last seen.
     Tapes {
         #[arg(long)]

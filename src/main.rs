@@ -58,7 +58,12 @@ fn init_logging(level: &str) -> LevelHandle {
     let registry = tracing_subscriber::registry().with(filter);
     let journald = std::env::var_os("JOURNAL_STREAM")
         .and_then(|_| tracing_journald::layer().ok())
-        .map(|l| l.with_syslog_identifier("tapegate".into()));
+        // Fields as they are named in the code (CORRELATION_ID, CAUSE, MAC, GATEWAY_ID),
+        // without the default F_ prefix; none collides with journald's own.
+        .map(|l| {
+            l.with_syslog_identifier("tapegate".into())
+                .with_field_prefix(None)
+        });
     match journald {
         Some(journald) => registry.with(journald).init(),
         None => registry
@@ -162,7 +167,17 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             let config = load(&cli)?;
             tapegate::commands::tapes(&config, *json, *limit, &mut stdout)?;
         }
-        Command::Check => {
+        Command::Check { config_only: true } => {
+            let config = load(&cli)?;
+            println!(
+                "ok   config           {} is valid (gateway {}, {} product(s), source {:?})",
+                cli.config.display(),
+                config.gateway.id,
+                config.products.0.len(),
+                config.scanner.source
+            );
+        }
+        Command::Check { config_only: false } => {
             let config = load(&cli)?;
             init_logging("error");
             let path = cli.config.display().to_string();

@@ -84,7 +84,7 @@ pub async fn run(
     options: RunOptions,
 ) -> Result<RunReport, RunError> {
     // Every log line of the daemon carries the gateway id (a journald field too).
-    let span = tracing::info_span!("gateway", id = %config.gateway.id);
+    let span = tracing::info_span!("gateway", gateway_id = %config.gateway.id);
     run_in(config, shutdown, options).instrument(span).await
 }
 
@@ -114,7 +114,6 @@ async fn run_in(
         );
     }
     tracing::info!(
-        gateway = %config.gateway.id,
         path = %opened.path.display(),
         pending = opened.pending,
         "outbox open"
