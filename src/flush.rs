@@ -14,7 +14,7 @@ it out:
 | 200, item decoded | reading stored, row removed |
 | 200, item with `error` | dead letter with the server's error, row removed |
 | 200, item missing | row stays, retried |
-| 400 on the whole batch | split in halves until the refused items are alone; a refused single item is dead-lettered with the server's message |
+| 400 on the whole batch | split in halves until the refused items are alone; a refused single item is dead-lettered with the server's message (but after [`MAX_REFUSED_IN_A_ROW`] in a row with no success, the request is what is refused: back off and report, keep the captures) |
 | 401 (after the client's one fresh-token retry) | back off, "credentials or permission" |
 | 413 | halve the batch size for this run; that size is never sent again |
 | 429, 5xx, timeout, connection error, unreadable answer | exponential backoff with full jitter, `Retry-After` honoured, capped at `backoff_max` |
@@ -38,6 +38,11 @@ use crate::systemd::Beat;
 
 /// Consecutive transient failures after which the next batches are halved.
 pub const HALVE_AFTER: u32 = 3;
+
+/// Single captures refused whole (400) in a row, with no answered batch between them,
+/// after which the refusal is taken to be of the request, not of the captures: the
+/// flusher backs off and reports it instead of dead-lettering everything.
+pub const MAX_REFUSED_IN_A_ROW: u32 = 10;
 
 /// Rows looked at, at most, to fill one batch.
 const SCAN_LIMIT: usize = 20_000;
@@ -187,6 +192,8 @@ impl Flusher {
         let mut seq = 0u64;
         let mut next_prune = Instant::now();
         let mut failing = false;
+        // Single captures refused (400) since the last answered batch.
+        let mut refused_in_a_row = 0u32;
 
         loop {
             self.beat.touch();
@@ -335,16 +342,32 @@ impl Flusher {
                             tracing::info!(correlation_id, "delivery recovered");
                         }
                         failing = false;
+                        refused_in_a_row = 0;
                         backoff.reset();
                     }
                 }
                 Action::Split(message) => {
                     if batch.len() == 1 {
+                        refused_in_a_row += 1;
+                        if refused_in_a_row > MAX_REFUSED_IN_A_ROW {
+                            // Every capture refused, one after another: the request is
+                            // what the service refuses, not the captures. Keep them.
+                            splits.clear();
+                            report.failures += 1;
+                            let delay = backoff.next_delay(fastrand::f64(), None);
+                            let cause = format!("the service refuses every capture (400: {message}); check customer_id, authorized_groups and the products");
+                            self.note_failure(&mut failing, &cause, &correlation_id, delay)
+                                .await;
+                            if self.sleep(&ctl, delay).await {
+                                break;
+                            }
+                            continue;
+                        }
                         let now = now_ms();
-                        let settle = vec![(
-                            batch.into_iter().next().expect("one row"),
-                            Outcome::DeadLetter(message.clone()),
-                        )];
+                        let settle: Vec<(PendingCapture, Outcome)> = batch
+                            .into_iter()
+                            .map(|p| (p, Outcome::DeadLetter(message.clone())))
+                            .collect();
                         if let Err(e) = self.outbox.call(move |s| s.settle(&settle, now)).await {
                             tracing::warn!(correlation_id, error = %e, "could not record a dead letter; will retry");
                             continue;

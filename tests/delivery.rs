@@ -1039,3 +1039,67 @@ async fn a_fresh_token_refused_too_is_reported_as_credentials_or_permission_and_
         requests.len()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_refusing_every_request_is_backed_off_not_dead_lettered_capture_by_capture() {
+    use tapegate::flush::MAX_REFUSED_IN_A_ROW;
+    let mock = start_mock().await;
+    // Every request is refused whole, whatever it holds.
+    mock.set_storm(Some(Storm {
+        probability: 1.0,
+        seed: 1,
+        mix: vec![Fault::Status {
+            status: 400,
+            retry_after: None,
+        }],
+    }));
+    let shots = trace(40, 0, 1);
+    let k = Knobs {
+        max_batch: 8,
+        ..Knobs::default()
+    };
+    let g = gateway(&mock, &shots, &k);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let run = tokio::spawn(pipeline::run(
+        load(&g),
+        stop.clone().cancelled_owned(),
+        RunOptions::default(),
+    ));
+    until(
+        "the refusal to be reported",
+        Duration::from_secs(20),
+        || {
+            stats_now(&g)
+                .and_then(|s| s.last_error)
+                .is_some_and(|e| e.contains("refuses every capture"))
+        },
+    )
+    .await;
+    // Splitting found the first refused captures; past the limit the gateway stopped
+    // blaming the captures and kept the rest.
+    let s = stats_now(&g).expect("stats");
+    assert_eq!(s.dead_letters, u64::from(MAX_REFUSED_IN_A_ROW));
+    assert_eq!(
+        s.pending,
+        shots.len() as u64 - u64::from(MAX_REFUSED_IN_A_ROW)
+    );
+
+    // The service heals: what was kept is delivered.
+    mock.set_storm(None);
+    until(
+        "the kept captures to be delivered",
+        Duration::from_secs(20),
+        || stats_now(&g).is_some_and(|s| s.pending == 0),
+    )
+    .await;
+    stop.cancel();
+    run.await.expect("joins").expect("runs");
+    let s = g.stats();
+    assert_eq!(
+        (s.delivered, s.dead_letters),
+        (
+            shots.len() as u64 - u64::from(MAX_REFUSED_IN_A_ROW),
+            u64::from(MAX_REFUSED_IN_A_ROW)
+        )
+    );
+}
