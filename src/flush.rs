@@ -146,6 +146,15 @@ pub fn classify(mac_ids: &[String], answer: Result<Vec<BulkAnswerItem>, ApiError
     }
 }
 
+/// The state of a run of failures.
+struct Streak {
+    backoff: Backoff,
+    /// A failure was logged at WARN and no batch has been answered since.
+    failing: bool,
+    /// Single captures refused (400) since the last answered batch.
+    refused_in_a_row: u32,
+}
+
 /// What the flusher did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FlushReport {
@@ -183,7 +192,11 @@ impl Flusher {
     /// Runs until stopped (or drained, with `until_drained`).
     pub async fn run(self, mut ctl: FlushControl) -> FlushReport {
         let mut report = FlushReport::default();
-        let mut backoff = Backoff::new(self.settings.backoff_initial, self.settings.backoff_max);
+        let mut streak = Streak {
+            backoff: Backoff::new(self.settings.backoff_initial, self.settings.backoff_max),
+            failing: false,
+            refused_in_a_row: 0,
+        };
         let mut limit = self.settings.max_batch;
         // Sub-batches of a batch the server refused whole, sent before anything new.
         let mut splits: VecDeque<Vec<PendingCapture>> = VecDeque::new();
@@ -191,9 +204,6 @@ impl Flusher {
         let mut ingest_done = false;
         let mut seq = 0u64;
         let mut next_prune = Instant::now();
-        let mut failing = false;
-        // Single captures refused (400) since the last answered batch.
-        let mut refused_in_a_row = 0u32;
 
         loop {
             self.beat.touch();
@@ -208,7 +218,7 @@ impl Flusher {
                 next_prune = Instant::now() + PRUNE_EVERY;
             }
 
-            let halved = backoff.failures() >= HALVE_AFTER;
+            let halved = streak.backoff.failures() >= HALVE_AFTER;
             let size = if halved { (limit / 2).max(1) } else { limit };
             // Parts of a split batch are sent as they are, at once, until none is left.
             let from_splits = !splits.is_empty();
@@ -325,40 +335,41 @@ impl Flusher {
                     }
                     if answered == 0 {
                         // Nothing answered at all: treat like a failure so we do not spin.
-                        let delay = backoff.next_delay(fastrand::f64(), None);
-                        self.note_failure(
-                            &mut failing,
-                            "the service answered none of the items",
-                            &correlation_id,
-                            delay,
-                        )
-                        .await;
-                        report.failures += 1;
-                        if self.sleep(&ctl, delay).await {
+                        let cause = "the service answered none of the items";
+                        if self
+                            .back_off(&mut streak, &mut report, &ctl, cause, None, &correlation_id)
+                            .await
+                        {
                             break;
                         }
                     } else {
-                        if failing {
+                        if streak.failing {
                             tracing::info!(correlation_id, "delivery recovered");
                         }
-                        failing = false;
-                        refused_in_a_row = 0;
-                        backoff.reset();
+                        streak.failing = false;
+                        streak.refused_in_a_row = 0;
+                        streak.backoff.reset();
                     }
                 }
                 Action::Split(message) => {
                     if batch.len() == 1 {
-                        refused_in_a_row += 1;
-                        if refused_in_a_row > MAX_REFUSED_IN_A_ROW {
+                        streak.refused_in_a_row += 1;
+                        if streak.refused_in_a_row > MAX_REFUSED_IN_A_ROW {
                             // Every capture refused, one after another: the request is
                             // what the service refuses, not the captures. Keep them.
                             splits.clear();
-                            report.failures += 1;
-                            let delay = backoff.next_delay(fastrand::f64(), None);
                             let cause = format!("the service refuses every capture (400: {message}); check customer_id, authorized_groups and the products");
-                            self.note_failure(&mut failing, &cause, &correlation_id, delay)
-                                .await;
-                            if self.sleep(&ctl, delay).await {
+                            if self
+                                .back_off(
+                                    &mut streak,
+                                    &mut report,
+                                    &ctl,
+                                    &cause,
+                                    None,
+                                    &correlation_id,
+                                )
+                                .await
+                            {
                                 break;
                             }
                             continue;
@@ -385,16 +396,11 @@ impl Flusher {
                 Action::Shrink => {
                     let sent = batch.len();
                     if sent <= 1 {
-                        let delay = backoff.next_delay(fastrand::f64(), None);
-                        self.note_failure(
-                            &mut failing,
-                            "the service refuses even one item as too large (413)",
-                            &correlation_id,
-                            delay,
-                        )
-                        .await;
-                        report.failures += 1;
-                        if self.sleep(&ctl, delay).await {
+                        let cause = "the service refuses even one item as too large (413)";
+                        if self
+                            .back_off(&mut streak, &mut report, &ctl, cause, None, &correlation_id)
+                            .await
+                        {
                             break;
                         }
                     } else {
@@ -409,30 +415,54 @@ impl Flusher {
                     }
                 }
                 Action::Retry { cause, retry_after } => {
-                    report.failures += 1;
                     // A split part that fails transiently goes back to the front, so
                     // the search for the refused capture goes on where it was.
                     if from_splits {
                         splits.push_front(batch);
                     }
-                    let delay = backoff.next_delay(fastrand::f64(), retry_after);
-                    // "rate limited until 2026-11-21T20:40:00Z" when the server said when.
-                    let cause = match retry_after {
-                        Some(_) => format!(
-                            "{cause} until {}",
-                            rfc3339(now_ms() + delay.as_millis() as i64)
-                        ),
-                        None => cause,
-                    };
-                    self.note_failure(&mut failing, &cause, &correlation_id, delay)
-                        .await;
-                    if self.sleep(&ctl, delay).await {
+                    if self
+                        .back_off(
+                            &mut streak,
+                            &mut report,
+                            &ctl,
+                            &cause,
+                            retry_after,
+                            &correlation_id,
+                        )
+                        .await
+                    {
                         break;
                     }
                 }
             }
         }
         report
+    }
+
+    /// After a failed batch: takes the next backoff delay, records the cause for
+    /// `status` (with "until …" when the server said when), and sleeps. True if told
+    /// to stop meanwhile.
+    async fn back_off(
+        &self,
+        streak: &mut Streak,
+        report: &mut FlushReport,
+        ctl: &FlushControl,
+        cause: &str,
+        retry_after: Option<Duration>,
+        correlation_id: &str,
+    ) -> bool {
+        report.failures += 1;
+        let delay = streak.backoff.next_delay(fastrand::f64(), retry_after);
+        let cause = match retry_after {
+            Some(_) => format!(
+                "{cause} until {}",
+                rfc3339(now_ms() + delay.as_millis() as i64)
+            ),
+            None => cause.to_string(),
+        };
+        self.note_failure(&mut streak.failing, &cause, correlation_id, delay)
+            .await;
+        self.sleep(ctl, delay).await
     }
 
     /// Logs a failure (once per streak at WARN) and records it for `status`.
