@@ -45,6 +45,19 @@ pub enum Command {
         #[arg(long, default_value_t = 50)]
         limit: usize,
     },
+    /// Live view for installers: the adverts heard (MAC, RSSI, product, packet), and a
+    /// recorder of JSON Lines records that the replay source reads.
+    Scan {
+        /// Also write the shown adverts to this file (JSON Lines, as `replay` reads).
+        #[arg(long)]
+        record: Option<PathBuf>,
+        /// Stop after this many seconds (default: until Ctrl-C).
+        #[arg(long)]
+        duration: Option<f64>,
+        /// Show every advert, not only those matching a product.
+        #[arg(long)]
+        all: bool,
+    },
     /// Decode one packet with the single decode endpoint (for checking a tape).
     Decode {
         /// The tape's MAC (any case, with or without separators).

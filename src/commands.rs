@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::clock::{age, rfc3339};
 use crate::config::Config;
-use crate::outbox::{now_ms, OutboxError, Stats, Store};
+use crate::outbox::{now_ms, OutboxError, ScannerCounts, Stats, Store};
 use crate::record::{EpochMillis, Mac};
 
 /// `tapegate status --json`: the contract fields of DESIGN.md and a few more.
@@ -30,6 +30,11 @@ pub struct StatusJson {
     pub last_error: Option<String>,
     pub last_error_at: Option<String>,
     pub tapes: u64,
+    /// The BLE scanner's liveness ladder, accumulated across restarts of the daemon.
+    pub scanner: ScannerCounts,
+    /// Why the scanner's ladder last started.
+    pub scanner_last_trouble: Option<String>,
+    pub scanner_last_trouble_at: Option<String>,
 }
 
 impl StatusJson {
@@ -54,6 +59,9 @@ impl StatusJson {
             last_error: s.last_error,
             last_error_at: s.last_error_at.map(rfc3339),
             tapes: s.tapes,
+            scanner: s.scanner,
+            scanner_last_trouble: s.scanner_last_trouble,
+            scanner_last_trouble_at: s.scanner_last_trouble_at.map(rfc3339),
         }
     }
 }
@@ -122,6 +130,20 @@ pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), Ou
             _ => "none".into(),
         },
     ));
+    let sc = st.scanner;
+    if sc != ScannerCounts::default() || st.scanner_last_trouble.is_some() {
+        let trouble = match (&st.scanner_last_trouble, st.scanner_last_trouble_at) {
+            (Some(r), Some(t)) => format!("; last trouble: {r} (at {})", ago(t, now)),
+            _ => String::new(),
+        };
+        lines.push((
+            "scanner",
+            format!(
+                "{} scan restarts, {} adapter re-acquisitions, {} adverts dropped, {} devices forgotten{trouble}",
+                sc.restarts, sc.reacquires, sc.dropped, sc.forgotten
+            ),
+        ));
+    }
     for (k, v) in lines {
         let _ = writeln!(out, "{k:<14} {v}");
     }

@@ -80,6 +80,14 @@ pub enum SourceKind {
 pub struct ScannerSettings {
     pub source: SourceKind,
     pub adapter: Option<String>,
+    /// `ble`: no advertisement for this long (once any was heard) restarts the scan;
+    /// `None` (0 in the file): never.
+    pub silence: Option<Duration>,
+    /// `ble`: a scanner that cannot be brought back for this long ends the daemon (exit 1).
+    pub give_up: Duration,
+    /// `ble`: devices remembered at most; the least recently heard past it is forgotten
+    /// (and removed from BlueZ), so rotating MACs cannot grow memory.
+    pub max_devices: usize,
     /// `-` is stdin.
     pub replay_path: Option<PathBuf>,
     pub sim: SimSettings,
@@ -484,6 +492,13 @@ struct RawScanner {
     /// BLE adapter (`hci0`); default the first one.
     #[serde(default, deserialize_with = "lenient::string")]
     adapter: Option<String>,
+    /// `ble`: restart the scan when no advertisement arrives for this long, once any was
+    /// heard (default 60; 0 = never).
+    silence_secs: Option<f64>,
+    /// `ble`: exit non-zero when the scanner cannot be brought back for this long (default 300).
+    give_up_secs: Option<f64>,
+    /// `ble`: devices remembered at most (default 4096).
+    max_devices: Option<u64>,
     /// JSON Lines file for `replay`; `-` is stdin.
     replay_path: Option<PathBuf>,
     /// Simulated tapes (default 200).
@@ -873,9 +888,19 @@ fn validate(raw: RawConfig, _path: &Path, problems: &mut Vec<Problem>) -> Option
             }
         },
     };
+    let silence = c.secs("scanner.silence_secs", sc.silence_secs, 60.0, 0.0, 86_400.0);
     let scanner = ScannerSettings {
         source,
         adapter: sc.adapter,
+        silence: (!silence.is_zero()).then_some(silence),
+        give_up: c.secs(
+            "scanner.give_up_secs",
+            sc.give_up_secs,
+            300.0,
+            1.0,
+            86_400.0,
+        ),
+        max_devices: c.int("scanner.max_devices", sc.max_devices, 4096, 16, 1_000_000) as usize,
         replay_path: sc.replay_path,
         sim,
     };

@@ -11,7 +11,8 @@ tapes into decoded readings in the tracking service.
   validated into typed [`config::Config`] in one step that reports every problem.
 - [`record`]: the shared domain types ([`record::Mac`], [`record::Advertisement`],
   [`record::Capture`]) and the JSON Lines advertisement record.
-- [`source`]: the [`source::Source`] trait and the `replay` and `sim` sources.
+- [`source`]: the [`source::Source`] trait and the `ble` (btleplug, with its liveness
+  ladder), `replay` and `sim` sources.
 - [`products`]: which advertisements are tapes, and the `ble_packet` sent for them.
 - [`dedup`]: per-MAC deduplication on capture time (pure, time passed in).
 - [`outbox`]: the durable, bounded SQLite store; its module doc is the design document.
@@ -21,6 +22,7 @@ tapes into decoded readings in the tracking service.
 - [`api`]: the tracking service client (token cache, bulk and single decode).
 - [`commands`]: `status`, `tapes`, `dead-letters`: reading the state database beside
   the running daemon. [`cli`] is the command line; [`clock`] formats times.
+- [`scan`]: `tapegate scan`, the live view and recorder for installers.
 - [`check`] and [`demo`]: `tapegate check` (for installers) and `tapegate demo`.
 - [`systemd`]: sd_notify (READY, STATUS, STOPPING) and the watchdog that pings only
   while every stage makes progress.
@@ -42,6 +44,7 @@ pub mod outbox;
 pub mod pipeline;
 pub mod products;
 pub mod record;
+pub mod scan;
 pub mod secret;
 pub mod source;
 pub mod systemd;

@@ -185,6 +185,31 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
                 return Err(Failure::Other(anyhow::anyhow!("check failed")));
             }
         }
+        Command::Scan {
+            record,
+            duration,
+            all,
+        } => {
+            let config = load(&cli)?;
+            init_logging("warn");
+            let options = tapegate::scan::ScanOptions {
+                record: record.clone(),
+                duration: duration
+                    .map(|d| std::time::Duration::try_from_secs_f64(d.max(0.0)))
+                    .transpose()?,
+                all: *all,
+            };
+            let rt = runtime()?;
+            let mut out = std::io::stdout();
+            let result = rt.block_on(tapegate::scan::run(
+                &config,
+                options,
+                stop_signal(),
+                &mut out,
+            ));
+            rt.shutdown_background();
+            result?;
+        }
         Command::Decode {
             mac,
             packet,

@@ -24,9 +24,13 @@ use crate::api::ServiceClient;
 use crate::config::{Config, SourceKind};
 use crate::flush::{FlushControl, FlushReport, Flusher};
 use crate::ingest::{self, IngestReport, IngestSettings};
+use crate::outbox::ScannerCounts;
 use crate::outbox::{Outbox, OutboxError, Store, StoreOptions};
+use crate::record::EpochMillis;
+use crate::source::ble::{Ble, BleSettings};
 use crate::source::replay::Replay;
 use crate::source::sim::Sim;
+use crate::source::SourceHealth;
 use crate::source::{Source, SourceError, SourceReport};
 use crate::systemd::{self, Liveness, Notifier};
 
@@ -95,6 +99,7 @@ async fn run_in(
 ) -> Result<RunReport, RunError> {
     let notifier = Notifier::from_env();
     let mut liveness = Liveness::default();
+    let health = Arc::new(SourceHealth::default());
     let state_dir = config.gateway.state_dir.clone();
     let store_options = StoreOptions {
         durability: config.outbox.durability,
@@ -149,6 +154,10 @@ async fn run_in(
         let stop = stop_source.clone();
         let fatal = fatal.clone();
         let scanner = config.scanner.clone();
+        // The BLE source drops what no product matches; SIGHUP's products reach it too.
+        let products = config.products.clone();
+        let reload = options.reload.clone();
+        let health = health.clone();
         tokio::spawn(
             async move {
                 let result = match scanner.source {
@@ -163,7 +172,12 @@ async fn run_in(
                         .run(adverts_tx, stop)
                         .await
                         .map_err(RunError::from),
-                    SourceKind::Ble => Err(RunError::SourceUnavailable("ble")),
+                    SourceKind::Ble => Ble::new(BleSettings::from_scanner(&scanner))
+                        .with_filter(products, reload)
+                        .with_health(health)
+                        .run(adverts_tx, stop)
+                        .await
+                        .map_err(RunError::from),
                 };
                 if let Err(e) = &result {
                     tracing::error!(error = %e, "the source failed; stopping");
@@ -227,8 +241,14 @@ async fn run_in(
     // The outbox is open and checked and the source has started.
     notifier.ready();
     let service_tasks = CancellationToken::new();
-    tokio::spawn(
-        report_status(notifier.clone(), outbox.clone(), service_tasks.clone()).in_current_span(),
+    let status_task = tokio::spawn(
+        report_status(
+            notifier.clone(),
+            outbox.clone(),
+            HealthKeeper::new(health.clone()),
+            service_tasks.clone(),
+        )
+        .in_current_span(),
     );
     if let Some(interval) = notifier.watchdog_interval() {
         let notifier = notifier.clone();
@@ -282,6 +302,8 @@ async fn run_in(
         }
     };
     service_tasks.cancel();
+    // The status task keeps the scanner's last counts before the database closes.
+    let _ = status_task.await;
     drop(outbox);
     // The owner thread closes the database (checkpointing the WAL) once every handle is gone.
     let _ = tokio::task::spawn_blocking(move || owner.join()).await;
@@ -310,14 +332,85 @@ async fn run_in(
     })
 }
 
-/// Keeps `systemctl status` current: pending, last flush, last error.
-async fn report_status(notifier: Notifier, outbox: Outbox, stop: CancellationToken) {
+/// Moves what the source has been through into the state database, as increments, so
+/// that `status` shows the counts accumulated across restarts of the daemon.
+struct HealthKeeper {
+    health: Arc<SourceHealth>,
+    kept: ScannerCounts,
+    trouble_at: Option<EpochMillis>,
+}
+
+impl HealthKeeper {
+    fn new(health: Arc<SourceHealth>) -> HealthKeeper {
+        HealthKeeper {
+            health,
+            kept: ScannerCounts::default(),
+            trouble_at: None,
+        }
+    }
+
+    async fn keep(&mut self, outbox: &Outbox) {
+        let read = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        let now = ScannerCounts {
+            restarts: read(&self.health.restarts),
+            reacquires: read(&self.health.reacquires),
+            dropped: read(&self.health.dropped),
+            forgotten: read(&self.health.forgotten),
+        };
+        let trouble = self
+            .health
+            .last_trouble
+            .lock()
+            .ok()
+            .and_then(|t| t.clone())
+            .filter(|(_, at)| Some(*at) != self.trouble_at);
+        if now == self.kept && trouble.is_none() {
+            return;
+        }
+        let delta = ScannerCounts {
+            restarts: now.restarts - self.kept.restarts,
+            reacquires: now.reacquires - self.kept.reacquires,
+            dropped: now.dropped - self.kept.dropped,
+            forgotten: now.forgotten - self.kept.forgotten,
+        };
+        let t = trouble.clone();
+        let result = outbox
+            .call(move |s| {
+                s.add_scanner_counts(&delta, t.as_ref().map(|(r, at)| (r.as_str(), *at)))
+            })
+            .await;
+        match result {
+            Ok(()) => {
+                self.kept = now;
+                if let Some((_, at)) = trouble {
+                    self.trouble_at = Some(at);
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "could not keep the scanner's counts; will try again")
+            }
+        }
+    }
+}
+
+/// Keeps `systemctl status` current (pending, last flush, last error) and the scanner's
+/// counts in the state database; keeps them once more when stopped.
+async fn report_status(
+    notifier: Notifier,
+    outbox: Outbox,
+    mut health: HealthKeeper,
+    stop: CancellationToken,
+) {
     let mut tick = tokio::time::interval(STATUS_EVERY);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => {
+                health.keep(&outbox).await;
+                return;
+            }
         }
+        health.keep(&outbox).await;
         let Ok(s) = outbox.call(|store| store.stats()).await else {
             return;
         };

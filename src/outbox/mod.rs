@@ -15,7 +15,7 @@ outcome (a decoded reading or a dead letter). Delivery is therefore at-least-onc
 | `readings` | decoded readings (history, bounded by `readings.retention_hours`) |
 | `tapes` | the latest reading of each tape |
 | `counters` | `admitted`, `delivered`, `dead_lettered`, `evicted`, `dead_letters_dropped` |
-| `meta` | `last_flush_ok_at`, `last_error`, `last_error_at` |
+| `meta` | `last_flush_ok_at`, `last_error`, `last_error_at`; the BLE scanner's ladder counts (`scanner_*`) |
 
 A row's life: admitted → `pending` → delivered (row deleted, reading stored) | dead
 letter (row moved to `dead_letters`) | evicted (deleted when `max_pending` is exceeded,
@@ -57,8 +57,8 @@ mod store;
 
 pub use handle::Outbox;
 pub use store::{
-    now_ms, DeadLetter, OpenReport, Outcome, PendingCapture, Reading, Stats, Store, StoreOptions,
-    TapeRow,
+    now_ms, DeadLetter, OpenReport, Outcome, PendingCapture, Reading, ScannerCounts, Stats, Store,
+    StoreOptions, TapeRow,
 };
 
 use std::path::PathBuf;

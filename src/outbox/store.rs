@@ -160,6 +160,23 @@ pub struct Stats {
     pub last_error: Option<String>,
     pub last_error_at: Option<EpochMillis>,
     pub tapes: u64,
+    /// The BLE scanner's liveness ladder, accumulated across restarts.
+    pub scanner: ScannerCounts,
+    pub scanner_last_trouble: Option<String>,
+    pub scanner_last_trouble_at: Option<EpochMillis>,
+}
+
+/// What the BLE scanner has been through.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ScannerCounts {
+    /// Scans restarted (liveness ladder step 1).
+    pub restarts: u64,
+    /// Adapters re-acquired with a new BlueZ connection (step 2).
+    pub reacquires: u64,
+    /// Adverts dropped because the pipeline did not keep up.
+    pub dropped: u64,
+    /// Devices forgotten to bound memory.
+    pub forgotten: u64,
 }
 
 /// The `counters` table. Write transactions read it afresh (the CLI may have changed
@@ -482,6 +499,36 @@ impl Store {
         Ok(())
     }
 
+    /// Adds to the scanner's counts kept for `status` (they accumulate across restarts
+    /// of the daemon), and records its last trouble.
+    pub fn add_scanner_counts(
+        &mut self,
+        counts: &ScannerCounts,
+        last_trouble: Option<(&str, EpochMillis)>,
+    ) -> Result<(), OutboxError> {
+        let tx = write_tx(&mut self.conn)?;
+        for (key, n) in [
+            ("scanner_restarts", counts.restarts),
+            ("scanner_reacquires", counts.reacquires),
+            ("scanner_dropped", counts.dropped),
+            ("scanner_forgotten", counts.forgotten),
+        ] {
+            if n > 0 {
+                tx.execute(
+                    "INSERT INTO meta(key, value) VALUES (?1, ?2)
+                     ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + CAST(excluded.value AS INTEGER)",
+                    params![key, n.to_string()],
+                )?;
+            }
+        }
+        if let Some((reason, at)) = last_trouble {
+            set_meta(&tx, "scanner_last_trouble", reason)?;
+            set_meta(&tx, "scanner_last_trouble_at", &at.to_string())?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
     /// Deletes readings decoded before `before` (the latest of each tape stays in `tapes`).
     pub fn prune_readings(&mut self, before: EpochMillis) -> Result<u64, OutboxError> {
         Ok(self
@@ -520,6 +567,14 @@ impl Store {
             last_error: meta("last_error")?,
             last_error_at: int_meta("last_error_at")?,
             tapes: tx.query_row("SELECT COUNT(*) FROM tapes", [], |r| r.get(0))?,
+            scanner: ScannerCounts {
+                restarts: int_meta("scanner_restarts")?.unwrap_or(0) as u64,
+                reacquires: int_meta("scanner_reacquires")?.unwrap_or(0) as u64,
+                dropped: int_meta("scanner_dropped")?.unwrap_or(0) as u64,
+                forgotten: int_meta("scanner_forgotten")?.unwrap_or(0) as u64,
+            },
+            scanner_last_trouble: meta("scanner_last_trouble")?,
+            scanner_last_trouble_at: int_meta("scanner_last_trouble_at")?,
         };
         tx.finish()?;
         Ok(stats)
