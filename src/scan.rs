@@ -109,11 +109,18 @@ pub async fn run(
         "time", "mac", "rssi", "product"
     )
     .map_err(ScanError::Output)?;
+    // After Ctrl-C or the duration, what the source still sends before it ends is
+    // shown too.
+    let mut stopping = false;
     loop {
-        let adv = tokio::select! {
-            adv = rx.recv() => adv,
-            _ = &mut shutdown => None,
-            _ = &mut deadline => None,
+        let adv = if stopping {
+            rx.recv().await
+        } else {
+            tokio::select! {
+                adv = rx.recv() => adv,
+                _ = &mut shutdown => { stopping = true; stop.cancel(); continue; }
+                _ = &mut deadline => { stopping = true; stop.cancel(); continue; }
+            }
         };
         let Some(adv) = adv else { break };
         show(
@@ -127,18 +134,6 @@ pub async fn run(
         )?;
     }
     stop.cancel();
-    // What the source still sends before it ends is shown too.
-    while let Some(adv) = rx.recv().await {
-        show(
-            &adv,
-            &config.products,
-            &options,
-            &mut report,
-            &mut seen,
-            &mut recorder,
-            out,
-        )?;
-    }
     let source = source.await.map_err(|e| ScanError::Task(e.to_string()))?;
     if let Some((path, mut w)) = recorder {
         w.flush()

@@ -265,20 +265,7 @@ impl Tapegate {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut pipe = child.stderr.take().unwrap();
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let sink = stderr.clone();
-        let reader = std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = std::io::Read::read(&mut pipe, &mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
+        let (stderr, reader) = collect_stderr(&mut child);
         Tapegate {
             stdout: child.stdout.take(),
             child,

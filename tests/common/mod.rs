@@ -168,20 +168,7 @@ impl Daemon {
             .spawn()
             .unwrap();
         let stdin = child.stdin.take();
-        let mut pipe = child.stderr.take().unwrap();
-        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let sink = stderr.clone();
-        let reader = std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = std::io::Read::read(&mut pipe, &mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
+        let (stderr, reader) = collect_stderr(&mut child);
         Daemon {
             child,
             stdin,
@@ -253,4 +240,29 @@ pub fn integrity_check(db: &Path) -> String {
     let c = rusqlite::Connection::open(db).unwrap();
     c.query_row("PRAGMA integrity_check", [], |r| r.get(0))
         .unwrap()
+}
+
+/// Collects a child's stderr in the background (so a chatty child never blocks on a
+/// full pipe); the text so far is in the returned buffer.
+pub fn collect_stderr(
+    child: &mut std::process::Child,
+) -> (
+    std::sync::Arc<std::sync::Mutex<String>>,
+    std::thread::JoinHandle<()>,
+) {
+    let mut pipe = child.stderr.take().expect("stderr is piped");
+    let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let sink = stderr.clone();
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = std::io::Read::read(&mut pipe, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    (stderr, reader)
 }
