@@ -11,7 +11,7 @@ tapes into decoded readings in the tracking service.
   validated into typed [`config::Config`] in one step that reports every problem.
 - [`record`]: the shared domain types ([`record::Mac`], [`record::Advertisement`],
   [`record::Capture`]) and the JSON Lines advertisement record.
-- [`source`]: the [`source::Source`] trait and the `ble` (btleplug, with its liveness
+- [`source`]: the [`source::Source`] trait and the `ble` (BlueZ, with its liveness
   ladder), `replay` and `sim` sources.
 - [`products`]: which advertisements are tapes, and the `ble_packet` sent for them.
 - [`dedup`]: per-MAC deduplication on capture time (pure, time passed in).

@@ -596,7 +596,7 @@ fn an_adapter_powered_off_is_powered_on_by_the_restarted_scan_and_capture_resume
     let (g, d) = ladder_daemon(&mut s, "silence_secs = 0\ngive_up_secs = 30");
     s.call(&format!("power {HCI} 0"));
     d.wait_log("was powered off", Duration::from_secs(5));
-    // btleplug powers the adapter on when it starts a scan.
+    // Starting the scan powers the adapter on.
     d.wait_log("scanning again", Duration::from_secs(10));
     s.tape_counter(tape_mac(1), 1);
     wait_admitted(&g, 2, &d);

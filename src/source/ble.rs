@@ -1,27 +1,30 @@
 /*!
-The `ble` source: BLE advertisements heard through btleplug (BlueZ over D-Bus on Linux).
+The `ble` source: BLE advertisements heard from BlueZ over D-Bus (bluez-async, the
+library under btleplug, used directly).
 
-Each btleplug event becomes one [`Advertisement`] stamped with the wall clock:
-`DeviceDiscovered` (the device's first advert: its properties are read, because btleplug
-sends no data event for it; a device without RSSI was not heard in this scan and gives
-none), `ManufacturerDataAdvertisement`, `ServiceDataAdvertisement` and `RssiUpdate`,
-completed from what this source remembers of the device. One BlueZ signal that changes
-both RSSI and data gives two adverts (dedup drops the repeated packet). Adverts that
-match no product are dropped here when a filter is given (the daemon gives its
-products, and those of every SIGHUP reload), so that a crowded dock costs little
-further on. A radio cannot be back-pressured: when the channel is full the advert is
-dropped and counted (logged at most every 10 s).
+Each device event of bluez-async becomes one [`Advertisement`] stamped with the wall
+clock: `Discovered` (the device's first advert: its properties are read once, because
+no data event comes for it; a device without RSSI was not heard in this scan and gives
+none; the devices BlueZ already knows when the scan starts count as discovered),
+`ManufacturerData`, `ServiceData` and `Rssi`, which carry the new values (from BlueZ's
+`PropertiesChanged`), completed from what this source remembers of the device. No D-Bus
+call is made per advert (btleplug reads all of a device's properties for each one).
+One BlueZ signal that changes both RSSI and data gives two adverts (dedup drops the
+repeated packet). Adverts that match no product are dropped here when a filter is given
+(the daemon gives its products, and those of every SIGHUP reload), so that a crowded
+dock costs little further on. A radio cannot be back-pressured: when the channel is
+full the advert is dropped and counted (logged at most every 10 s).
 
 # The liveness ladder
 Field gateways stop hearing adverts while looking alive (btleplug #332), adapters get
 powered off or vanish, bluetoothd restarts. A [`bluez::Watcher`] polls BlueZ beside
-btleplug; trouble is one of: the system bus or `org.bluez` gone, `org.bluez` with a new
+the scan; trouble is one of: the system bus or `org.bluez` gone, `org.bluez` with a new
 owner (bluetoothd restarted), the adapter gone, powered off or no longer discovering,
 the event stream ended, or no advert for `scanner.silence_secs` once any was heard.
 Then, each step logged once at WARN with the reason:
 1. restart the scan (stop and start discovery on the same adapter);
-2. if that has not helped after [`STEP_WAIT`]: re-acquire the adapter on a new btleplug
-   manager (a new D-Bus connection), retried every [`STEP_WAIT`];
+2. if that has not helped after [`STEP_WAIT`]: re-acquire the adapter on a new BlueZ
+   session (a new D-Bus connection), retried every [`STEP_WAIT`];
 3. if the scanner is still not back after `scanner.give_up_secs`:
    [`SourceError::GaveUp`], the daemon exits 1 and systemd restarts it.
 
@@ -29,27 +32,26 @@ The scanner is back when BlueZ, the adapter and discovery are all there again (f
 silence: when an advert arrives); that is logged once at INFO. Counts of restarts and
 re-acquisitions are logged when the source ends.
 
-btleplug never closes a manager's D-Bus connection (it drops the handle of the task
-that owns it), so step 2 makes one manager per episode and its retries reuse it while
-it answers; after [`MAX_MANAGERS`] the source gives up so that a fresh process starts.
+bluez-async offers no way to close a session's D-Bus connection (the task that owns it
+runs on), so step 2 makes one session per episode and its retries reuse it while it
+answers; after [`MAX_MANAGERS`] the source gives up so that a fresh process starts.
 
 # Bounded memory
-btleplug's BlueZ backend keeps no per-device state, but this source remembers devices
-(for RSSI and data events) and BlueZ keeps a D-Bus object per device. At most
-`scanner.max_devices` are remembered; the least recently heard one past it is forgotten
-here and removed from BlueZ (`Adapter1.RemoveDevice`), so rotating MACs cannot grow
-either side.
+This source remembers devices (for RSSI and data events) and BlueZ keeps a D-Bus object
+per device. At most `scanner.max_devices` are remembered; the least recently heard one
+past it is forgotten here and removed from BlueZ (`Adapter1.RemoveDevice`), so rotating
+MACs cannot grow either side.
 */
 
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use btleplug::api::{
-    Central, CentralEvent, CentralState, Manager as _, Peripheral as _, ScanFilter,
+use bluez_async::{
+    AdapterEvent, AdapterId, BluetoothError, BluetoothEvent, BluetoothSession, DeviceEvent,
+    DeviceId, DeviceInfo, DiscoveryFilter, Transport,
 };
-use btleplug::platform::{Adapter, Manager, PeripheralId};
-use futures::{Stream, StreamExt};
+use futures::{stream, Stream, StreamExt};
 use hashlink::LruCache;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -67,8 +69,8 @@ mod bluez;
 pub const STEP_WAIT: Duration = Duration::from_secs(2);
 /// How often the source looks at the watcher's findings and the silence.
 const TICK: Duration = Duration::from_millis(250);
-/// BlueZ connections (btleplug managers) made at most before the process gives up, so
-/// that systemd starts it afresh: btleplug never closes a manager's connection.
+/// BlueZ connections (bluez-async sessions) made at most before the process gives up, so
+/// that systemd starts it afresh: bluez-async never closes a session's connection.
 const MAX_MANAGERS: u32 = 32;
 /// How long stopping waits for BlueZ to stop the scan.
 const STOP_SCAN_WAIT: Duration = Duration::from_secs(2);
@@ -162,7 +164,7 @@ impl Source for Ble {
         let watcher = bluez::Watcher::spawn(adapter_name.clone())
             .map_err(|e| SourceError::Bluez(format!("cannot start the BlueZ watcher: {e}")))?;
         let mut manager = Some(
-            Manager::new()
+            connect()
                 .await
                 .map_err(|e| SourceError::Bluez(e.to_string()))?,
         );
@@ -208,7 +210,48 @@ impl Source for Ble {
     }
 }
 
-type Events = Pin<Box<dyn Stream<Item = CentralEvent> + Send>>;
+/// A new D-Bus connection to BlueZ. The task that owns it is left running: bluez-async
+/// offers no way to end it.
+async fn connect() -> Result<BluetoothSession, BluetoothError> {
+    BluetoothSession::new()
+        .await
+        .map(|(_connection_task, session)| session)
+}
+
+/// What the event stream of a session gives.
+enum Event {
+    /// A device BlueZ knew when the stream started.
+    Known(Box<DeviceInfo>),
+    Bluez(BluetoothEvent),
+}
+
+type Events = Pin<Box<dyn Stream<Item = Event> + Send>>;
+
+/// An adapter on a BlueZ session.
+#[derive(Clone)]
+struct Adapter {
+    session: BluetoothSession,
+    id: AdapterId,
+}
+
+impl Adapter {
+    /// Powers the adapter on and starts discovery with btleplug's filter: `DuplicateData`,
+    /// so that BlueZ signals every advert whose data changed, not only new devices.
+    async fn start_scan(&self) -> Result<(), BluetoothError> {
+        let filter = DiscoveryFilter {
+            duplicate_data: Some(true),
+            transport: Some(Transport::Auto),
+            ..Default::default()
+        };
+        self.session
+            .start_discovery_on_adapter_with_filter(&self.id, &filter)
+            .await
+    }
+
+    async fn stop_scan(&self) -> Result<(), BluetoothError> {
+        self.session.stop_discovery_on_adapter(&self.id).await
+    }
+}
 
 /// One adapter with its event stream and a running scan.
 struct Session {
@@ -217,33 +260,41 @@ struct Session {
     started: std::time::Instant,
 }
 
-/// Finds `name` on `manager`, subscribes to its events, starts the scan.
-async fn open(manager: Option<&Manager>, name: &str) -> Result<Session, String> {
-    let manager = manager.ok_or("no connection to BlueZ")?;
-    let listing = |e: btleplug::Error| format!("cannot list the adapters: {e}");
-    let mut chosen = None;
-    for a in manager.adapters().await.map_err(listing)? {
-        // "hci0 (usb:v1D6Bp0246d0540)"
-        let info = a.adapter_info().await.map_err(listing)?;
-        if info.split(' ').next() == Some(name) {
-            chosen = Some(a);
-            break;
-        }
-    }
-    let adapter = chosen.ok_or_else(|| format!("adapter {name} is not there"))?;
-    let events = adapter
-        .events()
+/// Finds `name` on `bluez`, subscribes to its events, starts the scan.
+async fn open(bluez: Option<&BluetoothSession>, name: &str) -> Result<Session, String> {
+    let bluez = bluez.ok_or("no connection to BlueZ")?;
+    let path = format!("/org/bluez/{name}");
+    let id = bluez
+        .get_adapters()
         .await
-        .map_err(|e| format!("cannot subscribe to the events of {name}: {e}"))?;
-    // btleplug powers the adapter on before it starts discovery.
-    adapter
-        .start_scan(ScanFilter::default())
+        .map_err(|e| format!("cannot list the adapters: {e}"))?
+        .into_iter()
+        .map(|a| a.id)
+        .find(|id| *dbus::Path::from(id.clone()) == *path)
+        .ok_or_else(|| format!("adapter {name} is not there"))?;
+    let adapter = Adapter {
+        session: bluez.clone(),
+        id,
+    };
+    let subscribing = |e: BluetoothError| format!("cannot subscribe to the events of {name}: {e}");
+    // Subscribed before the devices are listed: a device found in between is seen twice
+    // rather than never.
+    let events = bluez
+        .adapter_event_stream(&adapter.id)
         .await
-        .map_err(|e| {
-            format!(
-                "cannot power on {name} and scan: {e} (blocked? try `rfkill unblock bluetooth`)"
-            )
-        })?;
+        .map_err(subscribing)?;
+    let known = bluez
+        .get_devices_on_adapter(&adapter.id)
+        .await
+        .map_err(subscribing)?;
+    let events: Events = Box::pin(
+        stream::iter(known.into_iter().map(|d| Event::Known(Box::new(d))))
+            .chain(events.map(Event::Bluez)),
+    );
+    // Starting discovery powers the adapter on first.
+    adapter.start_scan().await.map_err(|e| {
+        format!("cannot power on {name} and scan: {e} (blocked? try `rfkill unblock bluetooth`)")
+    })?;
     Ok(Session {
         adapter,
         events: Some(events),
@@ -297,13 +348,13 @@ struct Scanner {
     watcher: bluez::Watcher,
     adapter_name: String,
     session: Option<Session>,
-    devices: LruCache<PeripheralId, Device>,
+    devices: LruCache<DeviceId, Device>,
     /// `org.bluez`'s owner when the scan (re)started.
     owner: Option<String>,
     heard_any: bool,
     last_heard: Instant,
     recovery: Option<Recovery>,
-    /// Managers made so far.
+    /// Sessions (connections to BlueZ) made so far.
     managers: u32,
     stats: Stats,
     last_drop_log: Option<Instant>,
@@ -312,7 +363,7 @@ struct Scanner {
 }
 
 /// Pends forever without a stream, so that `select!` can wait on it.
-async fn next_event(session: &mut Option<Session>) -> Option<CentralEvent> {
+async fn next_event(session: &mut Option<Session>) -> Option<Event> {
     match session.as_mut().and_then(|s| s.events.as_mut()) {
         Some(events) => events.next().await,
         None => std::future::pending().await,
@@ -327,7 +378,7 @@ impl Scanner {
 
     async fn run(
         &mut self,
-        manager: &mut Option<Manager>,
+        manager: &mut Option<BluetoothSession>,
         stop: CancellationToken,
     ) -> Result<(), SourceError> {
         let mut tick = tokio::time::interval(TICK);
@@ -361,14 +412,11 @@ impl Scanner {
     }
 
     /// Handles one event; `false` once nobody reads the adverts any more.
-    async fn handle(&mut self, event: CentralEvent) -> bool {
+    async fn handle(&mut self, event: Event) -> bool {
         let id = match event {
-            CentralEvent::DeviceDiscovered(id) => {
-                // Rediscovery (a new manager lists what BlueZ knows) refreshes from BlueZ.
-                self.devices.remove(&id);
-                if !self.device(&id).await {
-                    return true;
-                }
+            Event::Known(info) => {
+                let id = info.id.clone();
+                self.remember(*info);
                 // A device BlueZ remembers but has not heard in this scan (paired, or
                 // cached from before) has no RSSI: its data is old, not an advert.
                 if self.devices.get(&id).is_some_and(|d| d.rssi.is_none()) {
@@ -376,50 +424,73 @@ impl Scanner {
                 }
                 id
             }
-            CentralEvent::ManufacturerDataAdvertisement {
+            Event::Bluez(BluetoothEvent::Device { id, event }) => match event {
+                DeviceEvent::Discovered => {
+                    // Devices of other adapters are announced too.
+                    if self
+                        .session
+                        .as_ref()
+                        .is_none_or(|s| s.adapter.id != id.adapter())
+                    {
+                        return true;
+                    }
+                    // Rediscovery refreshes from BlueZ.
+                    self.devices.remove(&id);
+                    if !self.device(&id).await {
+                        return true;
+                    }
+                    if self.devices.get(&id).is_some_and(|d| d.rssi.is_none()) {
+                        return true;
+                    }
+                    id
+                }
+                DeviceEvent::ManufacturerData { manufacturer_data } => {
+                    if !self.device(&id).await {
+                        return true;
+                    }
+                    if let Some(d) = self.devices.get_mut(&id) {
+                        d.manufacturer_data = sorted(manufacturer_data.into_iter().collect());
+                    }
+                    id
+                }
+                DeviceEvent::ServiceData { service_data } => {
+                    if !self.device(&id).await {
+                        return true;
+                    }
+                    if let Some(d) = self.devices.get_mut(&id) {
+                        d.service_data = sorted(
+                            service_data
+                                .into_iter()
+                                .map(|(u, v)| (u.to_string(), v))
+                                .collect(),
+                        );
+                    }
+                    id
+                }
+                DeviceEvent::Rssi { rssi } => {
+                    if !self.device(&id).await {
+                        return true;
+                    }
+                    if let Some(d) = self.devices.get_mut(&id) {
+                        d.rssi = Some(rssi);
+                    }
+                    id
+                }
+                _ => return true,
+            },
+            Event::Bluez(BluetoothEvent::Adapter {
                 id,
-                manufacturer_data,
-            } => {
-                if !self.device(&id).await {
-                    return true;
-                }
-                if let Some(d) = self.devices.get_mut(&id) {
-                    d.manufacturer_data = sorted(manufacturer_data.into_iter().collect());
-                }
-                id
-            }
-            CentralEvent::ServiceDataAdvertisement { id, service_data } => {
-                if !self.device(&id).await {
-                    return true;
-                }
-                if let Some(d) = self.devices.get_mut(&id) {
-                    d.service_data = sorted(
-                        service_data
-                            .into_iter()
-                            .map(|(u, v)| (u.to_string(), v))
-                            .collect(),
-                    );
-                }
-                id
-            }
-            CentralEvent::RssiUpdate { id, rssi } => {
-                if !self.device(&id).await {
-                    return true;
-                }
-                if let Some(d) = self.devices.get_mut(&id) {
-                    d.rssi = Some(rssi);
-                }
-                id
-            }
-            CentralEvent::StateUpdate(state) => {
-                tracing::debug!(?state, "adapter state");
-                if state == CentralState::PoweredOff && self.recovery.is_none() {
+                event: AdapterEvent::Powered { powered },
+            }) => {
+                tracing::debug!(powered, "adapter power");
+                let ours = self.session.as_ref().is_some_and(|s| s.adapter.id == id);
+                if ours && !powered && self.recovery.is_none() {
                     let reason = format!("adapter {} was powered off", self.adapter_name);
                     self.start_recovery(reason, false).await;
                 }
                 return true;
             }
-            _ => return true,
+            Event::Bluez(_) => return true,
         };
         let Some(d) = self.devices.get(&id) else {
             return true;
@@ -465,33 +536,36 @@ impl Scanner {
 
     /// Makes sure `id` is remembered (reading its properties from BlueZ if not);
     /// `false` if it cannot be.
-    async fn device(&mut self, id: &PeripheralId) -> bool {
+    async fn device(&mut self, id: &DeviceId) -> bool {
         if self.devices.get(id).is_some() {
             return true;
         }
         let Some(adapter) = self.adapter() else {
             return false;
         };
-        let props = match adapter.peripheral(id).await {
-            Ok(p) => p.properties().await,
-            Err(e) => Err(e),
-        };
-        let props = match props {
-            Ok(Some(p)) => p,
-            Ok(None) => return false,
+        match adapter.session.get_device_info(id).await {
+            Ok(info) => {
+                self.remember(info);
+                true
+            }
             Err(e) => {
                 tracing::debug!(device = %id, error = %e, "cannot read a device's properties");
-                return false;
+                false
             }
-        };
+        }
+    }
+
+    /// Remembers a device as BlueZ describes it, forgetting the least recently heard
+    /// ones past `max_devices` (here and in BlueZ).
+    fn remember(&mut self, info: DeviceInfo) {
+        self.devices.remove(&info.id);
         let device = Device {
-            mac: Mac::new(props.address.into_inner()),
-            name: props.advertisement_name,
-            rssi: props.rssi,
-            manufacturer_data: sorted(props.manufacturer_data.into_iter().collect()),
+            mac: Mac::new(info.mac_address.into()),
+            name: info.name,
+            rssi: info.rssi,
+            manufacturer_data: sorted(info.manufacturer_data.into_iter().collect()),
             service_data: sorted(
-                props
-                    .service_data
+                info.service_data
                     .into_iter()
                     .map(|(u, v)| (u.to_string(), v))
                     .collect(),
@@ -505,12 +579,11 @@ impl Scanner {
             SourceHealth::count(&self.health.forgotten);
             self.watcher.remove(old.to_string());
         }
-        self.devices.insert(id.clone(), device);
-        true
+        self.devices.insert(info.id, device);
     }
 
     /// Looks at the watcher's last poll and the silence; walks the ladder.
-    async fn check(&mut self, manager: &mut Option<Manager>) -> Result<(), SourceError> {
+    async fn check(&mut self, manager: &mut Option<BluetoothSession>) -> Result<(), SourceError> {
         let health = self.watcher.health.borrow().clone();
         let now = Instant::now();
         let Some(r) = &mut self.recovery else {
@@ -556,10 +629,10 @@ impl Scanner {
         r.acted = std::time::Instant::now();
         r.next = now + STEP_WAIT;
         let failures_logged = r.failures_logged;
-        // Each step 2 starts on a new manager; its retries reuse it while it answers.
+        // Each step 2 starts on a new session; its retries reuse it while it answers.
         if !first_attempt {
             if let Some(m) = manager.as_ref() {
-                if m.adapters().await.is_err() {
+                if m.get_adapters().await.is_err() {
                     *manager = None;
                 }
             }
@@ -567,7 +640,7 @@ impl Scanner {
         if first_attempt || manager.is_none() {
             if self.managers >= MAX_MANAGERS {
                 let reason = format!(
-                    "{} (and {MAX_MANAGERS} BlueZ connections made, which btleplug never closes)",
+                    "{} (and {MAX_MANAGERS} BlueZ connections made, which bluez-async never closes)",
                     r.reason
                 );
                 tracing::error!(reason = %reason, "giving up on the BLE scanner");
@@ -577,7 +650,7 @@ impl Scanner {
                 });
             }
             self.managers += 1;
-            *manager = Manager::new().await.ok();
+            *manager = connect().await.ok();
         }
         if let Some(old) = self.session.take() {
             let _ = old.adapter.stop_scan().await;
@@ -644,7 +717,7 @@ impl Scanner {
             return Some("there is no scan".into());
         };
         if self.session.as_ref().is_some_and(|s| s.events.is_none()) {
-            return Some("btleplug's event stream ended".into());
+            return Some("BlueZ's event stream ended".into());
         }
         if h.at <= started {
             return None;
@@ -664,7 +737,7 @@ impl Scanner {
         let now = Instant::now();
         if let Some(adapter) = self.adapter() {
             let _ = adapter.stop_scan().await;
-            if let Err(e) = adapter.start_scan(ScanFilter::default()).await {
+            if let Err(e) = adapter.start_scan().await {
                 tracing::debug!(error = %e, "restarting the scan failed");
             }
         }

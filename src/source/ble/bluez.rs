@@ -1,7 +1,7 @@
 /*!
-Plain D-Bus calls to BlueZ through the `dbus` crate's blocking API, beside btleplug:
-what btleplug does not tell (whether BlueZ runs and who owns its name, whether the
-adapter is powered and discovering) and what it cannot do (forget a device).
+Plain D-Bus calls to BlueZ through the `dbus` crate's blocking API, beside the scan's
+session: whether BlueZ runs and who owns its name, whether the adapter is powered and
+discovering, and forgetting a device.
 
 - [`preflight`] runs once before the scan and turns every way of not being able to scan
   into a [`SourceError`] that says what to do.
@@ -228,7 +228,7 @@ fn probe(conn: &Connection, adapter: &str) -> Health {
     h
 }
 
-/// `device` is `hci0/dev_AA_BB_CC_DD_EE_FF` (btleplug's peripheral id).
+/// `device` is `hci0/dev_AA_BB_CC_DD_EE_FF` (a bluez-async `DeviceId` displayed).
 fn remove_device(conn: &Connection, device: &str) {
     let Some((adapter, _)) = device.split_once('/') else {
         return;
