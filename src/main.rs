@@ -142,7 +142,6 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             let options = RunOptions {
                 until_drained: *until_drained,
                 reload: Some(reload_rx),
-                ..RunOptions::default()
             };
             let rt = runtime()?;
             let path = cli.config.clone();

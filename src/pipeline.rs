@@ -52,8 +52,6 @@ const STATUS_EVERY: Duration = Duration::from_secs(10);
 pub struct RunOptions {
     /// Return once the source has ended and nothing deliverable is pending.
     pub until_drained: bool,
-    /// Test hook: cap the database size (see [`StoreOptions::max_page_count`]).
-    pub max_page_count: Option<u32>,
     /// Reloaded configs (SIGHUP): products and dedup settings take effect at once.
     pub reload: Option<watch::Receiver<Arc<Config>>>,
 }
@@ -74,8 +72,6 @@ pub enum RunError {
     Outbox(#[from] OutboxError),
     #[error(transparent)]
     Source(#[from] SourceError),
-    #[error("the {0} source is not available in this build")]
-    SourceUnavailable(&'static str),
     #[error("a pipeline stage failed: {0}")]
     Stage(String),
 }
@@ -104,7 +100,7 @@ async fn run_in(
     let store_options = StoreOptions {
         durability: config.outbox.durability,
         max_pending: config.outbox.max_pending,
-        max_page_count: options.max_page_count,
+        max_page_count: None,
     };
     let (store, opened) =
         tokio::task::spawn_blocking(move || Store::open(&state_dir, store_options))
