@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use tapegate::config::Durability;
+use tapegate::outbox::Durability;
 use tapegate::outbox::{Store, StoreOptions};
 use tapegate::record::{hex_upper, Capture, Mac};
 

@@ -1,6 +1,15 @@
-//! Wall-clock formatting for operators: RFC 3339 UTC and short ages.
+//! Wall-clock time: now as epoch milliseconds, and formatting for operators (RFC 3339
+//! UTC and short ages).
 
 use crate::record::EpochMillis;
+
+/// Epoch milliseconds now.
+pub fn now_ms() -> EpochMillis {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as EpochMillis)
+        .unwrap_or(0)
+}
 
 /// `2026-11-21T19:40:00Z` (UTC, whole seconds).
 pub fn rfc3339(ms: EpochMillis) -> String {

@@ -11,7 +11,9 @@ use std::time::Duration;
 use url::Url;
 
 use crate::dedup::DedupSettings;
+use crate::outbox::Durability;
 use crate::products::Products;
+use crate::record::Mac;
 use crate::secret::Secret;
 use crate::source::sim::SimSettings;
 
@@ -44,6 +46,16 @@ pub enum MacFormat {
     Plain,
     /// `AA:BB:CC:DD:EE:FF`.
     Colon,
+}
+
+impl MacFormat {
+    /// `mac` as `mac_id` on the wire.
+    pub fn format(self, mac: Mac) -> String {
+        match self {
+            MacFormat::Plain => mac.plain(),
+            MacFormat::Colon => mac.colon(),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -91,15 +103,6 @@ pub struct ScannerSettings {
     /// `-` is stdin.
     pub replay_path: Option<PathBuf>,
     pub sim: SimSettings,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Durability {
-    /// Every committed group is on disk before it counts as accepted (fsync per commit).
-    Full,
-    /// A power cut can lose the last commits (WAL synced only at checkpoints); a crash of
-    /// the process cannot.
-    Normal,
 }
 
 #[derive(Debug, Clone)]

@@ -31,9 +31,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{ApiError, BulkAnswerItem, BulkItem, ServiceClient};
-use crate::clock::rfc3339;
+use crate::clock::{now_ms, rfc3339};
 use crate::config::{FlushSettings, MacFormat};
-use crate::outbox::{now_ms, Outbox, Outcome, PendingCapture, Reading};
+use crate::outbox::{Outbox, Outcome, PendingCapture, Reading};
 use crate::systemd::Beat;
 
 /// Consecutive transient failures after which the next batches are halved.
@@ -260,10 +260,7 @@ impl Flusher {
             let correlation_id = format!("{}-{}-{seq}", self.gateway_id, now_ms());
             let mac_ids: Vec<String> = batch
                 .iter()
-                .map(|p| match self.mac_format {
-                    MacFormat::Plain => p.capture.mac.plain(),
-                    MacFormat::Colon => p.capture.mac.colon(),
-                })
+                .map(|p| self.mac_format.format(p.capture.mac))
                 .collect();
             let items: Vec<BulkItem> = batch
                 .iter()

@@ -19,9 +19,10 @@ use tokio_util::sync::CancellationToken;
 
 use std::sync::Arc;
 
+use crate::clock::now_ms;
 use crate::config::Config;
 use crate::dedup::{Dedup, DedupSettings};
-use crate::outbox::{now_ms, Outbox, GROUP_MAX};
+use crate::outbox::{Outbox, GROUP_MAX};
 use crate::products::Products;
 use crate::record::{Advertisement, Capture, EpochMillis};
 use crate::systemd::Beat;

@@ -20,23 +20,21 @@ tapes into decoded readings in the tracking service.
 - [`pipeline`]: the only place that creates channels, spawns stages and orders shutdown.
 - [`flush`]: batching, answer handling and backoff towards the bulk decode endpoint.
 - [`api`]: the tracking service client (token cache, bulk and single decode).
-- [`commands`]: `status`, `tapes`, `dead-letters`: reading the state database beside
-  the running daemon. [`cli`] is the command line; [`clock`] formats times.
-- [`scan`]: `tapegate scan`, the live view and recorder for installers.
-- [`check`] and [`demo`]: `tapegate check` (for installers) and `tapegate demo`.
+- [`cmd`]: the commands a person runs beside the daemon: `status`, `tapes`,
+  `dead-letters`, `decode` (reading the state database or the service), `check` (for
+  installers), `scan` (the live view and recorder) and `demo`. [`cli`] is the command
+  line; [`clock`] is wall-clock time and its formatting.
 - [`systemd`]: sd_notify (READY, STATUS, STOPPING) and the watchdog that pings only
   while every stage makes progress.
 - [`mock`]: the spec-faithful mock tracking service used by tests and `tapegate demo`.
 */
 
 pub mod api;
-pub mod check;
 pub mod cli;
 pub mod clock;
-pub mod commands;
+pub mod cmd;
 pub mod config;
 pub mod dedup;
-pub mod demo;
 pub mod flush;
 pub mod ingest;
 pub mod mock;
@@ -44,7 +42,6 @@ pub mod outbox;
 pub mod pipeline;
 pub mod products;
 pub mod record;
-pub mod scan;
 pub mod secret;
 pub mod source;
 pub mod systemd;

@@ -156,15 +156,15 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         }
         Command::Status { json } => {
             let config = load(&cli)?;
-            tapegate::commands::status(&config, *json, &mut stdout)?;
+            tapegate::cmd::state::status(&config, *json, &mut stdout)?;
         }
         Command::DeadLetters(DeadLetters::List { json, limit }) => {
             let config = load(&cli)?;
-            tapegate::commands::dead_letters_list(&config, *json, *limit, &mut stdout)?;
+            tapegate::cmd::state::dead_letters_list(&config, *json, *limit, &mut stdout)?;
         }
         Command::Tapes { json, limit } => {
             let config = load(&cli)?;
-            tapegate::commands::tapes(&config, *json, *limit, &mut stdout)?;
+            tapegate::cmd::state::tapes(&config, *json, *limit, &mut stdout)?;
         }
         Command::Check { config_only: true } => {
             let config = load(&cli)?;
@@ -180,7 +180,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             let config = load(&cli)?;
             init_logging("error");
             let path = cli.config.display().to_string();
-            if !runtime()?.block_on(tapegate::check::run(&config, &path, &mut stdout)) {
+            if !runtime()?.block_on(tapegate::cmd::check::run(&config, &path, &mut stdout)) {
                 return Err(Failure::Other(anyhow::anyhow!("check failed")));
             }
         }
@@ -191,7 +191,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         } => {
             let config = load(&cli)?;
             init_logging("warn");
-            let options = tapegate::scan::ScanOptions {
+            let options = tapegate::cmd::scan::ScanOptions {
                 record: record.clone(),
                 duration: duration
                     .map(|d| std::time::Duration::try_from_secs_f64(d.max(0.0)))
@@ -200,7 +200,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             };
             let rt = runtime()?;
             let mut out = std::io::stdout();
-            let result = rt.block_on(tapegate::scan::run(
+            let result = rt.block_on(tapegate::cmd::scan::run(
                 &config,
                 options,
                 stop_signal(),
@@ -216,7 +216,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         } => {
             let config = load(&cli)?;
             init_logging("warn");
-            let decoded = runtime()?.block_on(tapegate::commands::decode(
+            let decoded = runtime()?.block_on(tapegate::cmd::state::decode(
                 &config,
                 *mac,
                 packet,
@@ -230,14 +230,14 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             state_dir,
         } => {
             init_logging("warn");
-            let options = tapegate::demo::DemoOptions {
+            let options = tapegate::cmd::demo::DemoOptions {
                 duration: duration.map(std::time::Duration::from_secs_f64),
                 tapes: *tapes,
                 state_dir: state_dir.clone(),
             };
             let rt = runtime()?;
             let mut out = std::io::stdout();
-            rt.block_on(tapegate::demo::run(options, stop_signal(), &mut out))?;
+            rt.block_on(tapegate::cmd::demo::run(options, stop_signal(), &mut out))?;
         }
         Command::Mock { listen } => {
             init_logging("info");
@@ -248,12 +248,12 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         }
         Command::DeadLetters(DeadLetters::Retry(which)) => {
             let config = load(&cli)?;
-            let n = tapegate::commands::dead_letters_change(&config, true, which.mac)?;
+            let n = tapegate::cmd::state::dead_letters_change(&config, true, which.mac)?;
             println!("re-queued {n} dead letter(s)");
         }
         Command::DeadLetters(DeadLetters::Purge(which)) => {
             let config = load(&cli)?;
-            let n = tapegate::commands::dead_letters_change(&config, false, which.mac)?;
+            let n = tapegate::cmd::state::dead_letters_change(&config, false, which.mac)?;
             println!("purged {n} dead letter(s)");
         }
     }

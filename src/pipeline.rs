@@ -410,7 +410,7 @@ async fn report_status(
         let Ok(s) = outbox.call(|store| store.stats()).await else {
             return;
         };
-        let now = crate::outbox::now_ms();
+        let now = crate::clock::now_ms();
         let last_ok = s
             .last_flush_ok_at
             .map(|t| {

@@ -3,7 +3,7 @@
 //! the real SQLite store and the model agreeing on every row and counter.
 
 use proptest::prelude::*;
-use tapegate::config::Durability;
+use tapegate::outbox::Durability;
 use tapegate::outbox::{Outcome, PendingCapture, Reading, Store, StoreOptions};
 
 use tapegate::record::{Capture, Mac};

@@ -57,7 +57,7 @@ mod store;
 
 pub use handle::Outbox;
 pub use store::{
-    now_ms, DeadLetter, OpenReport, Outcome, PendingCapture, Reading, ScannerCounts, Stats, Store,
+    DeadLetter, OpenReport, Outcome, PendingCapture, Reading, ScannerCounts, Stats, Store,
     StoreOptions, TapeRow,
 };
 
@@ -68,6 +68,16 @@ pub const GROUP_MAX: usize = 1000;
 
 /// Stored dead letters at most; past it the oldest are dropped (and counted).
 pub const MAX_DEAD_LETTERS: u64 = 100_000;
+
+/// How hard a commit holds (`outbox.durability`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Every committed group is on disk before it counts as accepted (fsync per commit).
+    Full,
+    /// A power cut can lose the last commits (WAL synced only at checkpoints); a crash of
+    /// the process cannot.
+    Normal,
+}
 
 /// The database file inside `gateway.state_dir`.
 pub const DB_FILE: &str = "outbox.db";

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, Transaction};
 
-use super::{OutboxError, DB_FILE, MAX_DEAD_LETTERS};
-use crate::config::Durability;
+use super::{Durability, OutboxError, DB_FILE, MAX_DEAD_LETTERS};
+use crate::clock::now_ms;
 use crate::record::{Capture, EpochMillis, Mac};
 
 const SCHEMA_VERSION: i64 = 1;
@@ -202,14 +202,6 @@ pub struct Store {
     options: StoreOptions,
     counters: Counters,
     path: PathBuf,
-}
-
-/// Epoch milliseconds now.
-pub fn now_ms() -> EpochMillis {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as EpochMillis)
-        .unwrap_or(0)
 }
 
 fn mac_to_int(mac: Mac) -> i64 {

@@ -58,8 +58,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Source, SourceError, SourceHealth, SourceReport};
+use crate::clock::now_ms;
 use crate::config::{Config, ScannerSettings};
-use crate::outbox::now_ms;
 use crate::products::Products;
 use crate::record::{Advertisement, Mac};
 

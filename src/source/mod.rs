@@ -53,7 +53,7 @@ impl SourceHealth {
 
     pub fn trouble(&self, reason: &str) {
         if let Ok(mut t) = self.last_trouble.lock() {
-            *t = Some((reason.to_string(), crate::outbox::now_ms()));
+            *t = Some((reason.to_string(), crate::clock::now_ms()));
         }
     }
 }

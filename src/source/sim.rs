@@ -179,7 +179,7 @@ impl Source for Sim {
                         () = stop.cancelled() => break,
                     }
                 }
-                adv.ts_ms = crate::outbox::now_ms();
+                adv.ts_ms = crate::clock::now_ms();
             } else {
                 adv.ts_ms = s.start_ms.saturating_add(offset_ms as EpochMillis);
             }
@@ -577,11 +577,11 @@ mod tests {
             realtime: true,
             ..settings()
         };
-        let before = crate::outbox::now_ms();
+        let before = crate::clock::now_ms();
         let started = std::time::Instant::now();
         let (report, got) = collect(s).await;
         let took = started.elapsed();
-        let after = crate::outbox::now_ms();
+        let after = crate::clock::now_ms();
         assert_eq!(report.adverts, 6);
         assert!(took >= Duration::from_millis(200), "took {took:?}");
         assert!(got.iter().all(|a| (before..=after).contains(&a.ts_ms)));

@@ -7,8 +7,8 @@ one line each what worked and what did not, and what to do about it.
 use std::io::Write;
 
 use crate::api::{ApiError, BulkItem, ServiceClient, TransportKind};
+use crate::clock::now_ms;
 use crate::config::Config;
-use crate::outbox::now_ms;
 use crate::record::Mac;
 
 /// A MAC no tape has: the service answers it with an item error, which proves the
@@ -101,10 +101,7 @@ pub async fn run(config: &Config, config_path: &str, out: &mut dyn Write) -> boo
         .map(|p| p.id.clone())
         .unwrap_or_else(|| "tape".into());
     let probe = BulkItem {
-        mac_id: match service.mac_format {
-            crate::config::MacFormat::Plain => PROBE_MAC.plain(),
-            crate::config::MacFormat::Colon => PROBE_MAC.colon(),
-        },
+        mac_id: service.mac_format.format(PROBE_MAC),
         ble_packet: PROBE_PACKET.into(),
         product_id: product,
         scan_time: (now_ms() / 1000).to_string(),

@@ -12,9 +12,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::clock::age;
+use crate::clock::now_ms;
 use crate::config;
 use crate::mock::{self, MockConfig, Storm};
-use crate::outbox::{now_ms, Store};
+use crate::outbox::Store;
 use crate::pipeline::{self, RunOptions};
 
 /// What the demo runs.

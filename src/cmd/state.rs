@@ -6,9 +6,9 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use crate::clock::{age, rfc3339};
+use crate::clock::{age, now_ms, rfc3339};
 use crate::config::Config;
-use crate::outbox::{now_ms, OutboxError, ScannerCounts, Stats, Store};
+use crate::outbox::{OutboxError, ScannerCounts, Stats, Store};
 use crate::record::{EpochMillis, Mac};
 
 /// `tapegate status --json`: the contract fields of DESIGN.md and a few more.
@@ -271,10 +271,7 @@ pub async fn decode(
         .as_ref()
         .ok_or_else(|| anyhow::anyhow!("no [service] section in the config"))?;
     let client = crate::api::ServiceClient::new(service)?;
-    let mac_id = match service.mac_format {
-        crate::config::MacFormat::Plain => mac.plain(),
-        crate::config::MacFormat::Colon => mac.colon(),
-    };
+    let mac_id = service.mac_format.format(mac);
     let product = product
         .map(str::to_string)
         .or_else(|| config.products.0.first().map(|p| p.id.clone()))
