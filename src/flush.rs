@@ -31,6 +31,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{ApiError, BulkAnswerItem, BulkItem, ServiceClient};
+use crate::backoff::Backoff;
 use crate::clock::{now_ms, rfc3339};
 use crate::config::{FlushSettings, MacFormat};
 use crate::outbox::{Outbox, Outcome, PendingCapture, Reading};
@@ -53,43 +54,6 @@ const IDLE_RECHECK: Duration = Duration::from_secs(5);
 
 /// How often decoded readings past retention are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
-
-/// Exponential backoff with full jitter and a cap.
-#[derive(Debug, Clone)]
-pub struct Backoff {
-    initial: Duration,
-    max: Duration,
-    failures: u32,
-}
-
-impl Backoff {
-    pub fn new(initial: Duration, max: Duration) -> Backoff {
-        Backoff {
-            initial,
-            max: max.max(initial),
-            failures: 0,
-        }
-    }
-
-    /// The delay after one more failure: uniformly random in `[0, min(max, initial·2ⁿ)]`
-    /// (`jitter` in `[0, 1]`; 1.0 turns jitter off), but never less than the server's
-    /// `Retry-After`; and never more than `max`.
-    pub fn next_delay(&mut self, jitter: f64, retry_after: Option<Duration>) -> Duration {
-        let exp = self.initial.saturating_mul(1u32 << self.failures.min(20));
-        self.failures = self.failures.saturating_add(1);
-        let ceiling = exp.min(self.max);
-        let jittered = ceiling.mul_f64(jitter.clamp(0.0, 1.0));
-        jittered.max(retry_after.unwrap_or_default()).min(self.max)
-    }
-
-    pub fn reset(&mut self) {
-        self.failures = 0;
-    }
-
-    pub fn failures(&self) -> u32 {
-        self.failures
-    }
-}
 
 /// What to do with a batch after its answer.
 #[derive(Debug, Clone, PartialEq)]
@@ -520,36 +484,125 @@ impl Flusher {
 
 #[cfg(test)]
 mod tests {
+    //! One test per row of the answer table in the module doc.
     use super::*;
+    use crate::api::Decoded;
+    use serde_json::json;
 
-    #[test]
-    fn backoff_doubles_up_to_the_cap_with_jitter_off() {
-        let mut b = Backoff::new(Duration::from_millis(500), Duration::from_secs(4));
-        let got: Vec<u128> = (0..6)
-            .map(|_| b.next_delay(1.0, None).as_millis())
-            .collect();
-        assert_eq!(got, vec![500, 1000, 2000, 4000, 4000, 4000]);
-        b.reset();
-        assert_eq!(b.next_delay(1.0, None), Duration::from_millis(500));
+    fn macs() -> Vec<String> {
+        vec!["C0FFEE000001".into(), "C0FFEE000002".into()]
+    }
+
+    fn decoded(qr: &str) -> Result<crate::api::Decoded, String> {
+        let raw = json!({"qr_code": qr, "temp": 21.5, "bat": 90});
+        Ok(Decoded::from_json(&raw))
     }
 
     #[test]
-    fn full_jitter_stays_within_zero_and_the_ceiling() {
-        let mut b = Backoff::new(Duration::from_millis(500), Duration::from_secs(300));
-        assert_eq!(b.next_delay(0.0, None), Duration::ZERO);
-        assert_eq!(b.next_delay(0.5, None), Duration::from_millis(500));
+    fn a_decoded_item_is_delivered_with_its_reading() {
+        let answer = vec![BulkAnswerItem {
+            mac_id: "C0FFEE000002".into(),
+            result: decoded("QR2"),
+        }];
+        let Action::Settle(outcomes) = classify(&macs(), Ok(answer)) else {
+            panic!("not settled")
+        };
+        assert_eq!(outcomes.len(), 1);
+        let (i, Outcome::Delivered(reading)) = &outcomes[0] else {
+            panic!("not delivered: {outcomes:?}")
+        };
+        assert_eq!(*i, 1, "matched by mac_id, not position");
+        assert_eq!(reading.qr_code.as_deref(), Some("QR2"));
+        assert_eq!(reading.temp, Some(21.5));
+        assert_eq!(reading.bat, Some(90.0));
     }
 
     #[test]
-    fn retry_after_is_honoured_but_capped() {
-        let mut b = Backoff::new(Duration::from_millis(500), Duration::from_secs(60));
+    fn an_item_with_an_error_is_a_dead_letter_with_the_servers_text() {
+        let answer = vec![BulkAnswerItem {
+            mac_id: "C0FFEE000001".into(),
+            result: Err("device not found".into()),
+        }];
         assert_eq!(
-            b.next_delay(0.1, Some(Duration::from_secs(7))),
-            Duration::from_secs(7)
+            classify(&macs(), Ok(answer)),
+            Action::Settle(vec![(0, Outcome::DeadLetter("device not found".into()))])
         );
+    }
+
+    #[test]
+    fn an_item_missing_from_the_answer_is_left_pending() {
+        assert_eq!(classify(&macs(), Ok(vec![])), Action::Settle(vec![]));
+    }
+
+    #[test]
+    fn a_400_on_the_whole_batch_splits_it() {
+        let e = ApiError::Rejected {
+            status: 400,
+            message: "invalid packet".into(),
+        };
         assert_eq!(
-            b.next_delay(0.1, Some(Duration::from_secs(3600))),
-            Duration::from_secs(60)
+            classify(&macs(), Err(e)),
+            Action::Split("invalid packet".into())
+        );
+    }
+
+    #[test]
+    fn a_401_with_a_fresh_token_backs_off_as_credentials_or_permission() {
+        let e = ApiError::Unauthorized {
+            message: "Unauthorized access".into(),
+        };
+        assert_eq!(
+            classify(&macs(), Err(e)),
+            Action::Retry {
+                cause: "credentials or permission".into(),
+                retry_after: None
+            }
+        );
+    }
+
+    #[test]
+    fn a_413_shrinks_the_batch() {
+        let e = ApiError::TooLarge {
+            message: "too many items".into(),
+        };
+        assert_eq!(classify(&macs(), Err(e)), Action::Shrink);
+    }
+
+    #[test]
+    fn a_429_backs_off_no_less_than_retry_after() {
+        let e = ApiError::transient("rate limited", Some(Duration::from_secs(30)));
+        assert_eq!(
+            classify(&macs(), Err(e)),
+            Action::Retry {
+                cause: "rate limited".into(),
+                retry_after: Some(Duration::from_secs(30))
+            }
+        );
+    }
+
+    #[test]
+    fn a_5xx_a_timeout_or_a_connection_error_backs_off() {
+        for cause in ["server error 503", "timeout", "service unreachable"] {
+            let e = ApiError::transient(cause, None);
+            assert_eq!(
+                classify(&macs(), Err(e)),
+                Action::Retry {
+                    cause: cause.into(),
+                    retry_after: None
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn an_unreadable_answer_backs_off_and_settles_nothing() {
+        let e = ApiError::BadAnswer("not JSON".into());
+        assert_eq!(
+            classify(&macs(), Err(e)),
+            Action::Retry {
+                cause: "unreadable answer".into(),
+                retry_after: None
+            }
         );
     }
 }

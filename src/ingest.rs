@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use std::sync::Arc;
 
+use crate::backoff::Backoff;
 use crate::clock::now_ms;
 use crate::config::Config;
 use crate::dedup::{Dedup, DedupSettings};
@@ -26,6 +27,11 @@ use crate::outbox::{Outbox, GROUP_MAX};
 use crate::products::Products;
 use crate::record::{Advertisement, Capture, EpochMillis};
 use crate::systemd::Beat;
+
+/// A failed commit is retried after this, doubling (no jitter: one writer)...
+const COMMIT_RETRY_INITIAL: Duration = Duration::from_millis(100);
+/// ...up to this, so that space coming back is noticed within seconds.
+const COMMIT_RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// What the ingest stage did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -157,8 +163,7 @@ impl Committer {
         if group.is_empty() {
             return;
         }
-        let mut delay = Duration::from_millis(100);
-        let mut failures = 0u32;
+        let mut backoff = Backoff::new(COMMIT_RETRY_INITIAL, COMMIT_RETRY_MAX);
         loop {
             let batch = std::mem::take(group);
             let n = batch.len() as u64;
@@ -180,25 +185,28 @@ impl Committer {
                             "outbox full (outbox.max_pending): evicted the oldest pending captures"
                         );
                     }
-                    if failures > 0 {
-                        tracing::info!(captures = n, failures, "outbox write recovered");
+                    if backoff.failures() > 0 {
+                        tracing::info!(
+                            captures = n,
+                            failures = backoff.failures(),
+                            "outbox write recovered"
+                        );
                     }
                     self.committed.send_modify(|c| *c += n);
                     return;
                 }
                 Err(e) if e.is_retryable() && !self.abandon.is_cancelled() => {
                     *group = batch;
-                    failures += 1;
+                    let delay = backoff.next_delay(1.0, None);
                     // Holding a group on a full disk is not a stall.
                     self.beat.touch();
-                    if failures == 1 {
+                    if backoff.failures() == 1 {
                         tracing::warn!(captures = n, error = %e, "outbox write failed; holding the group and retrying");
                     }
                     tokio::select! {
                         _ = tokio::time::sleep_until(Instant::now() + delay) => {}
                         _ = self.abandon.cancelled() => {}
                     }
-                    delay = (delay * 2).min(Duration::from_secs(5));
                 }
                 Err(e) => {
                     report.lost += n;

@@ -30,6 +30,7 @@ tapes into decoded readings in the tracking service.
 */
 
 pub mod api;
+pub mod backoff;
 pub mod cli;
 pub mod clock;
 pub mod cmd;

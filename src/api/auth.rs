@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::backoff::Backoff;
 use crate::secret::Secret;
 
 use super::error::ApiError;
@@ -43,14 +44,13 @@ pub(crate) struct TokenCache {
     state: Mutex<State>,
     /// Held across a fetch: one grant request at a time.
     refresh: tokio::sync::Mutex<()>,
-    backoff_initial: Duration,
-    backoff_max: Duration,
 }
 
-#[derive(Default)]
 struct State {
     token: Option<Cached>,
     failure: Option<Failure>,
+    /// Grows with each failed grant in a row; reset by a granted token.
+    backoff: Backoff,
 }
 
 struct Cached {
@@ -61,7 +61,6 @@ struct Cached {
 struct Failure {
     error: ApiError,
     retry_at: Instant,
-    delay: Duration,
 }
 
 /// How long a token with lifetime `expires_in` is used before a new one is fetched.
@@ -93,10 +92,12 @@ impl TokenCache {
 
     pub(crate) fn with_backoff(initial: Duration, max: Duration) -> Self {
         TokenCache {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                token: None,
+                failure: None,
+                backoff: Backoff::new(initial, max),
+            }),
             refresh: tokio::sync::Mutex::new(()),
-            backoff_initial: initial,
-            backoff_max: max.max(initial),
         }
     }
 
@@ -163,18 +164,12 @@ impl TokenCache {
                     refresh_at: now + usable_for(grant.expires_in),
                 });
                 st.failure = None;
+                st.backoff.reset();
                 Ok(grant)
             }
             Err(error) => {
-                let delay = match &st.failure {
-                    Some(f) => (f.delay * 2).min(self.backoff_max),
-                    None => self.backoff_initial,
-                };
-                let asked = error
-                    .retry_after()
-                    .unwrap_or_default()
-                    .min(self.backoff_max);
-                let delay = delay.max(asked);
+                // No jitter: one caller at a time asks, so there is no herd to spread.
+                let delay = st.backoff.next_delay(1.0, error.retry_after());
                 tracing::warn!(
                     retry_in_ms = delay.as_millis() as u64,
                     cause = %error.operator_cause(),
@@ -185,7 +180,6 @@ impl TokenCache {
                 st.failure = Some(Failure {
                     error,
                     retry_at: now + delay,
-                    delay,
                 });
                 Err(out)
             }
@@ -245,7 +239,7 @@ mod tests {
         assert_eq!(usable_for(Duration::ZERO), Duration::ZERO);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn concurrent_callers_share_one_grant() {
         let cache = Arc::new(TokenCache::new());
         let fetches = Arc::new(AtomicUsize::new(0));
@@ -268,7 +262,7 @@ mod tests {
         assert_eq!(fetches.load(Ordering::SeqCst), 1);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_failed_grant_is_remembered_until_its_backoff_ends_and_the_backoff_doubles() {
         let cache = TokenCache::with_backoff(Duration::from_millis(100), Duration::from_secs(1));
         let fetches = AtomicUsize::new(0);
@@ -296,7 +290,7 @@ mod tests {
         assert_eq!(ok.expose(), "t2");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_remembered_transient_failure_says_how_long_is_left() {
         let cache = TokenCache::with_backoff(Duration::from_secs(4), Duration::from_secs(60));
         let unreachable = || async { Err(ApiError::transient("token endpoint unreachable", None)) };
@@ -310,7 +304,7 @@ mod tests {
         );
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn force_ignores_the_backoff() {
         let cache = TokenCache::new();
         assert!(cache.get(|| async { Err(refused()) }).await.is_err());
@@ -320,7 +314,7 @@ mod tests {
         assert_eq!(again.expose(), "t3", "the forced grant is cached");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn only_the_refused_token_is_dropped() {
         let cache = TokenCache::new();
         let t1 = cache.get(|| async { Ok(grant("t1", 3600)) }).await.unwrap();
