@@ -24,6 +24,8 @@ tapes into decoded readings in the tracking service.
   `dead-letters`, `decode` (reading the state database or the service), `check` (for
   installers), `scan` (the live view and recorder) and `demo`. [`cli`] is the command
   line; [`clock`] is wall-clock time and its formatting.
+- [`health`]: what the running daemon keeps of its health for operators (`STATUS=`,
+  the scanner's counts in the state database).
 - [`systemd`]: sd_notify (READY, STATUS, STOPPING) and the watchdog that pings only
   while every stage makes progress.
 - [`mock`]: the spec-faithful mock tracking service used by tests and `tapegate demo`.
@@ -37,6 +39,7 @@ pub mod cmd;
 pub mod config;
 pub mod dedup;
 pub mod flush;
+pub mod health;
 pub mod ingest;
 pub mod mock;
 pub mod outbox;

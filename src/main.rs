@@ -1,16 +1,15 @@
 //! The thin binary: parse the command line, load the config, start logging, call the
 //! library, map errors to exit codes (0 ok, 2 bad config or usage, 1 anything else).
 
+use std::io::Write;
 use std::process::ExitCode;
-
-use std::path::PathBuf;
-use std::sync::Arc;
 
 use clap::Parser;
 use tapegate::cli::{Cli, Command, DeadLetters};
+use tapegate::cmd::CmdError;
 use tapegate::config::{self, Config, ConfigError};
-use tapegate::pipeline::{self, RunOptions};
-use tokio::sync::watch;
+use tapegate::pipeline::{self, Reload, RunOptions, SetLogLevel};
+use tapegate::systemd::stop_signals;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{reload, EnvFilter, Registry};
@@ -18,19 +17,35 @@ use tracing_subscriber::{reload, EnvFilter, Registry};
 /// How a command failed.
 enum Failure {
     Config(ConfigError),
+    /// Our reader went away (`tapegate tapes | head`): end quietly.
+    BrokenPipe,
     Other(anyhow::Error),
 }
 
 impl<E: Into<anyhow::Error>> From<E> for Failure {
     fn from(e: E) -> Self {
-        Failure::Other(e.into())
+        let e = e.into();
+        let broken_pipe = e.chain().any(|c| {
+            c.downcast_ref::<CmdError>()
+                .is_some_and(CmdError::is_broken_pipe)
+                || c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        });
+        if broken_pipe {
+            return Failure::BrokenPipe;
+        }
+        match e.downcast::<CmdError>() {
+            Ok(CmdError::Config(c)) => Failure::Config(c),
+            Ok(other) => Failure::Other(other.into()),
+            Err(e) => Failure::Other(e),
+        }
     }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match dispatch(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) | Err(Failure::BrokenPipe) => ExitCode::SUCCESS,
         Err(Failure::Config(e)) => {
             eprintln!("tapegate: {e}");
             ExitCode::from(2)
@@ -84,52 +99,15 @@ fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
         .build()?)
 }
 
-/// On SIGHUP: re-reads the config; a valid one replaces products, dedup settings and
-/// the log level without dropping anything; a bad one is refused and the old one stays.
-async fn reload_on_hangup(path: PathBuf, configs: watch::Sender<Arc<Config>>, level: LevelHandle) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else {
-        return;
-    };
-    while hup.recv().await.is_some() {
-        match config::load(&path, std::env::vars()) {
-            Ok(new) => {
-                if std::env::var_os("RUST_LOG").is_none() {
-                    match EnvFilter::try_new(&new.log.level) {
-                        Ok(f) => {
-                            let _ = level.reload(f);
-                        }
-                        Err(e) => tracing::warn!(error = %e, "log level not changed"),
-                    }
-                }
-                tracing::info!(path = %path.display(), "SIGHUP: config reloaded (products, dedup, log level; other changes take effect at the next start)");
-                configs.send_replace(Arc::new(new));
-            }
-            Err(e) => {
-                tracing::error!(path = %path.display(), error = %e, "SIGHUP: new config refused; the running one stays in force");
-            }
+/// Applies a reloaded `log.level`, unless `RUST_LOG` decides.
+fn level_setter(level: LevelHandle) -> SetLogLevel {
+    Box::new(move |new| {
+        if std::env::var_os("RUST_LOG").is_some() {
+            return Ok(());
         }
-    }
-}
-
-/// Resolves on SIGTERM or SIGINT.
-async fn stop_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let term = signal(SignalKind::terminate());
-    let int = signal(SignalKind::interrupt());
-    match (term, int) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        }
-        _ => std::future::pending().await,
-    }
-}
-
-fn writeln_out(out: &mut dyn std::io::Write, text: &str) {
-    let _ = writeln!(out, "{text}");
+        let filter = EnvFilter::try_new(new).map_err(|e| e.to_string())?;
+        level.reload(filter).map_err(|e| e.to_string())
+    })
 }
 
 fn dispatch(cli: Cli) -> Result<(), Failure> {
@@ -138,16 +116,17 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Run { until_drained } => {
             let config = load(&cli)?;
             let level = init_logging(&config.log.level);
-            let (reload_tx, reload_rx) = tokio::sync::watch::channel(Arc::new(config.clone()));
             let options = RunOptions {
                 until_drained: *until_drained,
-                reload: Some(reload_rx),
+                reload: Some(Reload {
+                    path: cli.config.clone(),
+                    set_log_level: level_setter(level),
+                }),
             };
             let rt = runtime()?;
-            let path = cli.config.clone();
             let result = rt.block_on(async move {
-                tokio::spawn(reload_on_hangup(path, reload_tx, level));
-                pipeline::run(config, stop_signal(), options).await
+                let stop = stop_signals()?;
+                anyhow::Ok(pipeline::run(config, stop, options).await?)
             });
             // Everything is committed by now. A blocking read of stdin (replay from
             // "-") cannot be interrupted; do not wait for it.
@@ -168,13 +147,14 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         }
         Command::Check { config_only: true } => {
             let config = load(&cli)?;
-            println!(
+            writeln!(
+                stdout,
                 "ok   config           {} is valid (gateway {}, {} product(s), source {:?})",
                 cli.config.display(),
                 config.gateway.id,
                 config.products.0.len(),
                 config.scanner.source
-            );
+            )?;
         }
         Command::Check { config_only: false } => {
             let config = load(&cli)?;
@@ -200,12 +180,10 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             };
             let rt = runtime()?;
             let mut out = std::io::stdout();
-            let result = rt.block_on(tapegate::cmd::scan::run(
-                &config,
-                options,
-                stop_signal(),
-                &mut out,
-            ));
+            let result = rt.block_on(async {
+                let stop = stop_signals()?;
+                anyhow::Ok(tapegate::cmd::scan::run(&config, options, stop, &mut out).await?)
+            });
             rt.shutdown_background();
             result?;
         }
@@ -216,13 +194,13 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         } => {
             let config = load(&cli)?;
             init_logging("warn");
-            let decoded = runtime()?.block_on(tapegate::cmd::state::decode(
+            let decoded = runtime()?.block_on(tapegate::cmd::decode::decode(
                 &config,
                 *mac,
                 packet,
                 product.as_deref(),
             ))?;
-            writeln_out(&mut stdout, &decoded);
+            writeln!(stdout, "{decoded}")?;
         }
         Command::Demo {
             duration,
@@ -235,9 +213,11 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
                 tapes: *tapes,
                 state_dir: state_dir.clone(),
             };
-            let rt = runtime()?;
             let mut out = std::io::stdout();
-            rt.block_on(tapegate::cmd::demo::run(options, stop_signal(), &mut out))?;
+            runtime()?.block_on(async {
+                let stop = stop_signals()?;
+                anyhow::Ok(tapegate::cmd::demo::run(options, stop, &mut out).await?)
+            })?;
         }
         Command::Mock { listen } => {
             init_logging("info");
@@ -249,12 +229,12 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::DeadLetters(DeadLetters::Retry(which)) => {
             let config = load(&cli)?;
             let n = tapegate::cmd::state::dead_letters_change(&config, true, which.mac)?;
-            println!("re-queued {n} dead letter(s)");
+            writeln!(stdout, "re-queued {n} dead letter(s)")?;
         }
         Command::DeadLetters(DeadLetters::Purge(which)) => {
             let config = load(&cli)?;
             let n = tapegate::cmd::state::dead_letters_change(&config, false, which.mac)?;
-            println!("purged {n} dead letter(s)");
+            writeln!(stdout, "purged {n} dead letter(s)")?;
         }
     }
     Ok(())

@@ -12,6 +12,7 @@ batch in flight (or abandons it, leaving its rows pending) within
 */
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,13 +21,12 @@ use tracing::Instrument;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::api::ServiceClient;
+use crate::api::{ApiError, ServiceClient};
 use crate::config::{Config, SourceKind};
 use crate::flush::{FlushControl, FlushReport, Flusher};
+use crate::health::{self, HealthKeeper};
 use crate::ingest::{self, IngestReport, IngestSettings};
-use crate::outbox::ScannerCounts;
 use crate::outbox::{Outbox, OutboxError, Store, StoreOptions};
-use crate::record::EpochMillis;
 use crate::source::ble::{Ble, BleSettings};
 use crate::source::replay::Replay;
 use crate::source::sim::Sim;
@@ -44,17 +44,27 @@ const INGEST_ALLOWANCE: Duration = Duration::from_secs(30);
 /// Beyond a whole request and a whole backoff, how long the flusher may go without a turn.
 const FLUSH_SLACK: Duration = Duration::from_secs(60);
 
-/// How often `STATUS=` is refreshed for `systemctl status`.
-const STATUS_EVERY: Duration = Duration::from_secs(10);
-
 /// How `run` behaves beyond the config.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct RunOptions {
     /// Return once the source has ended and nothing deliverable is pending.
     pub until_drained: bool,
-    /// Reloaded configs (SIGHUP): products and dedup settings take effect at once.
-    pub reload: Option<watch::Receiver<Arc<Config>>>,
+    /// Re-read the config on SIGHUP; `None`: SIGHUP is not handled here.
+    pub reload: Option<Reload>,
 }
+
+/// What SIGHUP re-reads: the config file (with the process environment's
+/// `TAPEGATE_*` overrides). A valid new config replaces the products, the dedup
+/// settings and the log level at once, dropping nothing; a bad one is refused with an
+/// ERROR line and the running one stays in force. Other changes wait for a restart.
+pub struct Reload {
+    pub path: PathBuf,
+    /// Applies a new `log.level` (the log subscriber belongs to the binary).
+    pub set_log_level: SetLogLevel,
+}
+
+/// Applies a log filter (`info`, `tapegate=debug`); the error says why it was not.
+pub type SetLogLevel = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
 
 /// What a run did.
 #[derive(Debug, Clone, Default)]
@@ -72,8 +82,29 @@ pub enum RunError {
     Outbox(#[from] OutboxError),
     #[error(transparent)]
     Source(#[from] SourceError),
-    #[error("a pipeline stage failed: {0}")]
-    Stage(String),
+    #[error("cannot start the outbox thread: {0}")]
+    OutboxThread(#[source] std::io::Error),
+    #[error("cannot set up the service client: {0}")]
+    Client(#[source] ApiError),
+    #[error("cannot listen for {signal}: {source}")]
+    Signal {
+        signal: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A stage's task panicked or was cancelled; the cause is kept.
+    #[error("the {stage} stage failed: {source}")]
+    Stage {
+        stage: &'static str,
+        #[source]
+        source: tokio::task::JoinError,
+    },
+}
+
+impl RunError {
+    fn stage(stage: &'static str) -> impl FnOnce(tokio::task::JoinError) -> RunError {
+        move |source| RunError::Stage { stage, source }
+    }
 }
 
 /// Runs the daemon with `config` until `shutdown` resolves (or, with
@@ -105,7 +136,7 @@ async fn run_in(
     let (store, opened) =
         tokio::task::spawn_blocking(move || Store::open(&state_dir, store_options))
             .await
-            .map_err(|e| RunError::Stage(e.to_string()))??;
+            .map_err(RunError::stage("outbox open"))??;
     if let Some(aside) = &opened.quarantined {
         tracing::error!(
             path = %opened.path.display(),
@@ -119,8 +150,7 @@ async fn run_in(
         pending = opened.pending,
         "outbox open"
     );
-    let (outbox, owner) = Outbox::start(store)
-        .map_err(|e| RunError::Stage(format!("cannot start outbox thread: {e}")))?;
+    let (outbox, owner) = Outbox::start(store).map_err(RunError::OutboxThread)?;
 
     if config.service.is_none() {
         tracing::warn!("no [service] configured: captures accumulate in the outbox until one is");
@@ -131,7 +161,18 @@ async fn run_in(
         .as_ref()
         .map(ServiceClient::new)
         .transpose()
-        .map_err(|e| RunError::Stage(format!("cannot set up the service client: {e}")))?;
+        .map_err(RunError::Client)?;
+
+    // Reloaded configs (SIGHUP): products and dedup settings take effect at once.
+    let (reload_tx, reload_rx) = watch::channel(Arc::new(config.clone()));
+    if let Some(reload) = options.reload {
+        let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .map_err(|source| RunError::Signal {
+                signal: "SIGHUP",
+                source,
+            })?;
+        tokio::spawn(reload_on_hangup(hangup, reload, reload_tx).in_current_span());
+    }
 
     let stop_source = CancellationToken::new();
     let stop_flush = CancellationToken::new();
@@ -152,7 +193,7 @@ async fn run_in(
         let scanner = config.scanner.clone();
         // The BLE source drops what no product matches; SIGHUP's products reach it too.
         let products = config.products.clone();
-        let reload = options.reload.clone();
+        let reload = Some(reload_rx.clone());
         let health = health.clone();
         tokio::spawn(
             async move {
@@ -192,7 +233,7 @@ async fn run_in(
                 commit_interval: config.outbox.commit_interval,
                 live,
                 beat: liveness.stage("ingest", INGEST_ALLOWANCE),
-                reload: options.reload,
+                reload: Some(reload_rx),
             },
             adverts_rx,
             outbox.clone(),
@@ -238,7 +279,7 @@ async fn run_in(
     notifier.ready();
     let service_tasks = CancellationToken::new();
     let status_task = tokio::spawn(
-        report_status(
+        health::report_status(
             notifier.clone(),
             outbox.clone(),
             HealthKeeper::new(health.clone()),
@@ -304,11 +345,9 @@ async fn run_in(
     // The owner thread closes the database (checkpointing the WAL) once every handle is gone.
     let _ = tokio::task::spawn_blocking(move || owner.join()).await;
 
-    let ingest_report = ingest_result.map_err(|e| RunError::Stage(format!("ingest: {e}")))?;
-    let flush_report = flush_result
-        .transpose()
-        .map_err(|e| RunError::Stage(format!("flush: {e}")))?;
-    let source_report = source_result.map_err(|e| RunError::Stage(format!("source: {e}")))??;
+    let ingest_report = ingest_result.map_err(RunError::stage("ingest"))?;
+    let flush_report = flush_result.transpose().map_err(RunError::stage("flush"))?;
+    let source_report = source_result.map_err(RunError::stage("source"))??;
     let flushed = flush_report.clone().unwrap_or_default();
     tracing::info!(
         adverts = ingest_report.adverts,
@@ -328,107 +367,25 @@ async fn run_in(
     })
 }
 
-/// Moves what the source has been through into the state database, as increments, so
-/// that `status` shows the counts accumulated across restarts of the daemon.
-struct HealthKeeper {
-    health: Arc<SourceHealth>,
-    kept: ScannerCounts,
-    trouble_at: Option<EpochMillis>,
-}
-
-impl HealthKeeper {
-    fn new(health: Arc<SourceHealth>) -> HealthKeeper {
-        HealthKeeper {
-            health,
-            kept: ScannerCounts::default(),
-            trouble_at: None,
-        }
-    }
-
-    async fn keep(&mut self, outbox: &Outbox) {
-        let read = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
-        let now = ScannerCounts {
-            restarts: read(&self.health.restarts),
-            reacquires: read(&self.health.reacquires),
-            dropped: read(&self.health.dropped),
-            forgotten: read(&self.health.forgotten),
-        };
-        let trouble = self
-            .health
-            .last_trouble
-            .lock()
-            .ok()
-            .and_then(|t| t.clone())
-            .filter(|(_, at)| Some(*at) != self.trouble_at);
-        if now == self.kept && trouble.is_none() {
-            return;
-        }
-        let delta = ScannerCounts {
-            restarts: now.restarts - self.kept.restarts,
-            reacquires: now.reacquires - self.kept.reacquires,
-            dropped: now.dropped - self.kept.dropped,
-            forgotten: now.forgotten - self.kept.forgotten,
-        };
-        let t = trouble.clone();
-        let result = outbox
-            .call(move |s| {
-                s.add_scanner_counts(&delta, t.as_ref().map(|(r, at)| (r.as_str(), *at)))
-            })
-            .await;
-        match result {
-            Ok(()) => {
-                self.kept = now;
-                if let Some((_, at)) = trouble {
-                    self.trouble_at = Some(at);
+/// On SIGHUP: re-reads the config (see [`Reload`]) and hands a valid one to the stages.
+async fn reload_on_hangup(
+    mut hangup: tokio::signal::unix::Signal,
+    reload: Reload,
+    configs: watch::Sender<Arc<Config>>,
+) {
+    let path = &reload.path;
+    while hangup.recv().await.is_some() {
+        match crate::config::load(path, std::env::vars()) {
+            Ok(new) => {
+                if let Err(e) = (reload.set_log_level)(&new.log.level) {
+                    tracing::warn!(error = %e, "log level not changed");
                 }
+                tracing::info!(path = %path.display(), "SIGHUP: config reloaded (products, dedup, log level; other changes take effect at the next start)");
+                configs.send_replace(Arc::new(new));
             }
             Err(e) => {
-                tracing::debug!(error = %e, "could not keep the scanner's counts; will try again")
+                tracing::error!(path = %path.display(), error = %e, "SIGHUP: new config refused; the running one stays in force");
             }
         }
-    }
-}
-
-/// Keeps `systemctl status` current (pending, last flush, last error) and the scanner's
-/// counts in the state database; keeps them once more when stopped.
-async fn report_status(
-    notifier: Notifier,
-    outbox: Outbox,
-    mut health: HealthKeeper,
-    stop: CancellationToken,
-) {
-    let mut tick = tokio::time::interval(STATUS_EVERY);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.cancelled() => {
-                health.keep(&outbox).await;
-                return;
-            }
-        }
-        health.keep(&outbox).await;
-        let Ok(s) = outbox.call(|store| store.stats()).await else {
-            return;
-        };
-        let now = crate::clock::now_ms();
-        let last_ok = s
-            .last_flush_ok_at
-            .map(|t| {
-                format!(
-                    "{} ago",
-                    crate::clock::age(((now - t).max(0) / 1000) as u64)
-                )
-            })
-            .unwrap_or_else(|| "never".into());
-        let mut text = format!(
-            "pending {}, delivered {}, dead letters {}, last flush ok {last_ok}",
-            s.pending, s.delivered, s.dead_letters
-        );
-        if let (Some(e), Some(at)) = (&s.last_error, s.last_error_at) {
-            if s.last_flush_ok_at.is_none_or(|ok| at > ok) {
-                text.push_str(&format!(", last error: {e}"));
-            }
-        }
-        notifier.status(&text);
     }
 }

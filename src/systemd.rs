@@ -172,6 +172,20 @@ pub async fn watchdog(notifier: Notifier, liveness: Liveness, interval: Duration
     }
 }
 
+/// Resolves on the first SIGTERM (systemd's stop) or SIGINT (Ctrl-C). The handlers are
+/// installed here, at once: a process that cannot hear them must not run on as if it could.
+pub fn stop_signals() -> std::io::Result<impl std::future::Future<Output = ()> + Send> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

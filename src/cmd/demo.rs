@@ -16,7 +16,9 @@ use crate::clock::now_ms;
 use crate::config;
 use crate::mock::{self, MockConfig, Storm};
 use crate::outbox::Store;
-use crate::pipeline::{self, RunOptions};
+use crate::pipeline::{self, RunError, RunOptions};
+
+use super::CmdError;
 
 /// What the demo runs.
 #[derive(Debug, Clone)]
@@ -33,8 +35,10 @@ pub async fn run(
     options: DemoOptions,
     stop: impl std::future::Future<Output = ()>,
     out: &mut (dyn Write + Send),
-) -> anyhow::Result<()> {
-    let service = mock::start(MockConfig::demo()).await?;
+) -> Result<(), CmdError> {
+    let service = mock::start(MockConfig::demo())
+        .await
+        .map_err(CmdError::Mock)?;
     let (state_dir, temporary) = match &options.state_dir {
         Some(d) => (d.clone(), false),
         None => (
@@ -134,7 +138,10 @@ pub async fn run(
         "\nstopping: committing what is held and finishing the batch in flight ..."
     );
     daemon_stop.cancel();
-    let report = daemon.await??;
+    let report = daemon.await.map_err(|source| RunError::Stage {
+        stage: "daemon",
+        source,
+    })??;
     if let Ok(Some(store)) = Store::open_existing(&state_dir) {
         let s = store.stats()?;
         let _ = writeln!(

@@ -3,6 +3,39 @@
 //! `decode`, `check`, `scan` and `demo`. Each prints for a person or, where asked, as JSON.
 
 pub mod check;
+pub mod decode;
 pub mod demo;
 pub mod scan;
 pub mod state;
+
+use crate::api::ApiError;
+use crate::config::ConfigError;
+use crate::outbox::OutboxError;
+use crate::pipeline::RunError;
+
+/// Why a command failed. `main` maps [`CmdError::Config`] to exit 2 and the rest to 1;
+/// a closed stdout ([`CmdError::is_broken_pipe`]) ends the command quietly.
+#[derive(Debug, thiserror::Error)]
+pub enum CmdError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Outbox(#[from] OutboxError),
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    #[error(transparent)]
+    Run(#[from] RunError),
+    #[error("no [service] section in the config: add [service] and [service.environments.<name>] (see config.example.toml)")]
+    NoService,
+    #[error("cannot start the mock service: {0}")]
+    Mock(#[source] std::io::Error),
+    #[error("cannot write the output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+impl CmdError {
+    /// The reader of our output went away (`tapegate tapes | head`).
+    pub fn is_broken_pipe(&self) -> bool {
+        matches!(self, CmdError::Output(e) if e.kind() == std::io::ErrorKind::BrokenPipe)
+    }
+}

@@ -6,6 +6,7 @@ use std::io::Write;
 
 use serde::Serialize;
 
+use super::CmdError;
 use crate::clock::{age, now_ms, rfc3339};
 use crate::config::Config;
 use crate::outbox::{OutboxError, ScannerCounts, Stats, Store};
@@ -75,17 +76,17 @@ fn ago(at: EpochMillis, now: EpochMillis) -> String {
 }
 
 /// Prints `tapegate status`.
-pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), OutboxError> {
+pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), CmdError> {
     let store = Store::open_existing(&config.gateway.state_dir)?;
     let stats = store.as_ref().map(Store::stats).transpose()?;
     let now = now_ms();
     let s = StatusJson::new(config, stats.as_ref(), now);
     if json {
-        let _ = writeln!(
+        writeln!(
             out,
             "{}",
             serde_json::to_string_pretty(&s).unwrap_or_default()
-        );
+        )?;
         return Ok(());
     }
     let mut lines = vec![
@@ -145,7 +146,7 @@ pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), Ou
         ));
     }
     for (k, v) in lines {
-        let _ = writeln!(out, "{k:<14} {v}");
+        writeln!(out, "{k:<14} {v}")?;
     }
     Ok(())
 }
@@ -158,18 +159,18 @@ fn rows<T: Serialize>(
     empty: &str,
     out: &mut dyn Write,
     read: impl FnOnce(&Store) -> Result<Vec<T>, OutboxError>,
-) -> Result<Option<Vec<T>>, OutboxError> {
+) -> Result<Option<Vec<T>>, CmdError> {
     let rows = match Store::open_existing(&config.gateway.state_dir)? {
         Some(store) => read(&store)?,
         None => Vec::new(),
     };
     if json {
         let text = serde_json::to_string_pretty(&rows).unwrap_or_default();
-        let _ = writeln!(out, "{text}");
+        writeln!(out, "{text}")?;
         return Ok(None);
     }
     if rows.is_empty() {
-        let _ = writeln!(out, "{empty}");
+        writeln!(out, "{empty}")?;
         return Ok(None);
     }
     Ok(Some(rows))
@@ -181,20 +182,20 @@ pub fn dead_letters_list(
     json: bool,
     limit: usize,
     out: &mut dyn Write,
-) -> Result<(), OutboxError> {
+) -> Result<(), CmdError> {
     let Some(rows) = rows(config, json, "no dead letters", out, |s| {
         s.dead_letters(limit)
     })?
     else {
         return Ok(());
     };
-    let _ = writeln!(
+    writeln!(
         out,
         "{:<8} {:<17} {:<20} {:<20} error",
         "id", "mac", "captured", "refused"
-    );
+    )?;
     for r in rows {
-        let _ = writeln!(
+        writeln!(
             out,
             "{:<8} {:<17} {:<20} {:<20} {}",
             r.id,
@@ -202,7 +203,7 @@ pub fn dead_letters_list(
             rfc3339(r.captured_at),
             rfc3339(r.dead_at),
             r.error
-        );
+        )?;
     }
     Ok(())
 }
@@ -226,7 +227,7 @@ pub fn tapes(
     json: bool,
     limit: usize,
     out: &mut dyn Write,
-) -> Result<(), OutboxError> {
+) -> Result<(), CmdError> {
     let Some(rows) = rows(config, json, "no decoded tapes yet", out, |s| {
         s.tapes(limit)
     })?
@@ -234,17 +235,17 @@ pub fn tapes(
         return Ok(());
     };
     let now = now_ms();
-    let _ = writeln!(
+    writeln!(
         out,
         "{:<16} {:<17} {:>8} {:>8} {:>5}  last seen",
         "qr code", "mac", "temp °C", "battery", "rssi"
-    );
+    )?;
     for t in rows {
         let num = |v: Option<f64>, digits: usize| {
             v.map(|x| format!("{x:.digits$}"))
                 .unwrap_or_else(|| "-".into())
         };
-        let _ = writeln!(
+        writeln!(
             out,
             "{:<16} {:<17} {:>8} {:>8} {:>5}  {}",
             t.qr_code.as_deref().unwrap_or("-"),
@@ -253,38 +254,7 @@ pub fn tapes(
             num(t.bat, 0),
             t.rssi.map(|r| r.to_string()).unwrap_or_else(|| "-".into()),
             ago(t.captured_at, now)
-        );
+        )?;
     }
     Ok(())
-}
-
-/// `tapegate decode`: one packet through the single decode endpoint; returns the
-/// decoded fields as pretty JSON.
-pub async fn decode(
-    config: &Config,
-    mac: Mac,
-    packet: &str,
-    product: Option<&str>,
-) -> anyhow::Result<String> {
-    let service = config
-        .service
-        .as_ref()
-        .ok_or_else(|| anyhow::anyhow!("no [service] section in the config"))?;
-    let client = crate::api::ServiceClient::new(service)?;
-    let mac_id = service.mac_format.format(mac);
-    let product = product
-        .map(str::to_string)
-        .or_else(|| config.products.0.first().map(|p| p.id.clone()))
-        .unwrap_or_else(|| "tape".into());
-    let correlation_id = format!("{}-decode-{}", config.gateway.id, now_ms());
-    let decoded = client
-        .decode_one(
-            &mac_id,
-            &product,
-            packet,
-            &(now_ms() / 1000).to_string(),
-            &correlation_id,
-        )
-        .await?;
-    Ok(serde_json::to_string_pretty(&decoded.raw)?)
 }

@@ -1,0 +1,37 @@
+//! `tapegate decode`: one packet through the single decode endpoint (spec 4.3), for
+//! checking a tape by hand.
+
+use crate::api::ServiceClient;
+use crate::clock::now_ms;
+use crate::config::Config;
+use crate::record::Mac;
+
+use super::CmdError;
+
+/// `tapegate decode`: one packet through the single decode endpoint; returns the
+/// decoded fields as pretty JSON.
+pub async fn decode(
+    config: &Config,
+    mac: Mac,
+    packet: &str,
+    product: Option<&str>,
+) -> Result<String, CmdError> {
+    let service = config.service.as_ref().ok_or(CmdError::NoService)?;
+    let client = ServiceClient::new(service)?;
+    let mac_id = service.mac_format.format(mac);
+    let product = product
+        .map(str::to_string)
+        .or_else(|| config.products.0.first().map(|p| p.id.clone()))
+        .unwrap_or_else(|| "tape".into());
+    let correlation_id = format!("{}-decode-{}", config.gateway.id, now_ms());
+    let decoded = client
+        .decode_one(
+            &mac_id,
+            &product,
+            packet,
+            &(now_ms() / 1000).to_string(),
+            &correlation_id,
+        )
+        .await?;
+    Ok(serde_json::to_string_pretty(&decoded.raw).unwrap_or_default())
+}

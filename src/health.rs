@@ -1,0 +1,121 @@
+/*!
+What the running daemon keeps of its health for operators: the one-line `STATUS=` that
+`systemctl status` shows (pending, last flush, last error), refreshed every
+[`STATUS_EVERY`], and the BLE scanner's ladder counts, moved into the state database so
+that `tapegate status` shows them accumulated across restarts.
+*/
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::{age, now_ms};
+use crate::outbox::{Outbox, ScannerCounts};
+use crate::record::EpochMillis;
+use crate::source::SourceHealth;
+use crate::systemd::Notifier;
+
+/// How often `STATUS=` is refreshed for `systemctl status`.
+const STATUS_EVERY: Duration = Duration::from_secs(10);
+
+/// Moves what the source has been through into the state database, as increments, so
+/// that `status` shows the counts accumulated across restarts of the daemon.
+pub struct HealthKeeper {
+    health: Arc<SourceHealth>,
+    kept: ScannerCounts,
+    trouble_at: Option<EpochMillis>,
+}
+
+impl HealthKeeper {
+    pub fn new(health: Arc<SourceHealth>) -> HealthKeeper {
+        HealthKeeper {
+            health,
+            kept: ScannerCounts::default(),
+            trouble_at: None,
+        }
+    }
+
+    async fn keep(&mut self, outbox: &Outbox) {
+        let read = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let now = ScannerCounts {
+            restarts: read(&self.health.restarts),
+            reacquires: read(&self.health.reacquires),
+            dropped: read(&self.health.dropped),
+            forgotten: read(&self.health.forgotten),
+        };
+        let trouble = self
+            .health
+            .last_trouble
+            .lock()
+            .ok()
+            .and_then(|t| t.clone())
+            .filter(|(_, at)| Some(*at) != self.trouble_at);
+        if now == self.kept && trouble.is_none() {
+            return;
+        }
+        let delta = ScannerCounts {
+            restarts: now.restarts - self.kept.restarts,
+            reacquires: now.reacquires - self.kept.reacquires,
+            dropped: now.dropped - self.kept.dropped,
+            forgotten: now.forgotten - self.kept.forgotten,
+        };
+        let t = trouble.clone();
+        let result = outbox
+            .call(move |s| {
+                s.add_scanner_counts(&delta, t.as_ref().map(|(r, at)| (r.as_str(), *at)))
+            })
+            .await;
+        match result {
+            Ok(()) => {
+                self.kept = now;
+                if let Some((_, at)) = trouble {
+                    self.trouble_at = Some(at);
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "could not keep the scanner's counts; will try again")
+            }
+        }
+    }
+}
+
+/// Keeps `systemctl status` current (pending, last flush, last error) and the scanner's
+/// counts in the state database; keeps them once more when stopped.
+pub async fn report_status(
+    notifier: Notifier,
+    outbox: Outbox,
+    mut health: HealthKeeper,
+    stop: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(STATUS_EVERY);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.cancelled() => {
+                health.keep(&outbox).await;
+                return;
+            }
+        }
+        health.keep(&outbox).await;
+        let Ok(s) = outbox.call(|store| store.stats()).await else {
+            return;
+        };
+        let now = now_ms();
+        let last_ok = s
+            .last_flush_ok_at
+            .map(|t| format!("{} ago", age(((now - t).max(0) / 1000) as u64)))
+            .unwrap_or_else(|| "never".into());
+        let mut text = format!(
+            "pending {}, delivered {}, dead letters {}, last flush ok {last_ok}",
+            s.pending, s.delivered, s.dead_letters
+        );
+        if let (Some(e), Some(at)) = (&s.last_error, s.last_error_at) {
+            if s.last_flush_ok_at.is_none_or(|ok| at > ok) {
+                text.push_str(&format!(", last error: {e}"));
+            }
+        }
+        notifier.status(&text);
+    }
+}
