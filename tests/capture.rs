@@ -224,8 +224,13 @@ fn sigterm_commits_what_is_held_and_exits_0() {
         .unwrap();
     }
     stdin.flush().unwrap();
-    // The commit interval is ten seconds: the captures are held in the group, not committed.
-    std::thread::sleep(Duration::from_millis(700));
+    // The commit interval is ten seconds: once the daemon has read every line from the
+    // pipe, those after the first commit are held (in the source's buffer or the
+    // group), not committed.
+    let read_all = wait_for(Duration::from_secs(15), || {
+        (unread_bytes(&stdin) == 0).then_some(())
+    });
+    assert!(read_all.is_some(), "the daemon did not read its input");
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let out = child.wait_with_output().unwrap();
     assert!(

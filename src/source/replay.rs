@@ -17,7 +17,7 @@ whole per-line cost.
 
 use std::path::PathBuf;
 
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -75,8 +75,8 @@ impl Source for Replay {
 
 /// Sends every record of `input` to `out` until the input ends, `stop` is cancelled or
 /// `out` is closed. Fails only when reading fails.
-async fn replay<R: AsyncBufRead + Unpin>(
-    mut input: R,
+async fn replay<R: AsyncRead + Unpin>(
+    mut input: BufReader<R>,
     out: &mpsc::Sender<Advertisement>,
     stop: &CancellationToken,
 ) -> std::io::Result<SourceReport> {
@@ -96,23 +96,44 @@ async fn replay<R: AsyncBufRead + Unpin>(
             break;
         }
         line_no += 1;
-        let adv = match parse_line(&buf) {
-            Ok(Some(adv)) => adv,
-            Ok(None) => continue,
-            Err(reason) => {
-                report.malformed += 1;
-                tracing::warn!(line = line_no, %reason, "replay line {line_no} skipped: {reason}");
-                continue;
-            }
+        let Some(adv) = parse_counted(&buf, line_no, &mut report) else {
+            continue;
         };
         tokio::select! {
             biased;
-            sent = out.send(adv) => if sent.is_err() { break },
-            () = stop.cancelled() => break,
+            sent = out.send(adv) => if sent.is_err() { return Ok(report) },
+            // Stopped while the pipeline does not take more: stop here.
+            () = stop.cancelled() => return Ok(report),
         }
         report.adverts += 1;
     }
+    // Stopped: what was already read from the input is passed on while the pipeline
+    // has room for it, not dropped; only the reading stops. A last line without its
+    // line ending is incomplete and stays.
+    let held = input.buffer();
+    let complete = held.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    for line in held[..complete].split_inclusive(|b| *b == b'\n') {
+        line_no += 1;
+        if let Some(adv) = parse_counted(line, line_no, &mut report) {
+            if out.try_send(adv).is_err() {
+                break;
+            }
+            report.adverts += 1;
+        }
+    }
     Ok(report)
+}
+
+/// One line, parsed: `None` when blank or malformed (logged and counted).
+fn parse_counted(line: &[u8], line_no: u64, report: &mut SourceReport) -> Option<Advertisement> {
+    match parse_line(line) {
+        Ok(adv) => adv,
+        Err(reason) => {
+            report.malformed += 1;
+            tracing::warn!(line = line_no, %reason, "replay line {line_no} skipped: {reason}");
+            None
+        }
+    }
 }
 
 /// One line (with or without its line ending): `None` if blank.
@@ -294,6 +315,33 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(report.adverts < 1000, "{report:?}");
+    }
+
+    #[tokio::test]
+    async fn stopping_passes_on_what_was_already_read_and_stops_reading() {
+        let (mut writer, reader) = tokio::io::duplex(1 << 16);
+        let lines: String = (0..3).map(|i| record(i) + "\n").collect();
+        tokio::io::AsyncWriteExt::write_all(&mut writer, lines.as_bytes())
+            .await
+            .unwrap();
+        let (tx, mut rx) = mpsc::channel(10);
+        let stop = CancellationToken::new();
+        let task = tokio::spawn({
+            let stop = stop.clone();
+            async move { replay(BufReader::new(reader), &tx, &stop).await }
+        });
+        // One read took all three lines; the first is through, two are held.
+        let first = rx.recv().await.unwrap();
+        stop.cancel();
+        let report = task.await.unwrap().unwrap();
+        let mut got = vec![first];
+        while let Some(adv) = rx.recv().await {
+            got.push(adv);
+        }
+        assert_eq!(report.adverts, 3);
+        assert_eq!(got.len(), 3, "the held lines were passed on");
+        // The writer is still open: the replay ended on the stop, not at the end.
+        drop(writer);
     }
 
     #[tokio::test]

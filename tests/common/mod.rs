@@ -235,6 +235,16 @@ pub fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<
     }
 }
 
+/// Bytes written to a pipe that its reader has not read yet (`FIONREAD`).
+pub fn unread_bytes(pipe: &impl std::os::fd::AsRawFd) -> usize {
+    let mut n: libc::c_int = 0;
+    assert_eq!(
+        unsafe { libc::ioctl(pipe.as_raw_fd(), libc::FIONREAD, &mut n) },
+        0
+    );
+    n as usize
+}
+
 /// `PRAGMA integrity_check` of the database file, through a connection of its own.
 pub fn integrity_check(db: &Path) -> String {
     let c = rusqlite::Connection::open(db).unwrap();
