@@ -1281,7 +1281,7 @@ authorized_groups = "grp"
 
     #[test]
     fn the_shipped_example_is_valid() {
-        let text = include_str!("../config.example.toml").replace(
+        let text = include_str!("../../config.example.toml").replace(
             "password_file = \"/run/credentials/tapegate.service/password\"",
             "password = \"x\"",
         );
