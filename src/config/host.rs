@@ -1,0 +1,113 @@
+/*!
+The machine's side of loading a config: what validation needs besides the file (the
+host name, the credentials directory) and the one file the config points to (the
+password file). `load` reads these; validation is handed them, so that it does no I/O
+and tests can hand it any machine they like.
+*/
+
+use std::path::{Path, PathBuf};
+
+use crate::secret::Secret;
+
+/// What validation needs to know about the machine it runs on.
+#[derive(Debug, Clone)]
+pub struct Host {
+    /// The default `gateway.id`.
+    pub hostname: String,
+    /// `$CREDENTIALS_DIRECTORY`: where systemd's `LoadCredential=` puts credentials, and
+    /// where a relative `password_file` is looked up.
+    pub credentials_dir: Option<PathBuf>,
+}
+
+impl Host {
+    /// This machine: its host name (`tapegate` when it cannot be read) and the credentials
+    /// directory systemd gave this process, if any.
+    pub fn from_system() -> Host {
+        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "tapegate".into());
+        Host {
+            hostname,
+            credentials_dir: std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from),
+        }
+    }
+
+    /// Where `password_file` is: a relative path is looked up in the credentials
+    /// directory when there is one.
+    pub fn credential_path(&self, file: &Path) -> PathBuf {
+        match &self.credentials_dir {
+            Some(dir) if file.is_relative() => dir.join(file),
+            _ => file.to_path_buf(),
+        }
+    }
+}
+
+/// A password file as it was read: where, and what it held (or why it could not be
+/// read). Validation turns it into the password or a problem naming the key.
+#[derive(Debug)]
+pub struct PasswordFile {
+    pub path: PathBuf,
+    pub contents: std::io::Result<Secret>,
+}
+
+impl PasswordFile {
+    pub fn read(path: PathBuf) -> PasswordFile {
+        let contents = std::fs::read_to_string(&path).map(Secret::new);
+        PasswordFile { path, contents }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::test_support::{parse, parse_on, problems, SERVICE};
+
+    #[test]
+    fn password_file_is_read_and_a_missing_one_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pw");
+        std::fs::write(&file, "from-file\n").unwrap();
+        let text = SERVICE.replace(
+            "password = \"s3cr3t-value\"",
+            &format!("password_file = \"{}\"", file.display()),
+        );
+        let c = parse(&text, &[]).unwrap();
+        assert_eq!(c.service.unwrap().endpoint.password.expose(), "from-file");
+        let missing = text.replace(&file.display().to_string(), "/nonexistent/pw");
+        let p = problems(&missing, &[]);
+        assert!(
+            p[0].to_string().contains("password_file = /nonexistent/pw"),
+            "{:?}",
+            p[0]
+        );
+    }
+
+    #[test]
+    fn a_relative_password_file_is_looked_up_in_the_credentials_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("password"), "from-credentials\n").unwrap();
+        let host = Host {
+            hostname: "test-host".into(),
+            credentials_dir: Some(dir.path().to_path_buf()),
+        };
+        let text = SERVICE.replace(
+            "password = \"s3cr3t-value\"",
+            "password_file = \"password\"",
+        );
+        let c = parse_on(&text, &[], &host).unwrap();
+        assert_eq!(
+            c.service.unwrap().endpoint.password.expose(),
+            "from-credentials"
+        );
+        // An absolute path is taken as written.
+        let absolute = Path::new("/etc/tapegate/password");
+        assert_eq!(host.credential_path(absolute), absolute);
+    }
+
+    #[test]
+    fn this_machine_always_has_a_name() {
+        assert!(!Host::from_system().hostname.is_empty());
+    }
+}
