@@ -27,6 +27,8 @@ tapes into decoded readings in the tracking service.
 - [`systemd`]: sd_notify (READY, STATUS, STOPPING) and the watchdog that pings only
   while every stage makes progress.
 - [`mock`]: the spec-faithful mock tracking service used by tests and `tapegate demo`.
+- [`tape`]: the simulated tape's packet layout, written by the `sim` source and read by
+  the mock.
 */
 
 pub mod api;
@@ -45,3 +47,4 @@ pub mod record;
 pub mod secret;
 pub mod source;
 pub mod systemd;
+pub mod tape;

@@ -37,8 +37,8 @@ Each environment lives under its own path prefix, so one port serves several:
 # The simulated tape packet
 `ble_packet` is hex (any case) or base64 of either the 13-byte manufacturer data
 (`F7 0E`, company identifier 0x0EF7 little-endian, then the payload) or the 11-byte
-payload alone. The payload layout is the simulated fleet's ([`crate::source::sim`] has
-the table); the mock decodes it with the same code ([`packet`]) and answers:
+payload alone. The layout is the one the simulated fleet writes ([`crate::tape`] has
+the table and the code for both); the mock answers:
 
 | payload field | answer field |
 |---|---|
@@ -58,7 +58,7 @@ The record of received requests keeps the newest [`DEFAULT_RECORD_LIMIT`] reques
 long demos. Expired tokens are forgotten at every grant.
 */
 
-pub mod packet;
+mod packet;
 mod service;
 
 use std::collections::HashSet;
@@ -77,13 +77,12 @@ use tokio_util::task::TaskTracker;
 use url::Url;
 
 use crate::config::{EnvironmentSettings, MacFormat, ServiceSettings};
+use crate::record::hex_upper;
 use crate::secret::Secret;
+use crate::tape::UNREGISTERED_PREFIX;
 
 use service::Shared;
 
-/// MACs whose plain form starts with this are unknown to the default registry (the
-/// simulated fleet gives its unregistered tapes this prefix).
-pub const UNREGISTERED_PREFIX: &str = "C0DEAD";
 /// Items per bulk request (spec section 8).
 pub const DEFAULT_MAX_ITEMS: usize = 250;
 /// Received requests kept by default.
@@ -143,7 +142,7 @@ pub enum Registry {
 impl Registry {
     /// Every MAC except the simulated fleet's unregistered ones ([`UNREGISTERED_PREFIX`]).
     pub fn simulated_fleet() -> Self {
-        Registry::AllExceptPrefix(UNREGISTERED_PREFIX.to_string())
+        Registry::AllExceptPrefix(hex_upper(&UNREGISTERED_PREFIX))
     }
 
     /// Whether the MAC (plain form) is registered.

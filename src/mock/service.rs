@@ -19,11 +19,12 @@ use tokio::time::Instant;
 
 use crate::record::Mac;
 
-use super::packet::{decode_packet, TapeReading};
+use super::packet::decode_packet;
 use super::{
     DecodeKind, Fault, MockConfig, MockEnvironment, MockStats, Received, ReceivedItem, Registry,
     Storm, DEFAULT_RECORD_LIMIT, FW_VER,
 };
+use crate::tape::TapeReading;
 
 /// Bodies over this get 401 (spec section 7: "body over 50 MB").
 const MAX_BODY_BYTES: usize = 50 * 1024 * 1024;
