@@ -105,10 +105,12 @@ impl TapeReading {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    const SAMPLE: TapeReading = TapeReading {
+    /// A reading with every field in use (and a temperature below zero), for the tests
+    /// of this layout and of the mock's reading of it.
+    pub(crate) const SAMPLE: TapeReading = TapeReading {
         counter: 0x1234,
         temp_centi: -1250,
         battery: 87,

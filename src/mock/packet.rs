@@ -36,14 +36,7 @@ pub fn decode_packet(ble_packet: &str) -> Option<TapeReading> {
 mod tests {
     use super::*;
     use crate::record::hex_upper;
-
-    const SAMPLE: TapeReading = TapeReading {
-        counter: 0x1234,
-        temp_centi: -1250,
-        battery: 87,
-        shock_count: 3,
-        serial: 0x00AB_CDEF,
-    };
+    use crate::tape::tests::SAMPLE;
 
     #[test]
     fn the_observed_advert_decodes() {
