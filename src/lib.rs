@@ -26,7 +26,8 @@ tapes into decoded readings in the tracking service.
   line; [`clock`] is wall-clock time and its formatting.
 - [`systemd`]: sd_notify (READY, STATUS, STOPPING) and the watchdog that pings only
   while every stage makes progress.
-- [`mock`]: the spec-faithful mock tracking service used by tests and `tapegate demo`.
+- `mock` (cargo feature `mock`, on by default): the spec-faithful mock tracking service
+  used by tests, `tapegate demo` and `tapegate mock`; not part of the gateway's API.
 - [`tape`]: the simulated tape's packet layout, written by the `sim` source and read by
   the mock.
 */
@@ -39,6 +40,7 @@ pub mod config;
 pub mod dedup;
 pub mod flush;
 pub mod ingest;
+#[cfg(feature = "mock")]
 pub mod mock;
 pub mod outbox;
 pub mod pipeline;

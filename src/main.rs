@@ -224,6 +224,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             ))?;
             writeln_out(&mut stdout, &decoded);
         }
+        #[cfg(feature = "mock")]
         Command::Demo {
             duration,
             tapes,
@@ -239,6 +240,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             let mut out = std::io::stdout();
             rt.block_on(tapegate::cmd::demo::run(options, stop_signal(), &mut out))?;
         }
+        #[cfg(feature = "mock")]
         Command::Mock { listen } => {
             init_logging("info");
             runtime()?.block_on(tapegate::mock::serve_forever(

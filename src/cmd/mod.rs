@@ -3,6 +3,7 @@
 //! `decode`, `check`, `scan` and `demo`. Each prints for a person or, where asked, as JSON.
 
 pub mod check;
+#[cfg(feature = "mock")]
 pub mod demo;
 pub mod scan;
 pub mod state;
