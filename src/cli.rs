@@ -74,6 +74,7 @@ pub enum Command {
     #[command(subcommand)]
     DeadLetters(DeadLetters),
     /// Everything on loopback: simulated tapes, the mock service, the daemon. No config needed.
+    #[cfg(feature = "mock")]
     Demo {
         /// Stop after this many seconds (default: run until Ctrl-C).
         #[arg(long)]
@@ -86,6 +87,7 @@ pub enum Command {
         state_dir: Option<PathBuf>,
     },
     /// Run the mock tracking service on its own (to try a gateway without an account).
+    #[cfg(feature = "mock")]
     Mock {
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: std::net::SocketAddr,

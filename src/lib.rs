@@ -28,7 +28,10 @@ tapes into decoded readings in the tracking service.
   the scanner's counts in the state database).
 - [`systemd`]: sd_notify (READY, STATUS, STOPPING) and the watchdog that pings only
   while every stage makes progress.
-- [`mock`]: the spec-faithful mock tracking service used by tests and `tapegate demo`.
+- `mock` (cargo feature `mock`, on by default): the spec-faithful mock tracking service
+  used by tests, `tapegate demo` and `tapegate mock`; not part of the gateway's API.
+- [`tape`]: the simulated tape's packet layout, written by the `sim` source and read by
+  the mock.
 */
 
 pub mod api;
@@ -41,6 +44,7 @@ pub mod dedup;
 pub mod flush;
 pub mod health;
 pub mod ingest;
+#[cfg(feature = "mock")]
 pub mod mock;
 pub mod outbox;
 pub mod pipeline;
@@ -49,3 +53,4 @@ pub mod record;
 pub mod secret;
 pub mod source;
 pub mod systemd;
+pub mod tape;

@@ -202,6 +202,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             ))?;
             writeln!(stdout, "{decoded}")?;
         }
+        #[cfg(feature = "mock")]
         Command::Demo {
             duration,
             tapes,
@@ -219,6 +220,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
                 anyhow::Ok(tapegate::cmd::demo::run(options, stop, &mut out).await?)
             })?;
         }
+        #[cfg(feature = "mock")]
         Command::Mock { listen } => {
             init_logging("info");
             runtime()?.block_on(tapegate::mock::serve_forever(

@@ -21,6 +21,7 @@ Decisions where DESIGN.md is silent:
 */
 
 use base64::Engine as _;
+use uuid::Uuid;
 
 use crate::record::{hex_lower, hex_upper, Advertisement, Capture};
 
@@ -233,46 +234,27 @@ const BASE_UUID: u128 = 0x0000_0000_0000_1000_8000_0080_5f9b_34fb;
 /// hyphens), in any case, in its lower-case 128-bit form
 /// (`0000feaa-0000-1000-8000-00805f9b34fb`); `None` if `s` is none of these.
 pub fn expand_uuid(s: &str) -> Option<String> {
-    let v = parse_uuid(s)?;
-    Some(format!(
-        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
-        v >> 96,
-        (v >> 80) & 0xffff,
-        (v >> 64) & 0xffff,
-        (v >> 48) & 0xffff,
-        v & 0xffff_ffff_ffff
-    ))
+    Some(parse_uuid(s)?.hyphenated().to_string())
 }
 
-fn parse_uuid(s: &str) -> Option<u128> {
+/// The forms [`expand_uuid`] accepts. The `uuid` crate reads the 128-bit ones (only
+/// the plain and hyphenated forms: no braces, no `urn:uuid:`); the short Bluetooth
+/// forms, optionally with `0x`, are ours.
+fn parse_uuid(s: &str) -> Option<Uuid> {
     let short = s
         .strip_prefix("0x")
         .or_else(|| s.strip_prefix("0X"))
         .unwrap_or(s);
     match short.len() {
-        4 | 8 => hex_value(short.bytes()).map(|v| (v << 96) | BASE_UUID),
-        32 if short.len() == s.len() => hex_value(s.bytes()),
-        36 if short.len() == s.len() => {
-            let b = s.as_bytes();
-            if [8, 13, 18, 23].iter().any(|&i| b[i] != b'-') {
-                return None;
-            }
-            let digits = b
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| ![8, 13, 18, 23].contains(i));
-            hex_value(digits.map(|(_, &c)| c))
+        4 | 8 => {
+            let mut be = [0u8; 4];
+            hex::decode_to_slice(short, &mut be[4 - short.len() / 2..]).ok()?;
+            let value = u128::from(u32::from_be_bytes(be));
+            Some(Uuid::from_u128((value << 96) | BASE_UUID))
         }
+        32 | 36 if short.len() == s.len() => Uuid::try_parse(s).ok(),
         _ => None,
     }
-}
-
-/// The value of hex digits (the caller passes at most 32).
-fn hex_value(mut digits: impl Iterator<Item = u8>) -> Option<u128> {
-    digits.try_fold(0u128, |v, c| {
-        let d = (c as char).to_digit(16)?;
-        Some((v << 4) | u128::from(d))
-    })
 }
 
 /// Whether the advertisement's service UUID `key` is the product's `want` (128-bit,

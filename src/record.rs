@@ -40,7 +40,7 @@ impl Mac {
     /// Twelve upper-case hex digits without separators (`AABBCCDDEEFF`), as the tapes'
     /// maker writes MACs.
     pub fn plain(&self) -> String {
-        hex_upper(&self.0)
+        hex::encode_upper(self.0)
     }
 
     /// Upper case with colons (`AA:BB:CC:DD:EE:FF`).
@@ -82,9 +82,7 @@ impl FromStr for Mac {
             return Err(bad());
         }
         let mut out = [0u8; 6];
-        for (i, pair) in digits.chunks(2).enumerate() {
-            out[i] = (hex_val(pair[0]).ok_or_else(bad)? << 4) | hex_val(pair[1]).ok_or_else(bad)?;
-        }
+        hex::decode_to_slice(&digits, &mut out).map_err(|_| bad())?;
         Ok(Mac(out))
     }
 }
@@ -230,44 +228,21 @@ impl Advertisement {
     }
 }
 
-fn hex_val(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    }
-}
+// One hex codec, the `hex` crate's, under the names the rest of tapegate uses.
 
 /// Decodes hex digits (any case, even length); `None` if they are not.
 pub fn decode_hex(s: &str) -> Option<Vec<u8>> {
-    let b = s.as_bytes();
-    if b.len() % 2 != 0 {
-        return None;
-    }
-    b.chunks(2)
-        .map(|p| Some((hex_val(p[0])? << 4) | hex_val(p[1])?))
-        .collect()
+    hex::decode(s).ok()
 }
 
-const UPPER: &[u8; 16] = b"0123456789ABCDEF";
-const LOWER: &[u8; 16] = b"0123456789abcdef";
-
-fn hex_with(bytes: &[u8], table: &[u8; 16]) -> String {
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(table[(b >> 4) as usize] as char);
-        s.push(table[(b & 0xf) as usize] as char);
-    }
-    s
-}
-
+/// Upper-case hex digits, no separators.
 pub fn hex_upper(bytes: &[u8]) -> String {
-    hex_with(bytes, UPPER)
+    hex::encode_upper(bytes)
 }
 
+/// Lower-case hex digits, no separators.
 pub fn hex_lower(bytes: &[u8]) -> String {
-    hex_with(bytes, LOWER)
+    hex::encode(bytes)
 }
 
 #[cfg(test)]

@@ -6,11 +6,10 @@ use std::time::{Duration, SystemTime};
 
 use tapegate::api::{ApiError, BulkItem, ServiceClient, TransportKind};
 use tapegate::config::ServiceSettings;
-use tapegate::mock::packet::manufacturer_data;
 use tapegate::mock::{self, Fault, MockConfig, MockEnvironment, MockHandle, Registry, Storm};
 use tapegate::record::hex_upper;
 use tapegate::secret::Secret;
-use tapegate::source::sim::TapeReading;
+use tapegate::tape::TapeReading;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -35,7 +34,7 @@ fn packet(counter: u16) -> String {
         shock_count: 2,
         serial: 0x00AB_CDEF,
     };
-    hex_upper(&manufacturer_data(&p))
+    hex_upper(&p.manufacturer_data())
 }
 
 fn item(mac: &str) -> BulkItem {

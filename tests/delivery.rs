@@ -23,6 +23,7 @@ use tapegate::mock::{
 use tapegate::outbox::{Stats, Store};
 use tapegate::pipeline::{self, RunOptions, RunReport};
 use tapegate::record::{hex_upper, Advertisement, Mac};
+use tapegate::tape::UNREGISTERED_PREFIX;
 
 /// Capture time of the first advert of every trace (2025-11-21 10:00 UTC).
 const T0_MS: i64 = 1_763_719_200_000;
@@ -82,7 +83,7 @@ impl Shot {
     }
 
     fn registered(&self) -> bool {
-        !self.mac.plain().starts_with(mock::UNREGISTERED_PREFIX)
+        !self.mac.octets().starts_with(&UNREGISTERED_PREFIX)
     }
 
     fn temp(&self) -> f64 {
@@ -96,7 +97,7 @@ fn registered_mac(i: u32) -> Mac {
     Mac::new([0xC0, 0xFF, 0xEE, b[1], b[2], b[3]])
 }
 
-/// A tape the mock does not know (`mock::UNREGISTERED_PREFIX`).
+/// A tape the mock does not know (`UNREGISTERED_PREFIX`).
 fn unregistered_mac(i: u32) -> Mac {
     let b = i.to_be_bytes();
     Mac::new([0xC0, 0xDE, 0xAD, b[1], b[2], b[3]])

@@ -3,6 +3,11 @@ The tracking service client: password-grant token (spec section 5), bulk decode 
 and single decode (4.3), with answers mapped to errors that say what to do (section 7,
 [`ApiError`]).
 
+This file is the client itself: its setup, the password grant, and the plumbing every
+call shares (the request headers, the one retry after a 401, reading an answer with a
+cap). Each group of endpoints is a file beside it (`decode` so far); `auth` is the
+token cache and `error` what can go wrong.
+
 Why it is built this way:
 - One [`ServiceClient`] is shared (it is an `Arc` inside) so that the flusher and
   `tapegate check` use one connection pool and one token cache; the cache asks the token
@@ -10,11 +15,6 @@ Why it is built this way:
 - A 401 drops the refused token, fetches one new token and retries once (spec 5.5);
   a second 401 with a fresh token means the identity lacks the permission (5.7), which
   no retry fixes, so it becomes [`ApiError::Unauthorized`].
-- The bulk answer is parsed leniently: every field is optional, numbers may come as
-  strings, and the raw JSON of each item is kept, so a server that adds or drops a
-  field does not make us lose readings. Items are matched to the request by `mac_id`
-  (separators and case ignored); an item we cannot match is skipped, and the caller
-  retries whatever is missing.
 - Paths are appended to `base_url` exactly as written (spec section 1), so a base URL
   with a path prefix, with or without a trailing slash, works.
 - The password and token are [`Secret`]s: they are in no log line, error or `Debug`
@@ -22,9 +22,9 @@ Why it is built this way:
 */
 
 mod auth;
+mod decode;
 mod error;
 
-use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -32,18 +32,17 @@ use std::time::{Duration, SystemTime};
 use bytes::{Bytes, BytesMut};
 use reqwest::header::{HeaderValue, ACCEPT, CONTENT_TYPE, RETRY_AFTER};
 use reqwest::{RequestBuilder, Response, StatusCode};
-use serde::Serialize;
 use serde_json::Value;
-use tokio::time::Instant;
 use url::Url;
 
 use crate::config::{EnvironmentSettings, ServiceSettings};
 use crate::secret::Secret;
 
+pub use decode::{BulkAnswerItem, BulkItem, Decoded};
 pub use error::{parse_retry_after, ApiError, Transport, TransportKind};
 
 use auth::{Grant, TokenCache};
-use error::{answer_message, scrub, truncate};
+use error::{answer_message, scrub};
 
 /// Largest success answer read; a bigger one is [`ApiError::BadAnswer`]. 250 decoded
 /// items are a few tens of KiB, so this only stops a broken or hostile server.
@@ -52,76 +51,6 @@ pub const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
 const MAX_ERROR_BYTES: usize = 64 * 1024;
 /// Used when the token answer has no usable `expires_in` (the spec requires it).
 const FALLBACK_TOKEN_LIFETIME: Duration = Duration::from_secs(300);
-
-/// One packet to decode, as sent in the bulk request body. The caller has already
-/// formatted `mac_id` (`mac_format`) and `scan_time` (epoch seconds).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct BulkItem {
-    pub mac_id: String,
-    pub ble_packet: String,
-    pub product_id: String,
-    pub scan_time: String,
-}
-
-/// One item of the bulk answer. `mac_id` is the request's `mac_id` exactly as it was
-/// sent (the answer's may differ in case or separators).
-#[derive(Debug, Clone, PartialEq)]
-pub struct BulkAnswerItem {
-    pub mac_id: String,
-    /// The decoded packet, or the server's error text for this item.
-    pub result: Result<Decoded, String>,
-}
-
-/// A decoded BLE packet (spec 2.3). Every field is optional because the bulk answer
-/// carries fewer fields than the single decode, and `raw` keeps everything the server
-/// sent for this item.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Decoded {
-    pub qr_code: Option<String>,
-    pub cts: Option<f64>,
-    pub ts: Option<f64>,
-    pub bat: Option<f64>,
-    pub temp: Option<f64>,
-    pub over_temp: Option<f64>,
-    pub over_temp_ts: Option<f64>,
-    pub shock: Option<f64>,
-    pub shock_ts: Option<f64>,
-    pub shock_count: Option<f64>,
-    pub fw_ver: Option<String>,
-    /// The item's JSON object as received.
-    pub raw: Value,
-}
-
-impl Decoded {
-    /// Reads the known fields of a decoded packet object, leniently: a number may come
-    /// as a numeric string, a string field as a number, and anything else is `None`.
-    pub fn from_json(value: &Value) -> Decoded {
-        let num = |k: &str| match value.get(k)? {
-            Value::Number(n) => n.as_f64(),
-            Value::String(s) => s.trim().parse::<f64>().ok().filter(|f| f.is_finite()),
-            _ => None,
-        };
-        let text = |k: &str| match value.get(k)? {
-            Value::String(s) => Some(s.clone()),
-            Value::Number(n) => Some(n.to_string()),
-            _ => None,
-        };
-        Decoded {
-            qr_code: text("qr_code"),
-            cts: num("cts"),
-            ts: num("ts"),
-            bat: num("bat"),
-            temp: num("temp"),
-            over_temp: num("over_temp"),
-            over_temp_ts: num("over_temp_ts"),
-            shock: num("shock"),
-            shock_ts: num("shock_ts"),
-            shock_count: num("shock_count"),
-            fw_ver: text("fw_ver"),
-            raw: value.clone(),
-        }
-    }
-}
 
 /// The tracking service client. Cheap to clone; clones share the connection pool and
 /// the token cache.
@@ -212,14 +141,6 @@ fn join(base: &Url, segments: &[&str]) -> Result<Url, ApiError> {
     Ok(url)
 }
 
-/// Upper case without separators, to match answer `mac_id`s to request `mac_id`s.
-fn mac_key(mac: &str) -> String {
-    mac.chars()
-        .filter(|c| !matches!(c, ':' | '-'))
-        .map(|c| c.to_ascii_uppercase())
-        .collect()
-}
-
 /// Reads at most `limit` bytes of the body. `Ok(None)` when it is longer.
 async fn read_capped(mut resp: Response, limit: usize) -> Result<Option<Bytes>, reqwest::Error> {
     if resp.content_length().is_some_and(|n| n > limit as u64) {
@@ -283,11 +204,6 @@ impl ServiceClient {
         &self.inner.environment
     }
 
-    /// The bulk decode URL (`{base_url}/external/v1/devices/decode`).
-    pub fn decode_bulk_url(&self) -> &Url {
-        &self.inner.bulk_url
-    }
-
     /// Asks the token endpoint for a fresh token now, ignoring the cache and its
     /// backoff, and caches it. Returns the granted lifetime. For `tapegate check`.
     pub async fn fetch_token(&self) -> Result<Duration, ApiError> {
@@ -305,89 +221,6 @@ impl ServiceClient {
     /// Drops the cached token; the next request fetches a new one.
     pub fn invalidate(&self) {
         self.inner.tokens.invalidate();
-    }
-
-    /// Decodes up to 250 packets in one request (spec 4.4). The answer holds one item
-    /// per `mac_id` the server answered for, decoded or with its error; items the
-    /// server left out are simply absent (the caller retries them).
-    pub async fn decode_bulk(
-        &self,
-        items: &[BulkItem],
-        correlation_id: &str,
-    ) -> Result<Vec<BulkAnswerItem>, ApiError> {
-        let body = Bytes::from(
-            serde_json::to_vec(items).map_err(|e| ApiError::InvalidRequest(e.to_string()))?,
-        );
-        let started = Instant::now();
-        let url = &self.inner.bulk_url;
-        let answer = self
-            .send(correlation_id, |token| {
-                self.request(url, token, correlation_id).body(body.clone())
-            })
-            .await;
-        let answer = match answer {
-            Ok(a) => a,
-            Err(err) => {
-                tracing::debug!(
-                    correlation_id,
-                    items = items.len(),
-                    cause = %err.operator_cause(),
-                    "bulk decode failed"
-                );
-                return Err(err);
-            }
-        };
-        tracing::debug!(
-            correlation_id,
-            items = items.len(),
-            status = answer.status.as_u16(),
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "bulk decode answered"
-        );
-        if !answer.status.is_success() {
-            return Err(Self::decode_error(&answer, false));
-        }
-        parse_bulk_answer(&answer.body, items, correlation_id)
-    }
-
-    /// Decodes one packet (spec 4.3): the values go in headers, there is no body.
-    pub async fn decode_one(
-        &self,
-        mac_id: &str,
-        product_id: &str,
-        ble_packet: &str,
-        scan_time: &str,
-        correlation_id: &str,
-    ) -> Result<Decoded, ApiError> {
-        let url = join(
-            &self.inner.endpoint.base_url,
-            &["external", "v1", "devices", mac_id, "decode"],
-        )?;
-        let answer = self
-            .send(correlation_id, |token| {
-                self.request(&url, token, correlation_id)
-                    .header("product_id", product_id)
-                    .header("ble_packet", ble_packet)
-                    .header("scan_time", scan_time)
-            })
-            .await?;
-        tracing::debug!(
-            correlation_id,
-            status = answer.status.as_u16(),
-            "single decode answered"
-        );
-        if !answer.status.is_success() {
-            return Err(Self::decode_error(&answer, true));
-        }
-        match serde_json::from_slice::<Value>(&answer.body) {
-            Ok(v @ Value::Object(_)) => Ok(Decoded::from_json(&v)),
-            Ok(_) => Err(ApiError::BadAnswer(
-                "single decode answer is not a JSON object".into(),
-            )),
-            Err(e) => Err(ApiError::BadAnswer(format!(
-                "single decode answer is not JSON: {e}"
-            ))),
-        }
     }
 
     /// A decode request with the headers every decode call carries.
@@ -471,21 +304,6 @@ impl ServiceClient {
             body: Bytes::new(),
             message,
         })
-    }
-
-    /// Maps a non-success decode answer to what the caller should do (spec 7).
-    fn decode_error(answer: &Answer, single: bool) -> ApiError {
-        let status = answer.status.as_u16();
-        let message = answer.message.clone();
-        match status {
-            400 => ApiError::Rejected { status, message },
-            404 if single => ApiError::NotFound { message },
-            413 => ApiError::TooLarge { message },
-            429 => ApiError::transient("rate limited", answer.retry_after),
-            408 => ApiError::transient("timeout", answer.retry_after),
-            500..=599 => ApiError::transient(format!("server error {status}"), answer.retry_after),
-            _ => ApiError::UnexpectedStatus { status, message },
-        }
     }
 
     /// One password grant (spec 5.3, 5.4).
@@ -595,82 +413,9 @@ fn parse_token_answer(body: &[u8]) -> Result<Grant, ApiError> {
     })
 }
 
-/// Reads the bulk answer: a JSON array of items matched to the request by `mac_id`.
-fn parse_bulk_answer(
-    body: &[u8],
-    sent: &[BulkItem],
-    correlation_id: &str,
-) -> Result<Vec<BulkAnswerItem>, ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::BadAnswer(format!(
-            "bulk answer is not JSON ({e}): {}",
-            truncate(&String::from_utf8_lossy(body), 80)
-        ))
-    })?;
-    let Value::Array(items) = value else {
-        return Err(ApiError::BadAnswer(
-            "bulk answer is not a JSON array".into(),
-        ));
-    };
-    let by_key: HashMap<String, &str> = sent
-        .iter()
-        .map(|i| (mac_key(&i.mac_id), i.mac_id.as_str()))
-        .collect();
-    let mut seen = HashSet::new();
-    let mut out = Vec::with_capacity(items.len());
-    for (index, item) in items.into_iter().enumerate() {
-        let Some(answered) = item.get("mac_id").and_then(Value::as_str) else {
-            tracing::warn!(
-                correlation_id,
-                index,
-                "bulk answer item without a mac_id skipped; its capture will be retried"
-            );
-            continue;
-        };
-        let Some(&mac_id) = by_key.get(&mac_key(answered)) else {
-            tracing::warn!(
-                correlation_id,
-                index,
-                mac_id = answered,
-                "bulk answer item for a MAC that was not sent skipped"
-            );
-            continue;
-        };
-        if !seen.insert(mac_id) {
-            tracing::warn!(
-                correlation_id,
-                index,
-                mac_id,
-                "bulk answer holds a MAC twice; the first item is used"
-            );
-            continue;
-        }
-        let result = match item.get("error") {
-            None | Some(Value::Null) => Ok(Decoded::from_json(&item)),
-            Some(Value::String(s)) if s.is_empty() => Err("(no error text)".to_string()),
-            Some(Value::String(s)) => Err(s.clone()),
-            Some(other) => Err(truncate(&other.to_string(), 300)),
-        };
-        out.push(BulkAnswerItem {
-            mac_id: mac_id.to_string(),
-            result,
-        });
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn item(mac: &str) -> BulkItem {
-        BulkItem {
-            mac_id: mac.into(),
-            ble_packet: "00".into(),
-            product_id: "tape".into(),
-            scan_time: "1".into(),
-        }
-    }
 
     #[test]
     fn paths_are_appended_to_the_base_url_as_written() {
@@ -697,57 +442,6 @@ mod tests {
             one.as_str(),
             "https://h/ppe/external/v1/devices/AA:BB:CC:DD:EE:FF/decode"
         );
-    }
-
-    #[test]
-    fn bulk_answer_items_are_matched_to_the_request_by_mac() {
-        let sent = [
-            item("AABBCCDDEEFF"),
-            item("C0:DE:AD:00:00:01"),
-            item("112233445566"),
-        ];
-        let body = br#"[
-            {"mac_id":"aa:bb:cc:dd:ee:ff","qr_code":"TTAABBCCDDEEFF","cts":"12","ts":1700000000,
-             "bat":80,"temp":21.5,"shock_count":3,"fw_ver":"1.4.2","extra":"kept"},
-            {"mac_id":"C0DEAD000001","error":"device not found or not associated with the customer"},
-            {"qr_code":"no mac"},
-            "not an object",
-            {"mac_id":"FFFFFFFFFFFF","qr_code":"not sent"}
-        ]"#;
-        let got = parse_bulk_answer(body, &sent, "c1").unwrap();
-        assert_eq!(got.len(), 2);
-        assert_eq!(got[0].mac_id, "AABBCCDDEEFF");
-        let d = got[0].result.as_ref().unwrap();
-        assert_eq!(d.qr_code.as_deref(), Some("TTAABBCCDDEEFF"));
-        assert_eq!(d.cts, Some(12.0));
-        assert_eq!(d.temp, Some(21.5));
-        assert_eq!(d.shock_count, Some(3.0));
-        assert_eq!(d.over_temp, None);
-        assert_eq!(d.fw_ver.as_deref(), Some("1.4.2"));
-        assert_eq!(d.raw["extra"], "kept");
-        assert_eq!(got[1].mac_id, "C0:DE:AD:00:00:01");
-        assert_eq!(
-            got[1].result,
-            Err("device not found or not associated with the customer".to_string())
-        );
-    }
-
-    #[test]
-    fn a_bulk_answer_that_is_not_a_json_array_is_a_bad_answer() {
-        for body in [&b"<html>"[..], b"{\"mac_id\":\"x\"}", b""] {
-            assert!(matches!(
-                parse_bulk_answer(body, &[item("AABBCCDDEEFF")], "c"),
-                Err(ApiError::BadAnswer(_))
-            ));
-        }
-    }
-
-    #[test]
-    fn a_mac_answered_twice_counts_once() {
-        let body = br#"[{"mac_id":"AABBCCDDEEFF","bat":1},{"mac_id":"AABBCCDDEEFF","error":"x"}]"#;
-        let got = parse_bulk_answer(body, &[item("AABBCCDDEEFF")], "c").unwrap();
-        assert_eq!(got.len(), 1);
-        assert!(got[0].result.is_ok());
     }
 
     #[test]

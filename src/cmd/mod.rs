@@ -4,6 +4,7 @@
 
 pub mod check;
 pub mod decode;
+#[cfg(feature = "mock")]
 pub mod demo;
 pub mod scan;
 pub mod state;
@@ -27,6 +28,7 @@ pub enum CmdError {
     Run(#[from] RunError),
     #[error("no [service] section in the config: add [service] and [service.environments.<name>] (see config.example.toml)")]
     NoService,
+    #[cfg(feature = "mock")]
     #[error("cannot start the mock service: {0}")]
     Mock(#[source] std::io::Error),
     #[error("cannot write the output: {0}")]

@@ -16,6 +16,10 @@ Each environment lives under its own path prefix, so one port serves several:
 [`MockHandle::base_url`] and [`MockHandle::auth_url`] give the URLs, and
 [`MockHandle::environment_settings`] a ready [`EnvironmentSettings`].
 
+In the code, `service.rs` routes requests and holds the state the endpoints share;
+each endpoint is a file (`token.rs`, `decode.rs`), and `fault.rs` injects faults, so
+a new endpoint is a new file and a route.
+
 # Where the mock had to choose
 - A body that is not valid JSON gets 401 `Unauthorized access` (spec section 7 lists
   it under 401); valid JSON that is not an array gets 400.
@@ -37,8 +41,8 @@ Each environment lives under its own path prefix, so one port serves several:
 # The simulated tape packet
 `ble_packet` is hex (any case) or base64 of either the 13-byte manufacturer data
 (`F7 0E`, company identifier 0x0EF7 little-endian, then the payload) or the 11-byte
-payload alone. The payload layout is the simulated fleet's ([`crate::source::sim`] has
-the table); the mock decodes it with the same code ([`packet`]) and answers:
+payload alone. The layout is the one the simulated fleet writes ([`crate::tape`] has
+the table and the code for both); the mock answers:
 
 | payload field | answer field |
 |---|---|
@@ -58,8 +62,11 @@ The record of received requests keeps the newest [`DEFAULT_RECORD_LIMIT`] reques
 long demos. Expired tokens are forgotten at every grant.
 */
 
-pub mod packet;
+mod decode;
+mod fault;
+mod packet;
 mod service;
+mod token;
 
 use std::collections::HashSet;
 use std::io;
@@ -77,13 +84,14 @@ use tokio_util::task::TaskTracker;
 use url::Url;
 
 use crate::config::{EnvironmentSettings, MacFormat, ServiceSettings};
+use crate::record::hex_upper;
 use crate::secret::Secret;
+use crate::tape::UNREGISTERED_PREFIX;
+
+pub use fault::{Fault, Storm};
 
 use service::Shared;
 
-/// MACs whose plain form starts with this are unknown to the default registry (the
-/// simulated fleet gives its unregistered tapes this prefix).
-pub const UNREGISTERED_PREFIX: &str = "C0DEAD";
 /// Items per bulk request (spec section 8).
 pub const DEFAULT_MAX_ITEMS: usize = 250;
 /// Received requests kept by default.
@@ -143,7 +151,7 @@ pub enum Registry {
 impl Registry {
     /// Every MAC except the simulated fleet's unregistered ones ([`UNREGISTERED_PREFIX`]).
     pub fn simulated_fleet() -> Self {
-        Registry::AllExceptPrefix(UNREGISTERED_PREFIX.to_string())
+        Registry::AllExceptPrefix(hex_upper(&UNREGISTERED_PREFIX))
     }
 
     /// Whether the MAC (plain form) is registered.
@@ -187,57 +195,6 @@ impl MockConfig {
 impl Default for MockConfig {
     fn default() -> Self {
         Self::demo()
-    }
-}
-
-/// A one-shot misbehaviour applied to a decode request (bulk or single).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Fault {
-    /// Answer this status at once (429 body `{"message":"Too many requests"}`, others
-    /// `{message, code}`), with a `Retry-After` header when given.
-    Status {
-        status: u16,
-        retry_after: Option<String>,
-    },
-    /// Process the request at once but hold the answer this long (past the client's
-    /// timeout: the service did the work and the answer was lost).
-    Delay(Duration),
-    /// Close the connection without any answer.
-    Close,
-    /// Answer normally but leave out the last N items of a bulk answer.
-    DropItems(usize),
-}
-
-/// Random faults on a fraction of decode requests, reproducible from the seed (for the
-/// same sequence of requests).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Storm {
-    /// Fraction of decode requests that get a fault, 0.0..=1.0.
-    pub probability: f64,
-    pub seed: u64,
-    /// The faults to pick from, uniformly (repeat one to weight it).
-    pub mix: Vec<Fault>,
-}
-
-impl Storm {
-    /// A storm with the default mix: 503, 500 and 429 (with `Retry-After: 1`), a closed
-    /// connection, and a 1.5 s delay.
-    pub fn new(probability: f64, seed: u64) -> Self {
-        let status = |status, retry: Option<&str>| Fault::Status {
-            status,
-            retry_after: retry.map(str::to_string),
-        };
-        Storm {
-            probability,
-            seed,
-            mix: vec![
-                status(503, Some("1")),
-                status(500, None),
-                status(429, Some("1")),
-                Fault::Close,
-                Fault::Delay(Duration::from_millis(1500)),
-            ],
-        }
     }
 }
 
@@ -444,62 +401,12 @@ impl MockHandle {
         })
     }
 
-    /// Queues a one-shot fault for the next decode request (FIFO).
-    pub fn push_fault(&self, fault: Fault) {
-        self.shared.with(|s| s.faults.push_back(fault));
-    }
-
-    /// Drops the queued faults.
-    pub fn clear_faults(&self) {
-        self.shared.with(|s| s.faults.clear());
-    }
-
-    /// Queued faults not yet applied.
-    pub fn pending_faults(&self) -> usize {
-        self.shared.with(|s| s.faults.len())
-    }
-
-    /// Random faults on a fraction of decode requests (queued faults go first).
-    pub fn set_storm(&self, storm: Option<Storm>) {
-        self.shared.with(|s| {
-            s.storm = storm.map(|st| {
-                let rng = fastrand::Rng::with_seed(st.seed);
-                (st, rng)
-            })
-        });
-    }
-
-    /// A bulk (or single) request holding this MAC (any form) is refused whole with 400
-    /// `Invalid ble_packet for <mac>`.
-    pub fn set_poison(&self, mac: Option<&str>) {
-        let key = mac.map(service::mac_key);
-        self.shared.with(|s| s.poison = key);
-    }
-
     pub fn set_max_items(&self, max_items: usize) {
         self.shared.with(|s| s.max_items = max_items);
     }
 
     pub fn set_registry(&self, registry: Registry) {
         self.shared.with(|s| s.registry = registry);
-    }
-
-    /// Lifetime of tokens granted from now on in `env`; `false` if there is no such
-    /// environment.
-    pub fn set_expires_in(&self, env: &str, secs: u64) -> bool {
-        self.shared
-            .with(|s| match s.envs.iter_mut().find(|e| e.name == env) {
-                Some(e) => {
-                    e.expires_in = secs;
-                    true
-                }
-                None => false,
-            })
-    }
-
-    /// Every granted token becomes invalid (the next decode gets 401).
-    pub fn revoke_all_tokens(&self) {
-        self.shared.with(|s| s.tokens.clear());
     }
 
     /// Whether received requests are recorded (counters always run).
@@ -562,5 +469,20 @@ impl MockHandle {
 impl Drop for MockHandle {
     fn drop(&mut self) {
         self.cancel.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_registry_knows_every_mac_but_the_unregistered_prefix() {
+        let r = Registry::default();
+        assert!(r.is_registered("C0FFEE000001"));
+        assert!(!r.is_registered("C0DEAD000001"));
+        let only = Registry::Only(["AABBCCDDEEFF".to_string()].into());
+        assert!(only.is_registered("AABBCCDDEEFF"));
+        assert!(!only.is_registered("C0FFEE000001"));
     }
 }

@@ -50,16 +50,23 @@ oldest first). `tapegate dead-letters retry` moves dead letters back to `pending
   sent again, so the service may see a capture twice.
 - Order across MACs: batches take the oldest pending capture of each MAC; captures of
   one MAC are delivered in admission order, which is capture order.
+
+# Code
+[`Store`] is one type in three files, by seam: `store.rs` opens, migrates and
+quarantines; `queue.rs` is the daemon's path (enqueue, next batch, settle); `operator.rs`
+is what `status`, `tapes` and `dead-letters` read and change. `handle.rs` is the owner
+thread.
 */
 
 mod handle;
+mod operator;
+mod queue;
 mod store;
 
 pub use handle::Outbox;
-pub use store::{
-    DeadLetter, OpenReport, Outcome, PendingCapture, Reading, ScannerCounts, Stats, Store,
-    StoreOptions, TapeRow,
-};
+pub use operator::{DeadLetter, ScannerCounts, Stats, TapeRow};
+pub use queue::{Outcome, PendingCapture, Reading};
+pub use store::{OpenReport, Store, StoreOptions};
 
 use std::path::PathBuf;
 

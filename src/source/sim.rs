@@ -4,22 +4,13 @@ The `sim` source: a simulated fleet of tapes, for the demo, benchmarks and tests
 The fleet is a pure function of the seed: the same settings give the same MACs, the same
 schedule and the same packets, so a non-real-time run is a deterministic input for the
 whole pipeline. Each tape adverts every `interval_ms` at its own phase, under company
-0x0EF7 with the 11-byte payload below, which the mock service decodes:
-
-| bytes | meaning |
-|---|---|
-| `[0..2]` | marker `49 56` |
-| `[2..4]` | packet counter, u16 little-endian |
-| `[4..6]` | temperature in 0.01 °C, i16 little-endian |
-| `[6]` | battery percent |
-| `[7]` | shock count |
-| `[8..11]` | low 24 bits of the tape serial, little-endian |
+0x0EF7 with the payload of [`crate::tape`], which the mock service decodes.
 
 A tape's payload changes every `change_every` adverts: the counter goes up by one, the
 temperature takes a step of a slow random walk around the tape's own level (4–25 °C),
 the battery now and then loses a percent, and a shock is now and then counted. The
-first `unregistered` tapes have MACs starting `C0:DE:AD`, which the mock service does
-not know. Adverts of other devices (Apple, Microsoft, Samsung, Google company ids, and
+first `unregistered` tapes have MACs starting `C0:DE:AD` ([`UNREGISTERED_PREFIX`]),
+which the mock service does not know. Adverts of other devices (Apple, Microsoft, Samsung, Google company ids, and
 Eddystone service data) come in between, `others_ratio` of them per tape advert, so that
 product filtering has something to drop.
 
@@ -35,17 +26,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::record::{Advertisement, EpochMillis, Mac};
+use crate::tape::{TapeReading, TAPE_COMPANY_ID, UNREGISTERED_PREFIX};
 
 use super::{Source, SourceError, SourceReport};
-
-/// Company identifier of the tapes' maker.
-pub const TAPE_COMPANY_ID: u16 = 0x0EF7;
-/// First octets of the MACs of unregistered tapes.
-pub const UNREGISTERED_PREFIX: [u8; 3] = [0xC0, 0xDE, 0xAD];
-/// First two bytes of every tape payload.
-pub const PAYLOAD_MARKER: [u8; 2] = [0x49, 0x56];
-/// Length of a tape payload (after the company identifier).
-pub const PAYLOAD_LEN: usize = 11;
 
 /// Company identifiers of the other devices: Apple, Microsoft, Samsung, Google.
 const OTHER_COMPANIES: [u16; 4] = [0x004C, 0x0006, 0x0075, 0x00E0];
@@ -74,60 +57,6 @@ pub struct SimSettings {
     pub realtime: bool,
     /// Capture time of the first advert when not real time.
     pub start_ms: i64,
-}
-
-/// What one tape payload says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TapeReading {
-    pub counter: u16,
-    /// Temperature in 0.01 °C.
-    pub temp_centi: i16,
-    /// Battery percent.
-    pub battery: u8,
-    pub shock_count: u8,
-    /// Low 24 bits of the tape serial (higher bits are not sent).
-    pub serial: u32,
-}
-
-impl TapeReading {
-    /// Reads a tape payload; `None` without the marker or with another length.
-    pub fn from_payload(b: &[u8]) -> Option<TapeReading> {
-        if b.len() != PAYLOAD_LEN || b[..2] != PAYLOAD_MARKER {
-            return None;
-        }
-        Some(TapeReading {
-            counter: u16::from_le_bytes([b[2], b[3]]),
-            temp_centi: i16::from_le_bytes([b[4], b[5]]),
-            battery: b[6],
-            shock_count: b[7],
-            serial: u32::from_le_bytes([b[8], b[9], b[10], 0]),
-        })
-    }
-
-    /// Temperature in °C.
-    pub fn temp_c(&self) -> f64 {
-        f64::from(self.temp_centi) / 100.0
-    }
-}
-
-/// The 11-byte payload (after the company identifier) of a tape advert.
-pub fn tape_payload(r: &TapeReading) -> [u8; PAYLOAD_LEN] {
-    let c = r.counter.to_le_bytes();
-    let t = r.temp_centi.to_le_bytes();
-    let s = r.serial.to_le_bytes();
-    [
-        PAYLOAD_MARKER[0],
-        PAYLOAD_MARKER[1],
-        c[0],
-        c[1],
-        t[0],
-        t[1],
-        r.battery,
-        r.shock_count,
-        s[0],
-        s[1],
-        s[2],
-    ]
 }
 
 /// The simulated fleet as a [`Source`].
@@ -345,7 +274,7 @@ impl Fleet {
             mac: tape.mac,
             rssi: Some((tape.rssi_level + rng.i16(-5..=5)).clamp(-90, -50)),
             name: Some(tape.name.clone()),
-            manufacturer_data: vec![(TAPE_COMPANY_ID, tape_payload(&tape.reading).to_vec())],
+            manufacturer_data: vec![(TAPE_COMPANY_ID, tape.reading.payload().to_vec())],
             service_data: Vec::new(),
         }
     }
@@ -437,28 +366,6 @@ mod tests {
             assert_eq!(o[0] & 0xC0, 0xC0, "{mac} is a static random address");
             assert_eq!(o[..3] == UNREGISTERED_PREFIX, i < 4, "{mac} (tape {i})");
         }
-    }
-
-    #[test]
-    fn a_payload_decodes_back_to_its_reading() {
-        let r = TapeReading {
-            counter: 0x1234,
-            temp_centi: -1250,
-            battery: 87,
-            shock_count: 3,
-            serial: 0x00AB_CDEF,
-        };
-        let payload = tape_payload(&r);
-        assert_eq!(
-            payload,
-            [0x49, 0x56, 0x34, 0x12, 0x1E, 0xFB, 87, 3, 0xEF, 0xCD, 0xAB]
-        );
-        assert_eq!(TapeReading::from_payload(&payload), Some(r));
-        assert_eq!(r.temp_c(), -12.5);
-        assert_eq!(TapeReading::from_payload(&payload[..10]), None);
-        let mut no_marker = payload;
-        no_marker[1] = 0;
-        assert_eq!(TapeReading::from_payload(&no_marker), None);
     }
 
     #[tokio::test]

@@ -1,0 +1,257 @@
+//! What the operator sees and changes beside the daemon: the counters and state of
+//! `tapegate status` (and the notes the daemon leaves for it: last flush, last error,
+//! the BLE scanner's counts), stored dead letters (list, retry, purge), the tapes'
+//! latest readings, and pruning old readings.
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::store::{int_to_mac, mac_to_int, read_counters, write_counters, write_tx};
+use super::{OutboxError, Store};
+use crate::record::{EpochMillis, Mac};
+
+/// A stored dead letter.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DeadLetter {
+    pub id: i64,
+    pub mac: Mac,
+    pub captured_at: EpochMillis,
+    pub product_id: String,
+    pub packet: String,
+    pub rssi: Option<i16>,
+    pub error: String,
+    pub dead_at: EpochMillis,
+}
+
+/// The latest reading of one tape.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TapeRow {
+    pub mac: Mac,
+    pub qr_code: Option<String>,
+    pub captured_at: EpochMillis,
+    pub decoded_at: EpochMillis,
+    pub rssi: Option<i16>,
+    pub temp: Option<f64>,
+    pub bat: Option<f64>,
+}
+
+/// Counters and state for `tapegate status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Stats {
+    pub admitted: u64,
+    pub delivered: u64,
+    pub dead_letters: u64,
+    pub evicted: u64,
+    pub pending: u64,
+    pub dead_letters_stored: u64,
+    pub dead_letters_dropped: u64,
+    /// Capture time of the oldest pending capture.
+    pub oldest_pending_at: Option<EpochMillis>,
+    pub last_flush_ok_at: Option<EpochMillis>,
+    pub last_error: Option<String>,
+    pub last_error_at: Option<EpochMillis>,
+    pub tapes: u64,
+    /// The BLE scanner's liveness ladder, accumulated across restarts.
+    pub scanner: ScannerCounts,
+    pub scanner_last_trouble: Option<String>,
+    pub scanner_last_trouble_at: Option<EpochMillis>,
+}
+
+/// What the BLE scanner has been through.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ScannerCounts {
+    /// Scans restarted (liveness ladder step 1).
+    pub restarts: u64,
+    /// Adapters re-acquired with a new BlueZ connection (step 2).
+    pub reacquires: u64,
+    /// Adverts dropped because the pipeline did not keep up.
+    pub dropped: u64,
+    /// Devices forgotten to bound memory.
+    pub forgotten: u64,
+}
+
+impl Store {
+    /// Records a successful flush.
+    pub fn note_flush_ok(&mut self, at: EpochMillis) -> Result<(), OutboxError> {
+        set_meta(&self.conn, "last_flush_ok_at", &at.to_string())?;
+        Ok(())
+    }
+
+    /// Records the operator-readable cause of the latest failure.
+    pub fn note_error(&mut self, cause: &str, at: EpochMillis) -> Result<(), OutboxError> {
+        let tx = write_tx(&mut self.conn)?;
+        set_meta(&tx, "last_error", cause)?;
+        set_meta(&tx, "last_error_at", &at.to_string())?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Adds to the scanner's counts kept for `status` (they accumulate across restarts
+    /// of the daemon), and records its last trouble.
+    pub fn add_scanner_counts(
+        &mut self,
+        counts: &ScannerCounts,
+        last_trouble: Option<(&str, EpochMillis)>,
+    ) -> Result<(), OutboxError> {
+        let tx = write_tx(&mut self.conn)?;
+        for (key, n) in [
+            ("scanner_restarts", counts.restarts),
+            ("scanner_reacquires", counts.reacquires),
+            ("scanner_dropped", counts.dropped),
+            ("scanner_forgotten", counts.forgotten),
+        ] {
+            if n > 0 {
+                tx.execute(
+                    "INSERT INTO meta(key, value) VALUES (?1, ?2)
+                     ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + CAST(excluded.value AS INTEGER)",
+                    params![key, n.to_string()],
+                )?;
+            }
+        }
+        if let Some((reason, at)) = last_trouble {
+            set_meta(&tx, "scanner_last_trouble", reason)?;
+            set_meta(&tx, "scanner_last_trouble_at", &at.to_string())?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Deletes readings decoded before `before` (the latest of each tape stays in `tapes`).
+    pub fn prune_readings(&mut self, before: EpochMillis) -> Result<u64, OutboxError> {
+        Ok(self
+            .conn
+            .execute("DELETE FROM readings WHERE decoded_at < ?1", [before])? as u64)
+    }
+
+    /// Counters and state, read in one transaction.
+    pub fn stats(&self) -> Result<Stats, OutboxError> {
+        let tx = self.conn.unchecked_transaction()?;
+        let c = read_counters(&tx)?;
+        let meta = |k: &str| -> rusqlite::Result<Option<String>> {
+            tx.query_row("SELECT value FROM meta WHERE key = ?1", [k], |r| r.get(0))
+                .optional()
+        };
+        let int_meta = |k: &str| -> rusqlite::Result<Option<i64>> {
+            Ok(meta(k)?.and_then(|v| v.parse().ok()))
+        };
+        let stats = Stats {
+            admitted: c.admitted,
+            delivered: c.delivered,
+            dead_letters: c.dead_lettered,
+            evicted: c.evicted,
+            pending: c.pending(),
+            dead_letters_stored: tx
+                .query_row("SELECT COUNT(*) FROM dead_letters", [], |r| r.get(0))?,
+            dead_letters_dropped: c.dead_letters_dropped,
+            oldest_pending_at: tx
+                .query_row(
+                    "SELECT captured_at FROM pending ORDER BY id LIMIT 1",
+                    [],
+                    |r| r.get(0),
+                )
+                .optional()?,
+            last_flush_ok_at: int_meta("last_flush_ok_at")?,
+            last_error: meta("last_error")?,
+            last_error_at: int_meta("last_error_at")?,
+            tapes: tx.query_row("SELECT COUNT(*) FROM tapes", [], |r| r.get(0))?,
+            scanner: ScannerCounts {
+                restarts: int_meta("scanner_restarts")?.unwrap_or(0) as u64,
+                reacquires: int_meta("scanner_reacquires")?.unwrap_or(0) as u64,
+                dropped: int_meta("scanner_dropped")?.unwrap_or(0) as u64,
+                forgotten: int_meta("scanner_forgotten")?.unwrap_or(0) as u64,
+            },
+            scanner_last_trouble: meta("scanner_last_trouble")?,
+            scanner_last_trouble_at: int_meta("scanner_last_trouble_at")?,
+        };
+        tx.finish()?;
+        Ok(stats)
+    }
+
+    /// Stored dead letters, newest first.
+    pub fn dead_letters(&self, limit: usize) -> Result<Vec<DeadLetter>, OutboxError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, mac, captured_at, product_id, packet, rssi, error, dead_at FROM dead_letters ORDER BY id DESC LIMIT ?1",
+        )?;
+        let rows = stmt
+            .query_map([limit as i64], |r| {
+                Ok(DeadLetter {
+                    id: r.get(0)?,
+                    mac: int_to_mac(r.get(1)?),
+                    captured_at: r.get(2)?,
+                    product_id: r.get(3)?,
+                    packet: r.get(4)?,
+                    rssi: r.get(5)?,
+                    error: r.get(6)?,
+                    dead_at: r.get(7)?,
+                })
+            })?
+            .collect::<Result<_, _>>()?;
+        Ok(rows)
+    }
+
+    /// Moves dead letters (all, or those of `mac`) back to `pending`, in one
+    /// transaction. Returns how many.
+    pub fn retry_dead_letters(&mut self, mac: Option<Mac>) -> Result<u64, OutboxError> {
+        let filter = mac.map(mac_to_int);
+        let tx = write_tx(&mut self.conn)?;
+        let moved = tx.execute(
+            "INSERT INTO pending(mac, captured_at, product_id, packet, rssi)
+             SELECT mac, captured_at, product_id, packet, rssi FROM dead_letters
+             WHERE ?1 IS NULL OR mac = ?1 ORDER BY id",
+            [filter],
+        )? as u64;
+        tx.execute(
+            "DELETE FROM dead_letters WHERE ?1 IS NULL OR mac = ?1",
+            [filter],
+        )?;
+        let current = read_counters(&tx)?;
+        let mut next = current;
+        // Re-queued captures count as pending again, so the invariant holds; only
+        // those still counted as dead letters can move back.
+        let back = moved.min(current.dead_lettered);
+        next.dead_lettered -= back;
+        next.admitted += moved - back;
+        write_counters(&tx, &current, &next)?;
+        tx.commit()?;
+        self.counters = next;
+        Ok(moved)
+    }
+
+    /// Deletes stored dead letters (all, or those of `mac`). Counters keep counting
+    /// them as refused. Returns how many.
+    pub fn purge_dead_letters(&mut self, mac: Option<Mac>) -> Result<u64, OutboxError> {
+        let filter = mac.map(mac_to_int);
+        Ok(self.conn.execute(
+            "DELETE FROM dead_letters WHERE ?1 IS NULL OR mac = ?1",
+            [filter],
+        )? as u64)
+    }
+
+    /// Tapes by most recent capture.
+    pub fn tapes(&self, limit: usize) -> Result<Vec<TapeRow>, OutboxError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT mac, qr_code, captured_at, decoded_at, rssi, temp, bat FROM tapes ORDER BY captured_at DESC LIMIT ?1",
+        )?;
+        let rows = stmt
+            .query_map([limit as i64], |r| {
+                Ok(TapeRow {
+                    mac: int_to_mac(r.get(0)?),
+                    qr_code: r.get(1)?,
+                    captured_at: r.get(2)?,
+                    decoded_at: r.get(3)?,
+                    rssi: r.get(4)?,
+                    temp: r.get(5)?,
+                    bat: r.get(6)?,
+                })
+            })?
+            .collect::<Result<_, _>>()?;
+        Ok(rows)
+    }
+}
+
+fn set_meta(conn: &Connection, key: &str, value: &str) -> rusqlite::Result<()> {
+    conn.execute(
+        "INSERT INTO meta(key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        [key, value],
+    )?;
+    Ok(())
+}

@@ -1,0 +1,214 @@
+//! The queue: admitting groups of captures (with eviction past `max_pending`), choosing
+//! the next batch (each MAC once, oldest first) and settling what the service answered,
+//! each in one transaction that keeps the counters exact.
+
+use std::collections::HashSet;
+
+use rusqlite::{params, Transaction};
+
+use super::store::{int_to_mac, mac_to_int, read_counters, write_counters, write_tx, Counters};
+use super::{OutboxError, Store, MAX_DEAD_LETTERS};
+use crate::record::{Capture, EpochMillis};
+
+/// A pending capture as the flusher sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingCapture {
+    pub id: i64,
+    pub capture: Capture,
+}
+
+/// A decoded reading to store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reading {
+    pub qr_code: Option<String>,
+    pub temp: Option<f64>,
+    pub bat: Option<f64>,
+    /// The server's item, as JSON text, so nothing it sent is lost.
+    pub raw: String,
+}
+
+/// What became of one pending capture.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Delivered(Reading),
+    /// Refused by the service; the text is the server's error.
+    DeadLetter(String),
+}
+
+impl Store {
+    /// Commits one group of captures, evicting the oldest pending rows past
+    /// `max_pending`. Returns how many were evicted. On error nothing changed.
+    pub fn enqueue(&mut self, group: &[Capture]) -> Result<u64, OutboxError> {
+        if group.is_empty() {
+            return Ok(0);
+        }
+        let tx = write_tx(&mut self.conn).map_err(OutboxError::WriteFailed)?;
+        let (evicted, next) = (|| -> rusqlite::Result<(u64, Counters)> {
+            let current = read_counters(&tx)?;
+            let mut next = current;
+            {
+                let mut insert = tx.prepare_cached(
+                    "INSERT INTO pending(mac, captured_at, product_id, packet, rssi) VALUES (?1, ?2, ?3, ?4, ?5)",
+                )?;
+                for c in group {
+                    insert.execute(params![mac_to_int(c.mac), c.ts_ms, c.product_id, c.packet, c.rssi])?;
+                }
+            }
+            next.admitted += group.len() as u64;
+            let excess = next.pending().saturating_sub(self.options.max_pending);
+            let evicted = if excess > 0 {
+                tx.execute(
+                    "DELETE FROM pending WHERE id IN (SELECT id FROM pending ORDER BY id LIMIT ?1)",
+                    [excess as i64],
+                )? as u64
+            } else {
+                0
+            };
+            next.evicted += evicted;
+            write_counters(&tx, &current, &next)?;
+            Ok((evicted, next))
+        })()
+        .map_err(OutboxError::WriteFailed)?;
+        tx.commit().map_err(OutboxError::WriteFailed)?;
+        self.counters = next;
+        Ok(evicted)
+    }
+
+    /// The next batch: the oldest pending capture of each MAC, oldest first, at most
+    /// `max` and each MAC once. Looks at most `scan_limit` rows deep.
+    pub fn next_batch(
+        &self,
+        max: usize,
+        scan_limit: usize,
+    ) -> Result<Vec<PendingCapture>, OutboxError> {
+        let mut out = Vec::with_capacity(max.min(256));
+        let mut macs = HashSet::with_capacity(max);
+        let mut after = i64::MIN;
+        let mut scanned = 0usize;
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, mac, captured_at, product_id, packet, rssi FROM pending WHERE id > ?1 ORDER BY id LIMIT 1024",
+        )?;
+        loop {
+            let rows: Vec<PendingCapture> = stmt
+                .query_map([after], row_to_pending)?
+                .collect::<Result<_, _>>()?;
+            let Some(last) = rows.last() else { break };
+            after = last.id;
+            scanned += rows.len();
+            for r in rows {
+                if macs.insert(r.capture.mac) {
+                    out.push(r);
+                    if out.len() == max {
+                        return Ok(out);
+                    }
+                }
+            }
+            if scanned >= scan_limit {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records what became of pending captures, in one transaction: a row leaves
+    /// `pending` only here, together with its reading or dead letter. A row already
+    /// gone (evicted while in flight) changes no counter. Returns how many rows left.
+    pub fn settle(
+        &mut self,
+        outcomes: &[(PendingCapture, Outcome)],
+        now: EpochMillis,
+    ) -> Result<u64, OutboxError> {
+        let tx = write_tx(&mut self.conn).map_err(OutboxError::WriteFailed)?;
+        let (removed, next) = (|| -> rusqlite::Result<(u64, Counters)> {
+            let current = read_counters(&tx)?;
+            let mut next = current;
+            let mut removed = 0;
+            let mut delete = tx.prepare_cached("DELETE FROM pending WHERE id = ?1")?;
+            let mut reading = tx.prepare_cached(
+                "INSERT INTO readings(mac, qr_code, captured_at, decoded_at, rssi, temp, bat, raw) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?;
+            let mut tape = tx.prepare_cached(
+                "INSERT INTO tapes(mac, qr_code, captured_at, decoded_at, rssi, temp, bat, raw) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                 ON CONFLICT(mac) DO UPDATE SET qr_code = excluded.qr_code, captured_at = excluded.captured_at,
+                   decoded_at = excluded.decoded_at, rssi = excluded.rssi, temp = excluded.temp, bat = excluded.bat, raw = excluded.raw
+                 WHERE excluded.captured_at >= tapes.captured_at",
+            )?;
+            let mut dead = tx.prepare_cached(
+                "INSERT INTO dead_letters(mac, captured_at, product_id, packet, rssi, error, dead_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?;
+            for (p, outcome) in outcomes {
+                let gone = delete.execute([p.id])? == 1;
+                removed += u64::from(gone);
+                let c = &p.capture;
+                let mac = mac_to_int(c.mac);
+                match outcome {
+                    Outcome::Delivered(r) => {
+                        // A reading the service decoded is kept even if its row was
+                        // evicted meanwhile; only the counter follows the row.
+                        let row = params![mac, r.qr_code, c.ts_ms, now, c.rssi, r.temp, r.bat, r.raw];
+                        reading.execute(row)?;
+                        tape.execute(row)?;
+                        next.delivered += u64::from(gone);
+                    }
+                    Outcome::DeadLetter(error) if gone => {
+                        dead.execute(params![mac, c.ts_ms, c.product_id, c.packet, c.rssi, error, now])?;
+                        next.dead_lettered += 1;
+                    }
+                    Outcome::DeadLetter(_) => {}
+                }
+            }
+            if next.dead_lettered > current.dead_lettered {
+                next.dead_letters_dropped += cap_dead_letters(&tx, MAX_DEAD_LETTERS)?;
+            }
+            write_counters(&tx, &current, &next)?;
+            Ok((removed, next))
+        })()
+        .map_err(OutboxError::WriteFailed)?;
+        tx.commit().map_err(OutboxError::WriteFailed)?;
+        self.counters = next;
+        Ok(removed)
+    }
+
+    /// Rows in `pending` counted one by one (for checks and tests; `stats` is cheaper).
+    pub fn count_pending_rows(&self) -> Result<u64, OutboxError> {
+        Ok(self
+            .conn
+            .query_row("SELECT COUNT(*) FROM pending", [], |r| r.get(0))?)
+    }
+
+    /// Every pending capture in admission order (for tests and small tools).
+    pub fn pending_captures(&self) -> Result<Vec<PendingCapture>, OutboxError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, mac, captured_at, product_id, packet, rssi FROM pending ORDER BY id",
+        )?;
+        let rows = stmt
+            .query_map([], row_to_pending)?
+            .collect::<Result<_, _>>()?;
+        Ok(rows)
+    }
+}
+
+fn row_to_pending(r: &rusqlite::Row<'_>) -> rusqlite::Result<PendingCapture> {
+    Ok(PendingCapture {
+        id: r.get(0)?,
+        capture: Capture {
+            mac: int_to_mac(r.get(1)?),
+            ts_ms: r.get(2)?,
+            product_id: r.get(3)?,
+            packet: r.get(4)?,
+            rssi: r.get(5)?,
+        },
+    })
+}
+
+fn cap_dead_letters(tx: &Transaction<'_>, max: u64) -> rusqlite::Result<u64> {
+    let stored: i64 = tx.query_row("SELECT COUNT(*) FROM dead_letters", [], |r| r.get(0))?;
+    let excess = (stored as u64).saturating_sub(max);
+    if excess == 0 {
+        return Ok(0);
+    }
+    Ok(tx.execute(
+        "DELETE FROM dead_letters WHERE id IN (SELECT id FROM dead_letters ORDER BY id LIMIT ?1)",
+        [excess as i64],
+    )? as u64)
+}
