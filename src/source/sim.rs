@@ -36,7 +36,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::record::{Advertisement, EpochMillis, Mac};
 
-use super::{Source, SourceError, SourceReport};
+use super::{Heard, Source, SourceError, SourceReport};
 
 /// Company identifier of the tapes' maker.
 pub const TAPE_COMPANY_ID: u16 = 0x0EF7;
@@ -150,7 +150,7 @@ impl Sim {
 impl Source for Sim {
     async fn run(
         self,
-        out: mpsc::Sender<Advertisement>,
+        out: mpsc::Sender<Heard>,
         stop: CancellationToken,
     ) -> Result<SourceReport, SourceError> {
         let s = &self.settings;
@@ -185,7 +185,7 @@ impl Source for Sim {
             }
             tokio::select! {
                 biased;
-                sent = out.send(adv) => if sent.is_err() { break },
+                sent = out.send(Heard::from(adv)) => if sent.is_err() { break },
                 () = stop.cancelled() => break,
             }
             report.adverts += 1;
@@ -398,8 +398,12 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(256);
         let task = tokio::spawn(Sim::new(s).run(tx, CancellationToken::new()));
         let mut got = Vec::new();
-        while let Some(adv) = rx.recv().await {
-            got.push(adv);
+        while let Some(heard) = rx.recv().await {
+            assert_eq!(
+                heard.capture, None,
+                "a simulation leaves matching to ingest"
+            );
+            got.push(heard.advert);
         }
         (task.await.unwrap().unwrap(), got)
     }
@@ -558,7 +562,7 @@ mod tests {
             duration_ms: Some(200_000),
             ..settings()
         };
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let (report, _) = collect(s).await;
         let took = started.elapsed();
         assert!(report.adverts >= 100_000, "{report:?}");
@@ -578,7 +582,7 @@ mod tests {
             ..settings()
         };
         let before = crate::clock::now_ms();
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let (report, got) = collect(s).await;
         let took = started.elapsed();
         let after = crate::clock::now_ms();
