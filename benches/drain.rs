@@ -7,7 +7,9 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::time::Instant;
+
+// tokio's Instant, the crate's one clock (.clippy.toml): outside a runtime it is std's.
+use tokio::time::Instant;
 
 use tapegate::outbox::Durability;
 use tapegate::outbox::{Store, StoreOptions};

@@ -9,7 +9,9 @@
 
 use std::io::Write;
 use std::process::{Command, Stdio};
-use std::time::Instant;
+
+// tokio's Instant, the crate's one clock (.clippy.toml): outside a runtime it is std's.
+use tokio::time::Instant;
 
 use tapegate::record::{Advertisement, Mac};
 

@@ -1,5 +1,7 @@
 /*!
 The ingest stage: advertisements → products → dedup → commit groups in the outbox.
+An advertisement the source already matched (BLE) comes with its capture and is not
+matched again.
 
 Captures are collected into a group and committed every `outbox.commit_interval_ms` or
 every [`GROUP_MAX`] captures. A capture is *accepted* when its group commits; the group
@@ -25,7 +27,8 @@ use crate::config::Config;
 use crate::dedup::{Dedup, DedupSettings};
 use crate::outbox::{Outbox, GROUP_MAX};
 use crate::products::Products;
-use crate::record::{Advertisement, Capture, EpochMillis};
+use crate::record::{Capture, EpochMillis};
+use crate::source::Heard;
 use crate::systemd::Beat;
 
 /// A failed commit is retried after this, doubling (no jitter: one writer)...
@@ -68,7 +71,7 @@ pub struct IngestSettings {
 /// run out: a group that still cannot be committed is then given up (and logged).
 pub async fn run(
     settings: IngestSettings,
-    mut input: mpsc::Receiver<Advertisement>,
+    mut input: mpsc::Receiver<Heard>,
     outbox: Outbox,
     committed: watch::Sender<u64>,
     abandon: CancellationToken,
@@ -88,11 +91,11 @@ pub async fn run(
     loop {
         tokio::select! {
             biased;
-            adv = input.recv() => {
-                let Some(adv) = adv else { break };
+            heard = input.recv() => {
+                let Some(heard) = heard else { break };
                 report.adverts += 1;
-                clock = clock.max(adv.ts_ms);
-                let Some(capture) = products.capture(&adv) else {
+                clock = clock.max(heard.advert.ts_ms);
+                let Some(capture) = heard.capture.or_else(|| products.capture(&heard.advert)) else {
                     report.unmatched += 1;
                     continue;
                 };

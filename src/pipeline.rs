@@ -22,16 +22,13 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{ApiError, ServiceClient};
-use crate::config::{Config, SourceKind};
+use crate::config::Config;
 use crate::flush::{FlushControl, FlushReport, Flusher};
 use crate::health::{self, HealthKeeper};
 use crate::ingest::{self, IngestReport, IngestSettings};
 use crate::outbox::{Outbox, OutboxError, Store, StoreOptions};
-use crate::source::ble::{Ble, BleSettings};
-use crate::source::replay::Replay;
-use crate::source::sim::Sim;
 use crate::source::SourceHealth;
-use crate::source::{Source, SourceError, SourceReport};
+use crate::source::{self, Source, SourceError, SourceReport};
 use crate::systemd::{self, Liveness, Notifier};
 
 /// Advertisements in flight between the source and the ingest stage.
@@ -182,40 +179,17 @@ async fn run_in(
     let (adverts_tx, adverts_rx) = mpsc::channel(ADVERT_CHANNEL);
     let (committed_tx, committed_rx) = watch::channel(0u64);
 
-    let live = match config.scanner.source {
-        SourceKind::Ble => true,
-        SourceKind::Sim => config.scanner.sim.realtime,
-        SourceKind::Replay => false,
-    };
+    // The BLE source drops what no product matches; SIGHUP's products reach it too.
+    let source = source::from_settings(&config.scanner)
+        .with_filter(config.products.clone(), Some(reload_rx.clone()))
+        .with_health(health.clone());
+    let live = source.is_live();
     let source = {
         let stop = stop_source.clone();
         let fatal = fatal.clone();
-        let scanner = config.scanner.clone();
-        // The BLE source drops what no product matches; SIGHUP's products reach it too.
-        let products = config.products.clone();
-        let reload = Some(reload_rx.clone());
-        let health = health.clone();
         tokio::spawn(
             async move {
-                let result = match scanner.source {
-                    SourceKind::Replay => {
-                        let path = scanner.replay_path.unwrap_or_else(|| "-".into());
-                        Replay::new(path)
-                            .run(adverts_tx, stop)
-                            .await
-                            .map_err(RunError::from)
-                    }
-                    SourceKind::Sim => Sim::new(scanner.sim)
-                        .run(adverts_tx, stop)
-                        .await
-                        .map_err(RunError::from),
-                    SourceKind::Ble => Ble::new(BleSettings::from_scanner(&scanner))
-                        .with_filter(products, reload)
-                        .with_health(health)
-                        .run(adverts_tx, stop)
-                        .await
-                        .map_err(RunError::from),
-                };
+                let result = source.run(adverts_tx, stop).await.map_err(RunError::from);
                 if let Err(e) = &result {
                     tracing::error!(error = %e, "the source failed; stopping");
                     fatal.cancel();

@@ -12,10 +12,13 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use common::*;
-use tapegate::record::{hex_lower, Mac};
+use tapegate::outbox::{PendingCapture, Store};
+use tapegate::record::{hex_lower, hex_upper, Advertisement, Mac};
 
 const PYTHON: &str = "/usr/bin/python3";
 const HCI: &str = "hci0";
@@ -332,8 +335,7 @@ fn admitted(g: &Gateway) -> u64 {
     g.try_stats().map_or(0, |s| s.admitted)
 }
 
-/// Waits until the outbox has admitted `n` captures (and then a little longer, to see
-/// that no more come).
+/// Waits until the outbox has admitted `n` captures.
 fn wait_admitted(g: &Gateway, n: u64, d: &Tapegate) {
     // An upper bound for a loaded machine (the stand-in is Python); passing runs take
     // a few seconds.
@@ -348,9 +350,20 @@ fn wait_admitted(g: &Gateway, n: u64, d: &Tapegate) {
 
 /// The packets captured per MAC, in capture order.
 fn captured(g: &Gateway) -> Vec<(Mac, String)> {
-    g.store()
-        .pending_captures()
-        .unwrap()
+    packets(g.store().pending_captures().unwrap())
+}
+
+/// The packets captured so far, read while the daemon runs (none while it has not yet
+/// created the outbox or the read fails).
+fn captured_so_far(g: &Gateway) -> Vec<(Mac, String)> {
+    match Store::open_existing(&g.state_dir()) {
+        Ok(Some(store)) => store.pending_captures().map(packets).unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
+fn packets(pending: Vec<PendingCapture>) -> Vec<(Mac, String)> {
+    pending
         .into_iter()
         .map(|p| (p.capture.mac, p.capture.packet))
         .collect()
@@ -365,6 +378,51 @@ fn of(caps: &[(Mac, String)], mac: Mac) -> Vec<String> {
 
 const APPLE: Mac = Mac::new([0x11, 0x22, 0x33, 0x44, 0x55, 0x01]);
 const BEACON: Mac = Mac::new([0x11, 0x22, 0x33, 0x44, 0x55, 0x02]);
+
+/// A tape heard after the adverts a test is about, as a barrier: the stand-in's signals
+/// reach the daemon in the order it sent them (one stream for new devices, one for
+/// changed properties) and every stage keeps that order, so once the sentinel's advert
+/// is captured, every advert of the same kind sent before it has been handled, and
+/// nothing more comes of them. The sentinel is left out of what the tests count.
+const SENTINEL: Mac = Mac::new([0xC0, 0xFF, 0xEE, 0x00, 0x00, 0x99]);
+
+/// Waits until `heard()` holds the sentinel's packet of `counter` (panics with the log
+/// after 30 s, an upper bound for a loaded machine).
+fn wait_sentinel(counter: u16, d: &Tapegate, heard: impl Fn() -> Vec<(Mac, String)>) {
+    let packet = tape_packet(counter);
+    let seen = wait_for(Duration::from_secs(30), || {
+        of(&heard(), SENTINEL).contains(&packet).then_some(())
+    });
+    if seen.is_none() {
+        panic!(
+            "the sentinel's packet {counter} was not heard within 30 s:\n{}",
+            d.stderr()
+        );
+    }
+}
+
+/// The adverts recorded in `path` so far, as (MAC, packet as the tape product sends it).
+fn recorded(path: &Path) -> Vec<(Mac, String)> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| Advertisement::from_record(l).ok())
+        .map(|a| {
+            let packet = a
+                .manufacturer_data
+                .first()
+                .map_or_else(String::new, |(id, d)| {
+                    let mut bytes = id.to_le_bytes().to_vec();
+                    bytes.extend_from_slice(d);
+                    hex_upper(&bytes)
+                });
+            (a.mac, packet)
+        })
+        .collect()
+}
+
+fn without_sentinel(caps: Vec<(Mac, String)>) -> Vec<(Mac, String)> {
+    caps.into_iter().filter(|(m, _)| *m != SENTINEL).collect()
+}
 
 // ---------------------------------------------------------------------------------------
 
@@ -386,8 +444,9 @@ fn tape_adverts_heard_over_bluez_become_exactly_the_expected_captures() {
     s.call(&format!(
         "add-svc {HCI} {BEACON} -80 0000feaa-0000-1000-8000-00805f9b34fb 10"
     ));
+    s.add_tape(SENTINEL, 0);
     // The first advert of each tape is read from its properties when it is discovered.
-    wait_admitted(&g, 3, &d);
+    wait_sentinel(0, &d, || captured_so_far(&g));
     for counter in 1..=3 {
         for &t in &tapes {
             s.tape_counter(t, counter);
@@ -395,12 +454,12 @@ fn tape_adverts_heard_over_bluez_become_exactly_the_expected_captures() {
         s.call(&format!("mfg {HCI} {APPLE} 76 0215{counter:02x}"));
         s.call(&format!("rssi {HCI} {APPLE} -6{counter}"));
     }
-    wait_admitted(&g, 12, &d);
-    std::thread::sleep(Duration::from_millis(300));
+    s.tape_counter(SENTINEL, 1);
+    wait_sentinel(1, &d, || captured_so_far(&g));
     let (status, log) = d.terminate(Duration::from_secs(10));
     assert!(status.success(), "{status:?}\n{log}");
 
-    let caps = captured(&g);
+    let caps = without_sentinel(captured(&g));
     assert_eq!(caps.len(), 12, "{caps:?}");
     for &t in &tapes {
         assert_eq!(of(&caps, t), (0..=3).map(tape_packet).collect::<Vec<_>>());
@@ -497,32 +556,18 @@ fn a_scan_recording_replays_to_the_same_captures() {
         s.add_tape(t, 0);
     }
     s.call(&format!("add {HCI} {APPLE} - -70 76 021501"));
-    let lines = |p: &PathBuf| {
-        std::fs::read_to_string(p)
-            .map(|t| t.lines().count())
-            .unwrap_or(0)
-    };
-    assert!(
-        wait_for(Duration::from_secs(10), || (lines(&recording) >= 2)
-            .then_some(()))
-        .is_some(),
-        "{}",
-        scan.stderr()
-    );
+    s.add_tape(SENTINEL, 0);
+    let lines = |p: &PathBuf| without_sentinel(recorded(p)).len();
+    wait_sentinel(0, &scan, || recorded(&recording));
+    assert_eq!(lines(&recording), 2, "{}", scan.stderr());
     for counter in 1..=2 {
         for &t in &tapes {
             s.tape_counter(t, counter);
         }
     }
     s.call(&format!("mfg {HCI} {APPLE} 76 021502"));
-    assert!(
-        wait_for(Duration::from_secs(10), || (lines(&recording) >= 6)
-            .then_some(()))
-        .is_some(),
-        "{}",
-        scan.stderr()
-    );
-    std::thread::sleep(Duration::from_millis(300));
+    s.tape_counter(SENTINEL, 1);
+    wait_sentinel(1, &scan, || recorded(&recording));
     let out = scan.stdout.take();
     unsafe { libc::kill(scan.child.id() as i32, libc::SIGTERM) };
     let mut shown = String::new();
@@ -545,7 +590,7 @@ fn a_scan_recording_replays_to_the_same_captures() {
     ));
     let out = replay.run(&["run", "--until-drained"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let caps = captured(&replay);
+    let caps = without_sentinel(captured(&replay));
     assert_eq!(caps.len(), 6);
     for &t in &tapes {
         assert_eq!(of(&caps, t), (0..=2).map(tape_packet).collect::<Vec<_>>());
@@ -559,6 +604,8 @@ fn scan_all_shows_every_device() {
     }
     let mut s = StandIn::start(true, true);
     let g = Gateway::new(&ble_config(""));
+    // The scan ends by itself after --duration (under test here): the stand-in answers
+    // in milliseconds, well within it.
     let mut scan = s.tapegate(&g, &["scan", "--all", "--duration", "3"]);
     s.wait_scanning();
     s.add_tape(tape_mac(1), 0);

@@ -5,7 +5,9 @@ mod common;
 
 use std::io::Write;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use common::*;
 use tapegate::record::Mac;

@@ -7,7 +7,9 @@ mod common;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use common::*;
 use tapegate::outbox::{OutboxError, Outcome, Reading, Store, StoreOptions};

@@ -6,7 +6,9 @@ mod common;
 use std::io::Write;
 use std::os::unix::net::UnixDatagram;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use common::*;
 

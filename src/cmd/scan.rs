@@ -21,13 +21,10 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, SourceKind};
+use crate::config::Config;
 use crate::products::Products;
 use crate::record::{hex_upper, Advertisement, EpochMillis, Mac};
-use crate::source::ble::{Ble, BleSettings};
-use crate::source::replay::Replay;
-use crate::source::sim::Sim;
-use crate::source::{Source, SourceError, SourceReport};
+use crate::source::{self, Heard, Source, SourceError, SourceReport};
 
 /// What `tapegate scan` was asked to do.
 #[derive(Debug, Clone, Default)]
@@ -113,18 +110,18 @@ pub async fn run(
     // shown too.
     let mut stopping = false;
     loop {
-        let adv = if stopping {
+        let heard = if stopping {
             rx.recv().await
         } else {
             tokio::select! {
-                adv = rx.recv() => adv,
+                heard = rx.recv() => heard,
                 _ = &mut shutdown => { stopping = true; stop.cancel(); continue; }
                 _ = &mut deadline => { stopping = true; stop.cancel(); continue; }
             }
         };
-        let Some(adv) = adv else { break };
+        let Some(heard) = heard else { break };
         show(
-            &adv,
+            heard,
             &config.products,
             &options,
             &mut report,
@@ -150,31 +147,19 @@ pub async fn run(
     Ok(report)
 }
 
+/// The configured source without a filter: the view shows (with `--all`) and counts
+/// every advert.
 fn spawn_source(
     config: &Config,
-    tx: mpsc::Sender<Advertisement>,
+    tx: mpsc::Sender<Heard>,
     stop: CancellationToken,
 ) -> tokio::task::JoinHandle<Result<SourceReport, SourceError>> {
-    let scanner = config.scanner.clone();
-    tokio::spawn(async move {
-        match scanner.source {
-            SourceKind::Ble => {
-                Ble::new(BleSettings::from_scanner(&scanner))
-                    .run(tx, stop)
-                    .await
-            }
-            SourceKind::Replay => {
-                let path = scanner.replay_path.unwrap_or_else(|| "-".into());
-                Replay::new(path).run(tx, stop).await
-            }
-            SourceKind::Sim => Sim::new(scanner.sim).run(tx, stop).await,
-        }
-    })
+    tokio::spawn(source::from_settings(&config.scanner).run(tx, stop))
 }
 
 #[allow(clippy::too_many_arguments)]
 fn show(
-    adv: &Advertisement,
+    heard: Heard,
     products: &Products,
     options: &ScanOptions,
     report: &mut ScanReport,
@@ -182,9 +167,10 @@ fn show(
     recorder: &mut Option<(PathBuf, std::io::BufWriter<std::fs::File>)>,
     out: &mut (dyn Write + Send),
 ) -> Result<(), ScanError> {
+    let adv = &heard.advert;
     report.adverts += 1;
     seen.insert(adv.mac);
-    let capture = products.capture(adv);
+    let capture = heard.capture.or_else(|| products.capture(adv));
     if capture.is_some() {
         report.matching += 1;
     } else if !options.all {

@@ -1,19 +1,21 @@
 /*!
-Where advertisements come from. Every source implements [`Source`]: it sends
-advertisements into a bounded channel until it ends or is told to stop. Replay and
-simulation are first-class sources beside BLE, not test hacks.
+Where advertisements come from. Every source implements [`Source`]: it sends what it
+hears ([`Heard`]) into a bounded channel until it ends or is told to stop. Replay and
+simulation are first-class sources beside BLE, not test hacks; [`from_settings`] builds
+the one `[scanner]` names.
 */
 
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-
-use crate::record::{Advertisement, EpochMillis};
+use crate::config::{Config, ScannerSettings, SourceKind};
+use crate::products::Products;
+use crate::record::{Advertisement, Capture, EpochMillis};
 
 pub mod ble;
 pub mod replay;
@@ -25,9 +27,96 @@ pub trait Source: Send {
     /// `out` is closed. Returns what it did.
     fn run(
         self,
-        out: mpsc::Sender<Advertisement>,
+        out: mpsc::Sender<Heard>,
         stop: CancellationToken,
     ) -> impl Future<Output = Result<SourceReport, SourceError>> + Send;
+}
+
+/// One advertisement as a source sends it on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Heard {
+    pub advert: Advertisement,
+    /// The capture of the first product the advert matched, when the source matched it
+    /// already (the BLE source filters early): the ingest stage takes it as it is
+    /// instead of matching again. `None`: not matched yet (replay, simulation, a scan
+    /// without a filter).
+    pub capture: Option<Capture>,
+}
+
+impl From<Advertisement> for Heard {
+    fn from(advert: Advertisement) -> Heard {
+        Heard {
+            advert,
+            capture: None,
+        }
+    }
+}
+
+/// The source `[scanner]` names.
+pub fn from_settings(scanner: &ScannerSettings) -> Configured {
+    match scanner.source {
+        SourceKind::Ble => Configured::Ble(ble::Ble::new(ble::BleSettings::from_scanner(scanner))),
+        SourceKind::Replay => Configured::Replay(replay::Replay::new(
+            scanner.replay_path.clone().unwrap_or_else(|| "-".into()),
+        )),
+        SourceKind::Sim => Configured::Sim(sim::Sim::new(scanner.sim.clone())),
+    }
+}
+
+/// One of the sources, as [`from_settings`] builds it.
+pub enum Configured {
+    Ble(ble::Ble),
+    Replay(replay::Replay),
+    Sim(sim::Sim),
+}
+
+impl Configured {
+    /// Whether the source hears the radio as it happens (the BLE source, a simulation in
+    /// real time), so that held captures are released on the wall clock rather than
+    /// only on the capture times seen.
+    pub fn is_live(&self) -> bool {
+        match self {
+            Configured::Ble(_) => true,
+            Configured::Replay(_) => false,
+            Configured::Sim(s) => s.settings.realtime,
+        }
+    }
+
+    /// Lets a source that can drop early what matches none of `products` (and of each
+    /// config `reload` delivers) do so, sending on the captures it built (the BLE
+    /// source); the others leave matching to the ingest stage.
+    pub fn with_filter(
+        self,
+        products: Products,
+        reload: Option<watch::Receiver<Arc<Config>>>,
+    ) -> Configured {
+        match self {
+            Configured::Ble(b) => Configured::Ble(b.with_filter(products, reload)),
+            other => other,
+        }
+    }
+
+    /// Shares what a live source goes through (the BLE ladder's counts) with `health`.
+    pub fn with_health(self, health: Arc<SourceHealth>) -> Configured {
+        match self {
+            Configured::Ble(b) => Configured::Ble(b.with_health(health)),
+            other => other,
+        }
+    }
+}
+
+impl Source for Configured {
+    async fn run(
+        self,
+        out: mpsc::Sender<Heard>,
+        stop: CancellationToken,
+    ) -> Result<SourceReport, SourceError> {
+        match self {
+            Configured::Ble(s) => s.run(out, stop).await,
+            Configured::Replay(s) => s.run(out, stop).await,
+            Configured::Sim(s) => s.run(out, stop).await,
+        }
+    }
 }
 
 /// What a live source has been through, shared with the pipeline, which keeps it in

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::record::Advertisement;
 
-use super::{Source, SourceError, SourceReport};
+use super::{Heard, Source, SourceError, SourceReport};
 
 /// Read buffer: large, so that a recording is read in few blocking calls.
 const BUFFER: usize = 1 << 20;
@@ -48,7 +48,7 @@ impl Replay {
 impl Source for Replay {
     async fn run(
         self,
-        out: mpsc::Sender<Advertisement>,
+        out: mpsc::Sender<Heard>,
         stop: CancellationToken,
     ) -> Result<SourceReport, SourceError> {
         let error = |source| SourceError::Replay {
@@ -77,7 +77,7 @@ impl Source for Replay {
 /// `out` is closed. Fails only when reading fails.
 async fn replay<R: AsyncRead + Unpin>(
     mut input: BufReader<R>,
-    out: &mpsc::Sender<Advertisement>,
+    out: &mpsc::Sender<Heard>,
     stop: &CancellationToken,
 ) -> std::io::Result<SourceReport> {
     let mut report = SourceReport::default();
@@ -101,7 +101,7 @@ async fn replay<R: AsyncRead + Unpin>(
         };
         tokio::select! {
             biased;
-            sent = out.send(adv) => if sent.is_err() { return Ok(report) },
+            sent = out.send(Heard::from(adv)) => if sent.is_err() { return Ok(report) },
             // Stopped while the pipeline does not take more: stop here.
             () = stop.cancelled() => return Ok(report),
         }
@@ -115,7 +115,7 @@ async fn replay<R: AsyncRead + Unpin>(
     for line in held[..complete].split_inclusive(|b| *b == b'\n') {
         line_no += 1;
         if let Some(adv) = parse_counted(line, line_no, &mut report) {
-            if out.try_send(adv).is_err() {
+            if out.try_send(Heard::from(adv)).is_err() {
                 break;
             }
             report.adverts += 1;
@@ -152,7 +152,9 @@ fn parse_line(bytes: &[u8]) -> Result<Option<Advertisement>, String> {
 mod tests {
     use std::io::Write as _;
     use std::sync::{Arc, Mutex};
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
+
+    use tokio::time::Instant;
 
     use super::*;
 
@@ -176,8 +178,9 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(capacity);
         let task = tokio::spawn(Replay::new(path).run(tx, CancellationToken::new()));
         let mut got = Vec::new();
-        while let Some(adv) = rx.recv().await {
-            got.push(adv);
+        while let Some(heard) = rx.recv().await {
+            assert_eq!(heard.capture, None, "a replay leaves matching to ingest");
+            got.push(heard.advert);
         }
         (task.await.unwrap().unwrap(), got)
     }
@@ -307,7 +310,7 @@ mod tests {
         let stop = CancellationToken::new();
         let task = tokio::spawn(Replay::new(f.path()).run(tx, stop.clone()));
         let first = rx.recv().await.unwrap();
-        assert_eq!(first.mac.to_string(), "C0:FF:EE:00:00:00");
+        assert_eq!(first.advert.mac.to_string(), "C0:FF:EE:00:00:00");
         stop.cancel();
         let report = tokio::time::timeout(Duration::from_secs(5), task)
             .await

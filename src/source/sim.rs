@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use crate::record::{Advertisement, EpochMillis, Mac};
 use crate::tape::{TapeReading, TAPE_COMPANY_ID, UNREGISTERED_PREFIX};
 
-use super::{Source, SourceError, SourceReport};
+use super::{Heard, Source, SourceError, SourceReport};
 
 /// Company identifiers of the other devices: Apple, Microsoft, Samsung, Google.
 const OTHER_COMPANIES: [u16; 4] = [0x004C, 0x0006, 0x0075, 0x00E0];
@@ -79,7 +79,7 @@ impl Sim {
 impl Source for Sim {
     async fn run(
         self,
-        out: mpsc::Sender<Advertisement>,
+        out: mpsc::Sender<Heard>,
         stop: CancellationToken,
     ) -> Result<SourceReport, SourceError> {
         let s = &self.settings;
@@ -114,7 +114,7 @@ impl Source for Sim {
             }
             tokio::select! {
                 biased;
-                sent = out.send(adv) => if sent.is_err() { break },
+                sent = out.send(Heard::from(adv)) => if sent.is_err() { break },
                 () = stop.cancelled() => break,
             }
             report.adverts += 1;
@@ -327,8 +327,12 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(256);
         let task = tokio::spawn(Sim::new(s).run(tx, CancellationToken::new()));
         let mut got = Vec::new();
-        while let Some(adv) = rx.recv().await {
-            got.push(adv);
+        while let Some(heard) = rx.recv().await {
+            assert_eq!(
+                heard.capture, None,
+                "a simulation leaves matching to ingest"
+            );
+            got.push(heard.advert);
         }
         (task.await.unwrap().unwrap(), got)
     }
@@ -465,7 +469,7 @@ mod tests {
             duration_ms: Some(200_000),
             ..settings()
         };
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let (report, _) = collect(s).await;
         let took = started.elapsed();
         assert!(report.adverts >= 100_000, "{report:?}");
@@ -485,7 +489,7 @@ mod tests {
             ..settings()
         };
         let before = crate::clock::now_ms();
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let (report, got) = collect(s).await;
         let took = started.elapsed();
         let after = crate::clock::now_ms();

@@ -12,12 +12,13 @@ discovering, and forgetting a device.
 */
 
 use std::sync::mpsc as std_mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dbus::arg::{prop_cast, PropMap};
 use dbus::blocking::stdintf::org_freedesktop_dbus::{ObjectManager, Properties};
 use dbus::blocking::Connection;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::source::SourceError;
 
@@ -92,7 +93,9 @@ fn owner(conn: &Connection) -> Result<Option<String>, dbus::Error> {
 /// What the watcher saw at one poll.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Health {
-    /// When this was seen (a step taken later is judged by a later poll).
+    /// When this was seen (a step taken later is judged by a later poll). The watcher
+    /// thread has no runtime, so this is the real clock, as the source's is outside a
+    /// paused test runtime.
     pub at: Instant,
     /// The system bus answered.
     pub bus: bool,

@@ -7,40 +7,22 @@ clock: `Discovered` (the device's first advert: its properties are read once, be
 no data event comes for it; a device without RSSI was not heard in this scan and gives
 none; the devices BlueZ already knows when the scan starts count as discovered),
 `ManufacturerData`, `ServiceData` and `Rssi`, which carry the new values (from BlueZ's
-`PropertiesChanged`), completed from what this source remembers of the device. No D-Bus
-call is made per advert (btleplug reads all of a device's properties for each one).
-One BlueZ signal that changes both RSSI and data gives two adverts (dedup drops the
-repeated packet). Adverts that match no product are dropped here when a filter is given
-(the daemon gives its products, and those of every SIGHUP reload), so that a crowded
-dock costs little further on. A radio cannot be back-pressured: when the channel is
-full the advert is dropped and counted (logged at most every 10 s).
+`PropertiesChanged`), completed from what this source remembers of the device
+([`devices`]). No D-Bus call is made per advert (btleplug reads all of a device's
+properties for each one). One BlueZ signal that changes both RSSI and data gives two
+adverts (dedup drops the repeated packet). Adverts that match no product are dropped
+here when a filter is given (the daemon gives its products, and those of every SIGHUP
+reload), so that a crowded dock costs little further on; the capture built by that
+match is sent on with the advert, so that ingest does not match it again. A radio
+cannot be back-pressured: when the channel is full the advert is dropped and counted
+(logged at most every 10 s).
 
-# The liveness ladder
-Field gateways stop hearing adverts while looking alive (btleplug #332), adapters get
-powered off or vanish, bluetoothd restarts. A [`bluez::Watcher`] polls BlueZ beside
-the scan; trouble is one of: the system bus or `org.bluez` gone, `org.bluez` with a new
-owner (bluetoothd restarted), the adapter gone, powered off or no longer discovering,
-the event stream ended, or no advert for `scanner.silence_secs` once any was heard.
-Then, each step logged once at WARN with the reason:
-1. restart the scan (stop and start discovery on the same adapter);
-2. if that has not helped after [`STEP_WAIT`]: re-acquire the adapter on a new BlueZ
-   session (a new D-Bus connection), retried every [`STEP_WAIT`];
-3. if the scanner is still not back after `scanner.give_up_secs`:
-   [`SourceError::GaveUp`], the daemon exits 1 and systemd restarts it.
-
-The scanner is back when BlueZ, the adapter and discovery are all there again (for
-silence: when an advert arrives); that is logged once at INFO. Counts of restarts and
-re-acquisitions are logged when the source ends.
-
-bluez-async offers no way to close a session's D-Bus connection (the task that owns it
-runs on), so step 2 makes one session per episode and its retries reuse it while it
-answers; after [`MAX_MANAGERS`] the source gives up so that a fresh process starts.
-
-# Bounded memory
-This source remembers devices (for RSSI and data events) and BlueZ keeps a D-Bus object
-per device. At most `scanner.max_devices` are remembered; the least recently heard one
-past it is forgotten here and removed from BlueZ (`Adapter1.RemoveDevice`), so rotating
-MACs cannot grow either side.
+A [`bluez::Watcher`] polls BlueZ beside the scan, and the liveness [`ladder`] turns
+its polls, the adverts heard and the state of the scan into steps: restart the scan,
+re-acquire the adapter, give up ([`SourceError::GaveUp`]: the daemon exits 1 and
+systemd restarts it). This file takes them, each logged once at WARN with the reason;
+the scanner being back is logged once at INFO. Counts of restarts and re-acquisitions
+are logged when the source ends.
 */
 
 use std::pin::Pin;
@@ -52,26 +34,24 @@ use bluez_async::{
     DeviceId, DeviceInfo, DiscoveryFilter, Transport,
 };
 use futures::{stream, Stream, StreamExt};
-use hashlink::LruCache;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Source, SourceError, SourceHealth, SourceReport};
+use super::{Heard, Source, SourceError, SourceHealth, SourceReport};
 use crate::clock::now_ms;
 use crate::config::{Config, ScannerSettings};
 use crate::products::Products;
-use crate::record::{Advertisement, Mac};
+use crate::record::{Advertisement, Capture};
+use devices::Devices;
+use ladder::{Ladder, Scan, Step};
 
 mod bluez;
+mod devices;
+mod ladder;
 
-/// How long a ladder step is given before the next one.
-pub const STEP_WAIT: Duration = Duration::from_secs(2);
 /// How often the source looks at the watcher's findings and the silence.
 const TICK: Duration = Duration::from_millis(250);
-/// BlueZ connections (bluez-async sessions) made at most before the process gives up, so
-/// that systemd starts it afresh: bluez-async never closes a session's connection.
-const MAX_MANAGERS: u32 = 32;
 /// How long stopping waits for BlueZ to stop the scan.
 const STOP_SCAN_WAIT: Duration = Duration::from_secs(2);
 /// Drops are logged at most this often.
@@ -113,13 +93,14 @@ struct Filter {
 }
 
 impl Filter {
-    fn matches(&mut self, adv: &Advertisement) -> bool {
+    /// The capture of `adv` under the first product it matches, `None` if it matches none.
+    fn capture(&mut self, adv: &Advertisement) -> Option<Capture> {
         if let Some(r) = &mut self.reload {
             if r.has_changed().unwrap_or(false) {
                 self.products = r.borrow_and_update().products.clone();
             }
         }
-        self.products.matches(adv).is_some()
+        self.products.capture(adv)
     }
 }
 
@@ -139,7 +120,7 @@ impl Ble {
     }
 
     /// Sends on only the adverts that match one of `products` (taken from each config
-    /// that `reload` delivers, when given).
+    /// that `reload` delivers, when given), each with the capture that match built.
     pub fn with_filter(
         mut self,
         products: Products,
@@ -153,7 +134,7 @@ impl Ble {
 impl Source for Ble {
     async fn run(
         self,
-        out: mpsc::Sender<Advertisement>,
+        out: mpsc::Sender<Heard>,
         stop: CancellationToken,
     ) -> Result<SourceReport, SourceError> {
         let wanted = self.settings.adapter.clone();
@@ -173,18 +154,19 @@ impl Source for Ble {
             .map_err(SourceError::Bluez)?;
         tracing::info!(adapter = %adapter_name, "scanning for BLE advertisements");
         let mut scanner = Scanner {
-            settings: self.settings,
             filter: self.filter,
             out,
             watcher,
             adapter_name,
             session: Some(session),
-            devices: LruCache::new_unbounded(),
-            owner: Some(owner),
-            heard_any: false,
-            last_heard: Instant::now(),
-            recovery: None,
-            managers: 1,
+            devices: Devices::new(self.settings.max_devices),
+            ladder: Ladder::new(
+                self.settings.silence,
+                self.settings.give_up,
+                owner,
+                Instant::now(),
+            ),
+            settings: self.settings,
             stats: Stats::default(),
             last_drop_log: None,
             health: self.health,
@@ -257,7 +239,7 @@ impl Adapter {
 struct Session {
     adapter: Adapter,
     events: Option<Events>,
-    started: std::time::Instant,
+    started: Instant,
 }
 
 /// Finds `name` on `bluez`, subscribes to its events, starts the scan.
@@ -298,7 +280,7 @@ async fn open(bluez: Option<&BluetoothSession>, name: &str) -> Result<Session, S
     Ok(Session {
         adapter,
         events: Some(events),
-        started: std::time::Instant::now(),
+        started: Instant::now(),
     })
 }
 
@@ -314,48 +296,15 @@ struct Stats {
     forgotten: u64,
 }
 
-/// What is remembered of a device between its adverts.
-struct Device {
-    mac: Mac,
-    name: Option<String>,
-    rssi: Option<i16>,
-    manufacturer_data: Vec<(u16, Vec<u8>)>,
-    service_data: Vec<(String, Vec<u8>)>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Step {
-    RestartScan,
-    Reacquire,
-}
-
-/// The ladder in progress.
-struct Recovery {
-    reason: String,
-    silence: bool,
-    since: Instant,
-    step: Step,
-    /// When the last step was taken: only later polls judge it.
-    acted: std::time::Instant,
-    next: Instant,
-    failures_logged: bool,
-}
-
 struct Scanner {
     settings: BleSettings,
     filter: Option<Filter>,
-    out: mpsc::Sender<Advertisement>,
+    out: mpsc::Sender<Heard>,
     watcher: bluez::Watcher,
     adapter_name: String,
     session: Option<Session>,
-    devices: LruCache<DeviceId, Device>,
-    /// `org.bluez`'s owner when the scan (re)started.
-    owner: Option<String>,
-    heard_any: bool,
-    last_heard: Instant,
-    recovery: Option<Recovery>,
-    /// Sessions (connections to BlueZ) made so far.
-    managers: u32,
+    devices: Devices,
+    ladder: Ladder,
     stats: Stats,
     last_drop_log: Option<Instant>,
     /// The counts `status` shows, shared with the pipeline.
@@ -374,6 +323,15 @@ impl Scanner {
     /// The adapter being scanned (cloned: a session holds a stream that is not `Sync`).
     fn adapter(&self) -> Option<Adapter> {
         self.session.as_ref().map(|s| s.adapter.clone())
+    }
+
+    /// The scan as the ladder sees it.
+    fn scan(&self) -> Scan {
+        match &self.session {
+            None => Scan::Missing,
+            Some(s) if s.events.is_none() => Scan::Ended,
+            Some(s) => Scan::Since(s.started),
+        }
     }
 
     async fn run(
@@ -417,9 +375,7 @@ impl Scanner {
             Event::Known(info) => {
                 let id = info.id.clone();
                 self.remember(*info);
-                // A device BlueZ remembers but has not heard in this scan (paired, or
-                // cached from before) has no RSSI: its data is old, not an advert.
-                if self.devices.get(&id).is_some_and(|d| d.rssi.is_none()) {
+                if self.devices.get(&id).is_some_and(|d| !d.heard()) {
                     return true;
                 }
                 id
@@ -435,11 +391,11 @@ impl Scanner {
                         return true;
                     }
                     // Rediscovery refreshes from BlueZ.
-                    self.devices.remove(&id);
+                    self.devices.forget(&id);
                     if !self.device(&id).await {
                         return true;
                     }
-                    if self.devices.get(&id).is_some_and(|d| d.rssi.is_none()) {
+                    if self.devices.get(&id).is_some_and(|d| !d.heard()) {
                         return true;
                     }
                     id
@@ -449,7 +405,7 @@ impl Scanner {
                         return true;
                     }
                     if let Some(d) = self.devices.get_mut(&id) {
-                        d.manufacturer_data = sorted(manufacturer_data.into_iter().collect());
+                        d.set_manufacturer_data(manufacturer_data);
                     }
                     id
                 }
@@ -458,12 +414,7 @@ impl Scanner {
                         return true;
                     }
                     if let Some(d) = self.devices.get_mut(&id) {
-                        d.service_data = sorted(
-                            service_data
-                                .into_iter()
-                                .map(|(u, v)| (u.to_string(), v))
-                                .collect(),
-                        );
+                        d.set_service_data(service_data);
                     }
                     id
                 }
@@ -472,7 +423,7 @@ impl Scanner {
                         return true;
                     }
                     if let Some(d) = self.devices.get_mut(&id) {
-                        d.rssi = Some(rssi);
+                        d.set_rssi(rssi);
                     }
                     id
                 }
@@ -484,9 +435,13 @@ impl Scanner {
             }) => {
                 tracing::debug!(powered, "adapter power");
                 let ours = self.session.as_ref().is_some_and(|s| s.adapter.id == id);
-                if ours && !powered && self.recovery.is_none() {
+                if ours && !powered {
                     let reason = format!("adapter {} was powered off", self.adapter_name);
-                    self.start_recovery(reason, false).await;
+                    if let Step::RestartScan { reason } =
+                        self.ladder.trouble(Instant::now(), reason)
+                    {
+                        self.restart_scan(reason).await;
+                    }
                 }
                 return true;
             }
@@ -495,28 +450,24 @@ impl Scanner {
         let Some(d) = self.devices.get(&id) else {
             return true;
         };
-        let adv = Advertisement {
-            ts_ms: now_ms(),
-            mac: d.mac,
-            rssi: d.rssi,
-            name: d.name.clone(),
-            manufacturer_data: d.manufacturer_data.clone(),
-            service_data: d.service_data.clone(),
+        let advert = d.advert(now_ms());
+        let now = Instant::now();
+        self.ladder.heard(now);
+        let capture = match &mut self.filter {
+            Some(f) => match f.capture(&advert) {
+                Some(capture) => Some(capture),
+                None => {
+                    self.stats.not_matching += 1;
+                    return true;
+                }
+            },
+            None => None,
         };
-        self.heard_any = true;
-        self.last_heard = Instant::now();
-        if let Some(f) = &mut self.filter {
-            if !f.matches(&adv) {
-                self.stats.not_matching += 1;
-                return true;
-            }
-        }
-        match self.out.try_send(adv) {
+        match self.out.try_send(Heard { advert, capture }) {
             Ok(()) => self.stats.adverts += 1,
             Err(mpsc::error::TrySendError::Full(_)) => {
                 self.stats.dropped += 1;
                 SourceHealth::count(&self.health.dropped);
-                let now = Instant::now();
                 if self
                     .last_drop_log
                     .is_none_or(|t| now.duration_since(t) >= DROP_LOG_EVERY)
@@ -555,101 +506,86 @@ impl Scanner {
         }
     }
 
-    /// Remembers a device as BlueZ describes it, forgetting the least recently heard
-    /// ones past `max_devices` (here and in BlueZ).
+    /// Remembers a device as BlueZ describes it; the one forgotten to make room is
+    /// removed from BlueZ too.
     fn remember(&mut self, info: DeviceInfo) {
-        self.devices.remove(&info.id);
-        let device = Device {
-            mac: Mac::new(info.mac_address.into()),
-            name: info.name,
-            rssi: info.rssi,
-            manufacturer_data: sorted(info.manufacturer_data.into_iter().collect()),
-            service_data: sorted(
-                info.service_data
-                    .into_iter()
-                    .map(|(u, v)| (u.to_string(), v))
-                    .collect(),
-            ),
-        };
-        while self.devices.len() >= self.settings.max_devices {
-            let Some((old, _)) = self.devices.remove_lru() else {
-                break;
-            };
+        if let Some(old) = self.devices.remember(info) {
             self.stats.forgotten += 1;
             SourceHealth::count(&self.health.forgotten);
             self.watcher.remove(old.to_string());
         }
-        self.devices.insert(info.id, device);
     }
 
-    /// Looks at the watcher's last poll and the silence; walks the ladder.
+    /// Takes the ladder's step for the watcher's last poll and the silence.
     async fn check(&mut self, manager: &mut Option<BluetoothSession>) -> Result<(), SourceError> {
         let health = self.watcher.health.borrow().clone();
         let now = Instant::now();
-        let Some(r) = &mut self.recovery else {
-            let started = self.session.as_ref().map(|s| s.started);
-            if let Some((reason, silence)) = self.trouble(&health, started) {
-                self.start_recovery(reason, silence).await;
-            }
-            return Ok(());
-        };
-        let back = if r.silence {
-            self.last_heard > r.since
-        } else {
-            health.at > r.acted && health.scanning()
-        };
-        if back {
-            tracing::info!(
-                reason = %r.reason,
-                after_secs = now.duration_since(r.since).as_secs_f64(),
+        match self
+            .ladder
+            .poll(now, &health, self.scan(), &self.adapter_name)
+        {
+            Step::Nothing => {}
+            Step::RestartScan { reason } => self.restart_scan(reason).await,
+            Step::Back { reason, after } => tracing::info!(
+                reason = %reason,
+                after_secs = after.as_secs_f64(),
                 "scanning again"
-            );
-            self.owner = health.owner.clone();
-            self.last_heard = now;
-            self.recovery = None;
-            return Ok(());
-        }
-        if now.duration_since(r.since) >= self.settings.give_up {
-            tracing::error!(reason = %r.reason, give_up_secs = self.settings.give_up.as_secs(), "giving up on the BLE scanner");
-            return Err(SourceError::GaveUp {
-                reason: r.reason.clone(),
-                secs: self.settings.give_up.as_secs(),
-            });
-        }
-        if now < r.next {
-            return Ok(());
-        }
-        let first_attempt = r.step == Step::RestartScan;
-        if first_attempt {
-            tracing::warn!(reason = %r.reason, "restarting the scan did not help: re-acquiring the adapter (a new BlueZ connection)");
-            r.step = Step::Reacquire;
-            self.stats.reacquires += 1;
-            SourceHealth::count(&self.health.reacquires);
-        }
-        r.acted = std::time::Instant::now();
-        r.next = now + STEP_WAIT;
-        let failures_logged = r.failures_logged;
-        // Each step 2 starts on a new session; its retries reuse it while it answers.
-        if !first_attempt {
-            if let Some(m) = manager.as_ref() {
-                if m.get_adapters().await.is_err() {
-                    *manager = None;
-                }
+            ),
+            Step::Reacquire { reason, first } => {
+                self.reacquire(manager, now, &reason, first).await?;
             }
-        }
-        if first_attempt || manager.is_none() {
-            if self.managers >= MAX_MANAGERS {
-                let reason = format!(
-                    "{} (and {MAX_MANAGERS} BlueZ connections made, which bluez-async never closes)",
-                    r.reason
-                );
-                tracing::error!(reason = %reason, "giving up on the BLE scanner");
+            Step::GiveUp(g) => {
+                tracing::error!(reason = %g.reason, give_up_secs = g.secs, "giving up on the BLE scanner");
                 return Err(SourceError::GaveUp {
-                    reason,
-                    secs: now.duration_since(r.since).as_secs(),
+                    reason: g.reason,
+                    secs: g.secs,
                 });
             }
-            self.managers += 1;
+        }
+        Ok(())
+    }
+
+    /// Ladder step 1: restart the scan.
+    async fn restart_scan(&mut self, reason: String) {
+        tracing::warn!(reason = %reason, "BLE scanner in trouble: restarting the scan");
+        self.stats.restarts += 1;
+        SourceHealth::count(&self.health.restarts);
+        self.health.trouble(&reason);
+        if let Some(adapter) = self.adapter() {
+            let _ = adapter.stop_scan().await;
+            if let Err(e) = adapter.start_scan().await {
+                tracing::debug!(error = %e, "restarting the scan failed");
+            }
+        }
+        self.ladder.restarted(Instant::now());
+    }
+
+    /// Ladder step 2: re-acquire the adapter on a BlueZ session, a new one when the
+    /// step is `first` in this trouble or the last one no longer answers.
+    async fn reacquire(
+        &mut self,
+        manager: &mut Option<BluetoothSession>,
+        now: Instant,
+        reason: &str,
+        first: bool,
+    ) -> Result<(), SourceError> {
+        if first {
+            tracing::warn!(reason = %reason, "restarting the scan did not help: re-acquiring the adapter (a new BlueZ connection)");
+            self.stats.reacquires += 1;
+            SourceHealth::count(&self.health.reacquires);
+        } else if let Some(m) = manager.as_ref() {
+            if m.get_adapters().await.is_err() {
+                *manager = None;
+            }
+        }
+        if first || manager.is_none() {
+            if let Err(g) = self.ladder.connecting(now) {
+                tracing::error!(reason = %g.reason, "giving up on the BLE scanner");
+                return Err(SourceError::GaveUp {
+                    reason: g.reason,
+                    secs: g.secs,
+                });
+            }
             *manager = connect().await.ok();
         }
         if let Some(old) = self.session.take() {
@@ -677,162 +613,20 @@ impl Scanner {
                 self.session = Some(s);
             }
             Err(e) => {
-                if let Some(r) = &mut self.recovery {
-                    if !failures_logged {
-                        tracing::warn!(reason = %r.reason, error = %e, "cannot re-acquire the adapter yet; retrying");
-                        r.failures_logged = true;
-                    } else {
-                        tracing::debug!(error = %e, "cannot re-acquire the adapter yet");
-                    }
+                if self.ladder.reacquire_failed() {
+                    tracing::warn!(reason = %reason, error = %e, "cannot re-acquire the adapter yet; retrying");
+                } else {
+                    tracing::debug!(error = %e, "cannot re-acquire the adapter yet");
                 }
             }
         }
         Ok(())
     }
-
-    /// What is wrong (and whether it is silence), judged by a poll taken after the scan
-    /// (re)started.
-    fn trouble(
-        &mut self,
-        h: &bluez::Health,
-        started: Option<std::time::Instant>,
-    ) -> Option<(String, bool)> {
-        self.health_trouble(h, started)
-            .map(|r| (r, false))
-            .or_else(|| self.silence_trouble().map(|r| (r, true)))
-    }
-
-    fn silence_trouble(&self) -> Option<String> {
-        let silence = self.settings.silence?;
-        let quiet = self.last_heard.elapsed();
-        (self.heard_any && quiet >= silence).then(|| format!("no advert for {} s", quiet.as_secs()))
-    }
-
-    fn health_trouble(
-        &mut self,
-        h: &bluez::Health,
-        started: Option<std::time::Instant>,
-    ) -> Option<String> {
-        let Some(started) = started else {
-            return Some("there is no scan".into());
-        };
-        if self.session.as_ref().is_some_and(|s| s.events.is_none()) {
-            return Some("BlueZ's event stream ended".into());
-        }
-        if h.at <= started {
-            return None;
-        }
-        if self.owner.is_none() {
-            self.owner.clone_from(&h.owner);
-        }
-        judge(h, &self.adapter_name, self.owner.as_deref())
-    }
-
-    /// Ladder step 1: restart the scan.
-    async fn start_recovery(&mut self, reason: String, silence: bool) {
-        tracing::warn!(reason = %reason, "BLE scanner in trouble: restarting the scan");
-        self.stats.restarts += 1;
-        SourceHealth::count(&self.health.restarts);
-        self.health.trouble(&reason);
-        let now = Instant::now();
-        if let Some(adapter) = self.adapter() {
-            let _ = adapter.stop_scan().await;
-            if let Err(e) = adapter.start_scan().await {
-                tracing::debug!(error = %e, "restarting the scan failed");
-            }
-        }
-        self.recovery = Some(Recovery {
-            reason,
-            silence,
-            since: now,
-            step: Step::RestartScan,
-            acted: std::time::Instant::now(),
-            next: now + STEP_WAIT,
-            failures_logged: false,
-        });
-    }
-}
-
-/// What is wrong with a scan on `adapter` according to `h`, with `owner` the unique
-/// name that owned `org.bluez` when the scan started.
-fn judge(h: &bluez::Health, adapter: &str, owner: Option<&str>) -> Option<String> {
-    if !h.bus {
-        return Some("the D-Bus system bus does not answer".into());
-    }
-    let Some(now_owner) = &h.owner else {
-        return Some("BlueZ (org.bluez) left the system bus".into());
-    };
-    if owner.is_some_and(|o| o != now_owner) {
-        return Some("bluetoothd restarted (org.bluez has a new owner)".into());
-    }
-    match (h.powered, h.discovering) {
-        (None, _) => Some(format!("adapter {adapter} disappeared")),
-        (Some(false), _) => Some(format!("adapter {adapter} was powered off")),
-        (_, Some(false)) => Some(format!("discovery stopped on adapter {adapter}")),
-        _ => None,
-    }
-}
-
-fn sorted<K: Ord, V>(mut v: Vec<(K, V)>) -> Vec<(K, V)> {
-    v.sort_by(|a, b| a.0.cmp(&b.0));
-    v
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn healthy() -> bluez::Health {
-        bluez::Health {
-            at: std::time::Instant::now(),
-            bus: true,
-            owner: Some(":1.7".into()),
-            powered: Some(true),
-            discovering: Some(true),
-        }
-    }
-
-    #[test]
-    fn a_healthy_scan_is_left_alone() {
-        assert!(healthy().scanning());
-        assert_eq!(judge(&healthy(), "hci0", Some(":1.7")), None);
-    }
-
-    #[test]
-    fn each_trouble_is_named_with_its_reason() {
-        type Change = fn(&mut bluez::Health);
-        let cases: [(Change, &str); 6] = [
-            (|h| h.bus = false, "the D-Bus system bus does not answer"),
-            (|h| h.owner = None, "BlueZ (org.bluez) left the system bus"),
-            (
-                |h| h.owner = Some(":1.9".into()),
-                "bluetoothd restarted (org.bluez has a new owner)",
-            ),
-            (|h| h.powered = None, "adapter hci0 disappeared"),
-            (|h| h.powered = Some(false), "adapter hci0 was powered off"),
-            (
-                |h| h.discovering = Some(false),
-                "discovery stopped on adapter hci0",
-            ),
-        ];
-        for (change, reason) in cases {
-            let mut h = healthy();
-            change(&mut h);
-            assert!(!h.scanning() || reason.contains("restarted"), "{reason}");
-            assert_eq!(judge(&h, "hci0", Some(":1.7")).as_deref(), Some(reason));
-        }
-    }
-
-    #[test]
-    fn powered_off_is_named_before_the_discovery_it_stops() {
-        let mut h = healthy();
-        h.powered = Some(false);
-        h.discovering = Some(false);
-        assert_eq!(
-            judge(&h, "hci1", Some(":1.7")).as_deref(),
-            Some("adapter hci1 was powered off")
-        );
-    }
 
     #[test]
     fn the_scanner_keys_have_defaults_and_are_validated() {
