@@ -19,11 +19,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use std::sync::Arc;
-
 use crate::backoff::Backoff;
 use crate::clock::now_ms;
-use crate::config::Config;
 use crate::dedup::{Dedup, DedupSettings};
 use crate::outbox::{Outbox, GROUP_MAX};
 use crate::products::Products;
@@ -62,8 +59,10 @@ pub struct IngestSettings {
     pub live: bool,
     /// Touched on every turn, for the watchdog.
     pub beat: Beat,
-    /// New products and dedup settings (SIGHUP); dedup keeps its per-MAC state.
-    pub reload: Option<watch::Receiver<Arc<Config>>>,
+    /// New products (SIGHUP).
+    pub reload_products: Option<watch::Receiver<Products>>,
+    /// New dedup settings (SIGHUP); dedup keeps its per-MAC state.
+    pub reload_dedup: Option<watch::Receiver<DedupSettings>>,
 }
 
 /// Runs the stage until `input` closes. `committed` is bumped after every commit so the
@@ -78,7 +77,8 @@ pub async fn run(
 ) -> IngestReport {
     let mut dedup = Dedup::new(settings.dedup);
     let mut products = settings.products;
-    let mut reload = settings.reload;
+    let mut reload_products = settings.reload_products;
+    let mut reload_dedup = settings.reload_dedup;
     let beat = settings.beat;
     let mut report = IngestReport::default();
     let mut group: Vec<Capture> = Vec::with_capacity(GROUP_MAX);
@@ -105,11 +105,13 @@ pub async fn run(
                     committer.commit(&mut group, &mut report).await;
                 }
             }
-            new = reloaded(&mut reload) => {
-                let Some(config) = new else { reload = None; continue };
-                products = config.products.clone();
-                dedup.set_settings(config.dedup);
-                tracing::info!(products = products.0.len(), "reloaded products and dedup settings");
+            new = reloaded(&mut reload_products) => {
+                products = new;
+                tracing::info!(products = products.0.len(), "reloaded products");
+            }
+            new = reloaded(&mut reload_dedup) => {
+                dedup.set_settings(new);
+                tracing::info!("reloaded dedup settings");
             }
             _ = tick.tick() => {
                 beat.touch();
@@ -127,15 +129,16 @@ pub async fn run(
     report
 }
 
-/// The next reloaded config, or `None` once the sender is gone; pending without one.
-async fn reloaded(reload: &mut Option<watch::Receiver<Arc<Config>>>) -> Option<Arc<Config>> {
-    match reload {
-        Some(r) => match r.changed().await {
-            Ok(()) => Some(r.borrow_and_update().clone()),
-            Err(_) => None,
-        },
-        None => std::future::pending().await,
+/// The next reloaded value; pending when there is none to wait for (no reload, or its
+/// sender is gone: then the receiver is dropped so this does not spin).
+async fn reloaded<T: Clone>(reload: &mut Option<watch::Receiver<T>>) -> T {
+    if let Some(r) = reload {
+        if r.changed().await.is_ok() {
+            return r.borrow_and_update().clone();
+        }
+        *reload = None;
     }
+    std::future::pending().await
 }
 
 /// Commits groups, retrying a failed one with backoff until it commits or shutdown

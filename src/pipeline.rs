@@ -23,10 +23,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{ApiError, ServiceClient};
 use crate::config::Config;
+use crate::dedup::DedupSettings;
 use crate::flush::{FlushControl, FlushReport, Flusher};
 use crate::health::{self, HealthKeeper};
 use crate::ingest::{self, IngestReport, IngestSettings};
 use crate::outbox::{Outbox, OutboxError, Store, StoreOptions};
+use crate::products::Products;
 use crate::source::SourceHealth;
 use crate::source::{self, Source, SourceError, SourceReport};
 use crate::systemd::{self, Liveness, Notifier};
@@ -160,15 +162,20 @@ async fn run_in(
         .transpose()
         .map_err(RunError::Client)?;
 
-    // Reloaded configs (SIGHUP): products and dedup settings take effect at once.
-    let (reload_tx, reload_rx) = watch::channel(Arc::new(config.clone()));
+    // What SIGHUP changes at once: each stage gets its own part of a reloaded config.
+    let (products_tx, products_rx) = watch::channel(config.products.clone());
+    let (dedup_tx, dedup_rx) = watch::channel(config.dedup);
     if let Some(reload) = options.reload {
         let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
             .map_err(|source| RunError::Signal {
                 signal: "SIGHUP",
                 source,
             })?;
-        tokio::spawn(reload_on_hangup(hangup, reload, reload_tx).in_current_span());
+        let stages = Reloaded {
+            products: products_tx,
+            dedup: dedup_tx,
+        };
+        tokio::spawn(reload_on_hangup(hangup, reload, stages).in_current_span());
     }
 
     let stop_source = CancellationToken::new();
@@ -181,7 +188,7 @@ async fn run_in(
 
     // The BLE source drops what no product matches; SIGHUP's products reach it too.
     let source = source::from_settings(&config.scanner)
-        .with_filter(config.products.clone(), Some(reload_rx.clone()))
+        .with_filter(config.products.clone(), Some(products_rx.clone()))
         .with_health(health.clone());
     let live = source.is_live();
     let source = {
@@ -207,7 +214,8 @@ async fn run_in(
                 commit_interval: config.outbox.commit_interval,
                 live,
                 beat: liveness.stage("ingest", INGEST_ALLOWANCE),
-                reload: Some(reload_rx),
+                reload_products: Some(products_rx),
+                reload_dedup: Some(dedup_rx),
             },
             adverts_rx,
             outbox.clone(),
@@ -341,11 +349,18 @@ async fn run_in(
     })
 }
 
-/// On SIGHUP: re-reads the config (see [`Reload`]) and hands a valid one to the stages.
+/// The parts of a reloaded config that the stages take at once.
+struct Reloaded {
+    products: watch::Sender<Products>,
+    dedup: watch::Sender<DedupSettings>,
+}
+
+/// On SIGHUP: re-reads the config (see [`Reload`]) and hands a valid one's parts to the
+/// stages.
 async fn reload_on_hangup(
     mut hangup: tokio::signal::unix::Signal,
     reload: Reload,
-    configs: watch::Sender<Arc<Config>>,
+    stages: Reloaded,
 ) {
     let path = &reload.path;
     while hangup.recv().await.is_some() {
@@ -355,7 +370,8 @@ async fn reload_on_hangup(
                     tracing::warn!(error = %e, "log level not changed");
                 }
                 tracing::info!(path = %path.display(), "SIGHUP: config reloaded (products, dedup, log level; other changes take effect at the next start)");
-                configs.send_replace(Arc::new(new));
+                stages.products.send_replace(new.products);
+                stages.dedup.send_replace(new.dedup);
             }
             Err(e) => {
                 tracing::error!(path = %path.display(), error = %e, "SIGHUP: new config refused; the running one stays in force");

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, ScannerSettings, SourceKind};
+use crate::config::{ScannerSettings, SourceKind};
 use crate::products::Products;
 use crate::record::{Advertisement, Capture, EpochMillis};
 
@@ -83,12 +83,12 @@ impl Configured {
     }
 
     /// Lets a source that can drop early what matches none of `products` (and of each
-    /// config `reload` delivers) do so, sending on the captures it built (the BLE
+    /// new set `reload` delivers) do so, sending on the captures it built (the BLE
     /// source); the others leave matching to the ingest stage.
     pub fn with_filter(
         self,
         products: Products,
-        reload: Option<watch::Receiver<Arc<Config>>>,
+        reload: Option<watch::Receiver<Products>>,
     ) -> Configured {
         match self {
             Configured::Ble(b) => Configured::Ble(b.with_filter(products, reload)),

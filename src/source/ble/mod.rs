@@ -40,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Heard, Source, SourceError, SourceHealth, SourceReport};
 use crate::clock::now_ms;
-use crate::config::{Config, ScannerSettings};
+use crate::config::ScannerSettings;
 use crate::products::Products;
 use crate::record::{Advertisement, Capture};
 use devices::Devices;
@@ -89,7 +89,7 @@ pub struct Ble {
 /// The products an advert must match to be sent on.
 struct Filter {
     products: Products,
-    reload: Option<watch::Receiver<Arc<Config>>>,
+    reload: Option<watch::Receiver<Products>>,
 }
 
 impl Filter {
@@ -97,7 +97,7 @@ impl Filter {
     fn capture(&mut self, adv: &Advertisement) -> Option<Capture> {
         if let Some(r) = &mut self.reload {
             if r.has_changed().unwrap_or(false) {
-                self.products = r.borrow_and_update().products.clone();
+                self.products = r.borrow_and_update().clone();
             }
         }
         self.products.capture(adv)
@@ -119,12 +119,12 @@ impl Ble {
         self
     }
 
-    /// Sends on only the adverts that match one of `products` (taken from each config
+    /// Sends on only the adverts that match one of `products` (and of each new set
     /// that `reload` delivers, when given), each with the capture that match built.
     pub fn with_filter(
         mut self,
         products: Products,
-        reload: Option<watch::Receiver<Arc<Config>>>,
+        reload: Option<watch::Receiver<Products>>,
     ) -> Ble {
         self.filter = Some(Filter { products, reload });
         self
