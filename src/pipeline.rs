@@ -369,9 +369,9 @@ async fn reload_on_hangup(
                 if let Err(e) = (reload.set_log_level)(&new.log.level) {
                     tracing::warn!(error = %e, "log level not changed");
                 }
-                tracing::info!(path = %path.display(), "SIGHUP: config reloaded (products, dedup, log level; other changes take effect at the next start)");
                 stages.products.send_replace(new.products);
                 stages.dedup.send_replace(new.dedup);
+                tracing::info!(path = %path.display(), "SIGHUP: config reloaded (products, dedup, log level; other changes take effect at the next start)");
             }
             Err(e) => {
                 tracing::error!(path = %path.display(), error = %e, "SIGHUP: new config refused; the running one stays in force");

@@ -88,30 +88,48 @@ fn under_systemd_it_notifies_ready_status_watchdog_and_stopping() {
 #[test]
 fn outside_systemd_nothing_is_notified_and_it_runs_the_same() {
     let g = Gateway::new(STDIN_REPLAY);
-    let mut child = g
+    let socket = g.path("notify.sock");
+    let sock = UnixDatagram::bind(&socket).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    // A run with the socket named, to show this test can see a notification at all.
+    let mut under_systemd = g
         .command(&["run"])
-        .env_remove("NOTIFY_SOCKET")
+        .env("NOTIFY_SOCKET", &socket)
         .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    writeln!(stdin, "{}", tape_advert(tape_mac(1), 1_000, 1).to_record()).unwrap();
-    stdin.flush().unwrap();
+    let mut seen = Vec::new();
+    assert!(
+        receive_until(&sock, &mut seen, |m| m == "READY=1"),
+        "the socket does not receive: {seen:?}"
+    );
+    unsafe { libc::kill(under_systemd.id() as i32, libc::SIGTERM) };
+    assert!(under_systemd.wait().unwrap().success());
+    while sock.recv(&mut [0u8; 4096]).is_ok() {}
+
+    // The same run without NOTIFY_SOCKET: it captures and stops the same, and the
+    // socket hears nothing.
+    let mut daemon = Daemon::start_with(&g, |c| {
+        c.env_remove("NOTIFY_SOCKET");
+    });
+    daemon.send(&[tape_advert(tape_mac(1), 1_000, 1)]);
     wait_pending(&g, 1);
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    assert!(child.wait().unwrap().success());
+    let (status, log) = daemon.terminate(Duration::from_secs(15));
+    assert!(status.success(), "{log}");
+    let mut buf = [0u8; 4096];
+    let heard = sock
+        .recv(&mut buf)
+        .map(|n| String::from_utf8_lossy(&buf[..n]).into_owned());
+    assert!(heard.is_err(), "notified outside systemd: {heard:?}");
 }
 
 fn wait_pending(g: &Gateway, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while Instant::now() < deadline {
-        if g.state_dir().join("outbox.db").exists() && g.stats().pending == n {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("pending never reached {n}");
+    let got = wait_for(Duration::from_secs(15), || {
+        (g.state_dir().join("outbox.db").exists() && g.stats().pending == n).then_some(())
+    });
+    assert!(got.is_some(), "pending never reached {n}");
 }
 
 #[test]
@@ -119,72 +137,53 @@ fn sighup_reloads_products_and_refuses_a_bad_config_without_dropping_anything() 
     let product =
         |id: &str| format!("{STDIN_REPLAY}[[products]]\nid = \"{id}\"\nmanufacturer_id = 0x0EF7\n");
     let g = Gateway::new(&product("tape-v1"));
-    let mut child = g
-        .command(&["run"])
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let send = |i: u32, stdin: &mut std::process::ChildStdin| {
-        writeln!(
-            stdin,
-            "{}",
-            tape_advert(tape_mac(i), 1_000 + i64::from(i), 1).to_record()
-        )
-        .unwrap();
-        stdin.flush().unwrap();
-    };
-    send(1, &mut stdin);
+    let mut daemon = Daemon::start(&g);
+    let advert = |i: u32| tape_advert(tape_mac(i), 1_000 + i64::from(i), 1);
+    daemon.send(&[advert(1)]);
     wait_pending(&g, 1);
+    let last_product = |g: &Gateway, mac| {
+        let rows = g.store().pending_captures().unwrap();
+        rows.last()
+            .filter(|r| r.capture.mac == mac)
+            .map(|r| r.capture.product_id.clone())
+    };
 
     // A good new config: products change at once, nothing pending is touched.
     g.write_config(&product("tape-v2"));
-    unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
-    // The reload is asynchronous: send until a capture carries the new product id.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let mut i = 2;
-    loop {
-        send(i, &mut stdin);
-        i += 1;
-        std::thread::sleep(Duration::from_millis(100));
-        let rows = g.store().pending_captures().unwrap();
-        if rows
-            .last()
-            .is_some_and(|r| r.capture.product_id == "tape-v2")
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "products were not reloaded");
-    }
+    daemon.hang_up();
+    // Once ingest says so, every advert it reads carries the new products.
+    let reloaded = wait_for(Duration::from_secs(15), || {
+        daemon.stderr().contains("reloaded products").then_some(())
+    });
+    assert!(reloaded.is_some(), "no reload: {}", daemon.stderr());
+    daemon.send(&[advert(2)]);
+    let product_2 = wait_for(Duration::from_secs(15), || last_product(&g, tape_mac(2)));
+    assert_eq!(
+        product_2.as_deref(),
+        Some("tape-v2"),
+        "products were not reloaded"
+    );
 
     // A bad new config is refused; the running one stays in force.
     g.write_config(&format!(
         "{}\n[flush]\nmax_batch = 999\n",
         product("tape-v3")
     ));
-    unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
-    std::thread::sleep(Duration::from_millis(300));
-    send(1000, &mut stdin);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let rows = g.store().pending_captures().unwrap();
-        if let Some(last) = rows.last().filter(|r| r.capture.mac == tape_mac(1000)) {
-            assert_eq!(last.capture.product_id, "tape-v2");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "capture after the refused reload never arrived"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    daemon.hang_up();
+    let refused = wait_for(Duration::from_secs(15), || {
+        daemon.stderr().contains("new config refused").then_some(())
+    });
+    assert!(refused.is_some(), "no refusal: {}", daemon.stderr());
+    daemon.send(&[advert(1000)]);
+    let product_1000 = wait_for(Duration::from_secs(15), || last_product(&g, tape_mac(1000)));
+    assert_eq!(
+        product_1000.as_deref(),
+        Some("tape-v2"),
+        "capture after the refused reload"
+    );
 
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    drop(stdin);
-    let err = text(&out.stderr);
+    let (status, err) = daemon.terminate(Duration::from_secs(15));
+    assert!(status.success());
     assert!(err.contains("config reloaded"), "{err}");
     assert!(
         err.contains("new config refused") && err.contains("flush.max_batch = 999"),

@@ -162,8 +162,14 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(g: &Gateway) -> Daemon {
-        let mut child = g
-            .command(&["run"])
+        Daemon::start_with(g, |_| {})
+    }
+
+    /// Like [`Daemon::start`], with `adjust` applied to the command first.
+    pub fn start_with(g: &Gateway, adjust: impl FnOnce(&mut Command)) -> Daemon {
+        let mut command = g.command(&["run"]);
+        adjust(&mut command);
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -194,6 +200,11 @@ impl Daemon {
     /// What the daemon has logged so far.
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
+    }
+
+    /// Sends SIGHUP (reload the config).
+    pub fn hang_up(&self) {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGHUP) };
     }
 
     /// Whether the process is still running.
