@@ -208,6 +208,13 @@ impl Committer {
                     self.beat.touch();
                     if backoff.failures() == 1 {
                         tracing::warn!(captures = n, error = %e, "outbox write failed; holding the group and retrying");
+                    } else {
+                        tracing::debug!(
+                            captures = n,
+                            failures = backoff.failures(),
+                            retry_in_ms = delay.as_millis() as u64,
+                            "outbox write failed again; still holding the group"
+                        );
                     }
                     tokio::select! {
                         _ = tokio::time::sleep_until(Instant::now() + delay) => {}

@@ -105,7 +105,10 @@ fn a_full_disk_holds_the_group_loses_nothing_committed_and_recovers_when_space_r
     let Some(tmpfs) = Tmpfs::mount(&g.state_dir(), "8m") else {
         return;
     };
-    let mut daemon = Daemon::start(&g);
+    // Every further failed commit is logged at debug: the test counts them.
+    let mut daemon = Daemon::start_with(&g, |c| {
+        c.env("RUST_LOG", "info,tapegate::ingest=debug");
+    });
 
     // Some captures commit while there is room.
     let mut sent = 0u32;
@@ -159,9 +162,13 @@ fn a_full_disk_holds_the_group_loses_nothing_committed_and_recovers_when_space_r
     );
     let s = g.stats();
     assert_eq!((s.admitted, s.pending), (kept as u64, kept as u64));
-    // The disk stays full while several retries fail (100, 200, 400, 800 ms apart):
-    // the daemon stays up and the held group is neither committed nor dropped.
-    std::thread::sleep(Duration::from_millis(1600));
+    // The disk stays full while several retries fail (100, 200, 400 ms apart): the
+    // daemon stays up and the held group is neither committed nor dropped.
+    const AGAIN: &str = "outbox write failed again";
+    let retried = wait_for(Duration::from_secs(30), || {
+        (daemon.stderr().matches(AGAIN).count() >= 3).then_some(())
+    });
+    assert!(retried.is_some(), "no retries:\n{}", daemon.stderr());
     assert!(
         daemon.is_running(),
         "the daemon stays up:\n{}",

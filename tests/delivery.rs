@@ -692,7 +692,7 @@ async fn expired_and_revoked_tokens_are_replaced_between_batches_without_a_storm
     assert_eq!((mock.token_grants(), refused(&mock)), (3, 2));
 
     // 4. Once that lifetime has passed, the next batch gets a new token before it is
-    // sent, not after a 401.
+    // sent, not after a 401. (A sleep: the passage of time is what this checks.)
     tokio::time::sleep(Duration::from_millis(2100)).await;
     live.send(rounds[3]);
     until("round 3 delivered", limit, || mock.decoded_items() == 160).await;

@@ -14,12 +14,17 @@ use common::*;
 
 const STDIN_REPLAY: &str = "[scanner]\nsource = \"replay\"\nreplay_path = \"-\"\n[dedup]\nwindow_secs = 0\nmin_interval_secs = 0\n[outbox]\ncommit_interval_ms = 20\n";
 
-/// Messages received on the notify socket until `until` matches one or the deadline.
+/// Whether a message received on the notify socket (earlier, or until the deadline)
+/// matches `until`.
 fn receive_until(
     sock: &UnixDatagram,
     seen: &mut Vec<String>,
     until: impl Fn(&str) -> bool,
 ) -> bool {
+    // One datagram may carry several states, and they may come in any order.
+    if seen.iter().any(|m| m.lines().any(&until)) {
+        return true;
+    }
     let deadline = Instant::now() + Duration::from_secs(15);
     let mut buf = [0u8; 4096];
     while Instant::now() < deadline {
