@@ -1,7 +1,7 @@
 /*!
 What the running daemon keeps of its health for operators: the one-line `STATUS=` that
 `systemctl status` shows (pending, last flush, last error), refreshed every
-[`STATUS_EVERY`], and the BLE scanner's ladder counts, moved into the state database so
+`STATUS_EVERY`, and the BLE scanner's ladder counts, moved into the state database so
 that `tapegate status` shows them accumulated across restarts.
 */
 

@@ -7,29 +7,37 @@ tapes into decoded readings in the tracking service.
 ```
 
 # Layout
-- [`config`]: raw (serde) config layered from file and `TAPEGATE_*` environment, then
-  validated into typed [`config::Config`] in one step that reports every problem.
+- [`config`]: raw (serde) config layered from file and `TAPEGATE_*` environment
+  (`config/raw.rs`, `config/env.rs`), validated purely into typed [`config::Config`]
+  in one step that reports every problem (`config/validate.rs`), defaults in one table
+  (`config/defaults.rs`), the machine's facts read by the shell (`config/host.rs`).
 - [`record`]: the shared domain types ([`record::Mac`], [`record::Advertisement`],
   [`record::Capture`]) and the JSON Lines advertisement record.
-- [`source`]: the [`source::Source`] trait and the `ble` (BlueZ, with its liveness
-  ladder), `replay` and `sim` sources.
+- [`source`]: the [`source::Source`] trait, one factory ([`source::from_settings`]),
+  and the `ble` (BlueZ: `ble/mod.rs` the source, `ble/devices.rs` the bounded device
+  memory, `ble/ladder.rs` the pure liveness ladder, `ble/bluez.rs` the watcher),
+  `replay` and `sim` sources.
 - [`products`]: which advertisements are tapes, and the `ble_packet` sent for them.
 - [`dedup`]: per-MAC deduplication on capture time (pure, time passed in).
-- [`outbox`]: the durable, bounded SQLite store; its module doc is the design document.
 - [`ingest`]: the stage from advertisements to committed groups in the outbox.
-- [`pipeline`]: the only place that creates channels, spawns stages and orders shutdown.
-- [`flush`]: batching, answer handling and backoff towards the bulk decode endpoint.
-- [`api`]: the tracking service client (token cache, bulk and single decode).
+- [`outbox`]: the durable, bounded SQLite store (`store.rs` open, migrate, quarantine;
+  `queue.rs` enqueue, next batch, settle; `operator.rs` the reads and changes of
+  `status`, `tapes`, `dead-letters`); its module doc is the design document.
+- [`flush`]: batching, answer handling and backoff towards the bulk decode endpoint;
+  [`backoff`] is the one retry delay (flusher, token cache, ingest).
+- [`api`]: the tracking service client (`auth.rs` the token cache, `decode.rs` bulk and
+  single decode, `error.rs` answers mapped to what to do).
+- [`pipeline`]: the only place that creates channels, spawns stages, wires SIGHUP and
+  orders shutdown. [`health`] keeps `STATUS=` and the scanner's counts current;
+  [`systemd`] is sd_notify, the watchdog that pings only while every stage makes
+  progress, and the stop signals.
 - [`cmd`]: the commands a person runs beside the daemon: `status`, `tapes`,
-  `dead-letters`, `decode` (reading the state database or the service), `check` (for
-  installers), `scan` (the live view and recorder) and `demo`. [`cli`] is the command
-  line; [`clock`] is wall-clock time and its formatting.
-- [`health`]: what the running daemon keeps of its health for operators (`STATUS=`,
-  the scanner's counts in the state database).
-- [`systemd`]: sd_notify (READY, STATUS, STOPPING) and the watchdog that pings only
-  while every stage makes progress.
+  `dead-letters` (`state.rs`), `decode`, `check` (for installers), `scan` (the live
+  view and recorder) and `demo`. [`cli`] is the command line; [`clock`] is wall-clock
+  time and its formatting.
 - `mock` (cargo feature `mock`, on by default): the spec-faithful mock tracking service
-  used by tests, `tapegate demo` and `tapegate mock`; not part of the gateway's API.
+  used by tests, `tapegate demo` and `tapegate mock`, one file per endpoint; not part
+  of the gateway's API.
 - [`tape`]: the simulated tape's packet layout, written by the `sim` source and read by
   the mock.
 */

@@ -8,7 +8,7 @@ no data event comes for it; a device without RSSI was not heard in this scan and
 none; the devices BlueZ already knows when the scan starts count as discovered),
 `ManufacturerData`, `ServiceData` and `Rssi`, which carry the new values (from BlueZ's
 `PropertiesChanged`), completed from what this source remembers of the device
-([`devices`]). No D-Bus call is made per advert (btleplug reads all of a device's
+(`devices.rs`). No D-Bus call is made per advert (btleplug reads all of a device's
 properties for each one). One BlueZ signal that changes both RSSI and data gives two
 adverts (dedup drops the repeated packet). Adverts that match no product are dropped
 here when a filter is given (the daemon gives its products, and those of every SIGHUP
@@ -17,7 +17,7 @@ match is sent on with the advert, so that ingest does not match it again. A radi
 cannot be back-pressured: when the channel is full the advert is dropped and counted
 (logged at most every 10 s).
 
-A [`bluez::Watcher`] polls BlueZ beside the scan, and the liveness [`ladder`] turns
+A `bluez::Watcher` polls BlueZ beside the scan, and the liveness ladder (`ladder.rs`) turns
 its polls, the adverts heard and the state of the scan into steps: restart the scan,
 re-acquire the adapter, give up ([`SourceError::GaveUp`]: the daemon exits 1 and
 systemd restarts it). This file takes them, each logged once at WARN with the reason;
