@@ -95,7 +95,7 @@ pub async fn run(
                 let Some(heard) = heard else { break };
                 report.adverts += 1;
                 clock = clock.max(heard.advert.ts_ms);
-                let Some(capture) = heard.capture.or_else(|| products.capture(&heard.advert)) else {
+                let Some(capture) = heard.capture.map(|c| *c).or_else(|| products.capture(&heard.advert)) else {
                     report.unmatched += 1;
                     continue;
                 };

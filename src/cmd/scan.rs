@@ -170,7 +170,7 @@ fn show(
     let adv = &heard.advert;
     report.adverts += 1;
     seen.insert(adv.mac);
-    let capture = heard.capture.or_else(|| products.capture(adv));
+    let capture = heard.capture.map(|c| *c).or_else(|| products.capture(adv));
     if capture.is_some() {
         report.matching += 1;
     } else if !options.all {

@@ -39,8 +39,9 @@ pub struct Heard {
     /// The capture of the first product the advert matched, when the source matched it
     /// already (the BLE source filters early): the ingest stage takes it as it is
     /// instead of matching again. `None`: not matched yet (replay, simulation, a scan
-    /// without a filter).
-    pub capture: Option<Capture>,
+    /// without a filter). Boxed, so that what travels the channel for every advert of
+    /// a replay stays small (a move of it is then no `memcpy` call).
+    pub capture: Option<Box<Capture>>,
 }
 
 impl From<Advertisement> for Heard {

@@ -455,7 +455,7 @@ impl Scanner {
         self.ladder.heard(now);
         let capture = match &mut self.filter {
             Some(f) => match f.capture(&advert) {
-                Some(capture) => Some(capture),
+                Some(capture) => Some(Box::new(capture)),
                 None => {
                     self.stats.not_matching += 1;
                     return true;
