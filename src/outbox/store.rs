@@ -16,7 +16,13 @@ use super::{Durability, OutboxError, DB_FILE};
 use crate::clock::now_ms;
 use crate::record::Mac;
 
-const SCHEMA_VERSION: i64 = 1;
+/// The schema, as the steps that build it: `MIGRATIONS[i]` takes a database from
+/// `user_version` `i` to `i + 1`. Steps are only ever appended, and each adds (tables,
+/// columns, indexes) rather than rewrites, so an older database upgrades in place.
+const MIGRATIONS: &[&str] = &[MIGRATION_1];
+
+/// The `user_version` of a database this tapegate has fully migrated.
+const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 const MIGRATION_1: &str = "
 CREATE TABLE pending (
@@ -302,27 +308,32 @@ fn migrate(conn: &Connection) -> Result<(), Broken> {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(Broken::from_sqlite)?;
-    match version {
-        0 => {
-            // A file that is not empty but has no schema of ours is not ours to reuse.
-            let tables: i64 = conn
-                .query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get(0))
-                .map_err(Broken::from_sqlite)?;
-            if tables > 0 {
-                return Err(Broken::Corrupt(format!(
-                    "it has {tables} schema objects but no tapegate schema version"
-                )));
-            }
-            conn.execute_batch(&format!(
-                "BEGIN; {MIGRATION_1} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
-            ))
-            .map_err(Broken::from_sqlite)
-        }
-        SCHEMA_VERSION => Ok(()),
-        newer => Err(Broken::Other(format!(
-            "its schema version {newer} is newer than this tapegate knows ({SCHEMA_VERSION}); upgrade tapegate"
-        ))),
+    if version > SCHEMA_VERSION {
+        return Err(Broken::Other(format!(
+            "its schema version {version} is newer than this tapegate knows ({SCHEMA_VERSION}); upgrade tapegate"
+        )));
     }
+    if version == 0 {
+        // A file that is not empty but has no schema of ours is not ours to reuse.
+        let tables: i64 = conn
+            .query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get(0))
+            .map_err(Broken::from_sqlite)?;
+        if tables > 0 {
+            return Err(Broken::Corrupt(format!(
+                "it has {tables} schema objects but no tapegate schema version"
+            )));
+        }
+    }
+    // Each step in its own transaction with its version, so an interrupted upgrade
+    // resumes at the step it did not finish.
+    for (from, step) in MIGRATIONS.iter().enumerate().skip(version.max(0) as usize) {
+        let to = from + 1;
+        conn.execute_batch(&format!(
+            "BEGIN; {step} PRAGMA user_version = {to}; COMMIT;"
+        ))
+        .map_err(Broken::from_sqlite)?;
+    }
+    Ok(())
 }
 
 pub(super) fn read_counters(conn: &Connection) -> rusqlite::Result<Counters> {
