@@ -3,9 +3,11 @@ Living under systemd: `sd_notify` (READY, STATUS, STOPPING, WATCHDOG) and the wa
 rule that pings only while every stage is making progress.
 
 Each long-running stage owns a [`Beat`] and touches it whenever it completes a turn of
-its loop (ingest on every commit tick, the flusher on every batch or idle wait). The
-watchdog task pings systemd only if every stage that is still running has beaten within
-its allowance; a stuck flusher or a wedged outbox thread stops the pings, and systemd
+its loop (ingest on every input and commit, the flusher on every batch or idle wait). A
+stage that waits for input with nothing in hand says so ([`Beat::idle`]) instead of
+waking up to beat: an idle stage is not a stalled one, and a quiet dock costs no timer.
+The watchdog task pings systemd only if every stage that is still running and not idle
+has beaten within its allowance; a stuck flusher or a wedged outbox thread stops the pings, and systemd
 restarts the service (`WatchdogSec=`, `Restart=on-failure`). Outside systemd
 (`NOTIFY_SOCKET` unset) every call here is a no-op.
 */
@@ -16,8 +18,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// A stage's heartbeat: milliseconds since the watchdog's epoch at its last turn, or
-/// `DONE` once the stage has ended normally.
+/// A stage's heartbeat: milliseconds since the watchdog's epoch at its last turn,
+/// `IDLE` while it waits for input with nothing in hand, or `DONE` once the stage has
+/// ended normally.
 #[derive(Clone)]
 pub struct Beat {
     name: &'static str,
@@ -27,12 +30,19 @@ pub struct Beat {
 }
 
 const DONE: u64 = u64::MAX;
+const IDLE: u64 = u64::MAX - 1;
 
 impl Beat {
     /// Records a turn of the stage's loop.
     pub fn touch(&self) {
         let ms = self.epoch.elapsed().as_millis() as u64;
         self.last.store(ms, Ordering::Relaxed);
+    }
+
+    /// The stage waits for input and holds nothing: it is not expected to beat until
+    /// its next [`touch`](Beat::touch), which it makes as soon as work arrives.
+    pub fn idle(&self) {
+        self.last.store(IDLE, Ordering::Relaxed);
     }
 
     /// The stage ended normally (a replay source reached its end): it is no longer
@@ -81,7 +91,10 @@ impl Liveness {
         let now_ms = now.saturating_duration_since(self.epoch).as_millis() as u64;
         for b in &self.beats {
             let last = b.last.load(Ordering::Relaxed);
-            if last != DONE && now_ms.saturating_sub(last) > b.allowance.as_millis() as u64 {
+            if last != DONE
+                && last != IDLE
+                && now_ms.saturating_sub(last) > b.allowance.as_millis() as u64
+            {
                 return Err(b.name);
             }
         }
@@ -224,6 +237,19 @@ mod tests {
         source.done();
         tokio::time::advance(Duration::from_secs(60)).await;
         assert_eq!(l.check(Instant::now()), Ok(()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_stage_is_not_stalled_until_it_has_work_again() {
+        let mut l = Liveness::default();
+        let ingest = l.stage("ingest", Duration::from_secs(10));
+        ingest.idle();
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert_eq!(l.check(Instant::now()), Ok(()));
+        // Work arrived, and then the stage stopped turning (a wedged outbox).
+        ingest.touch();
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert_eq!(l.check(Instant::now()), Err("ingest"));
     }
 
     #[test]
