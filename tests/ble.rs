@@ -634,17 +634,19 @@ fn ladder_daemon(s: &mut StandIn, scanner: &str) -> (Gateway, Tapegate) {
     (g, d)
 }
 
-#[test]
-fn an_adapter_powered_off_is_powered_on_by_the_restarted_scan_and_capture_resumes() {
+/// Makes trouble with the stand-in's `command` and expects the daemon to log `seen`, to
+/// mend it with one restart of the scan, and to capture again.
+fn one_restart_mends(command: &str, seen: &str) {
     if !stand_in_available() {
         return;
     }
     let mut s = StandIn::start(true, true);
+    // No silence deadline: only what BlueZ signals can tell the daemon.
     let (g, d) = ladder_daemon(&mut s, "silence_secs = 0\ngive_up_secs = 30");
-    s.call(&format!("power {HCI} 0"));
-    d.wait_log("was powered off", Duration::from_secs(5));
-    // Starting the scan powers the adapter on.
+    s.call(command);
+    d.wait_log(seen, Duration::from_secs(5));
     d.wait_log("scanning again", Duration::from_secs(10));
+    s.wait_scanning();
     s.tape_counter(tape_mac(1), 1);
     wait_admitted(&g, 2, &d);
     let (status, log) = d.terminate(Duration::from_secs(10));
@@ -653,6 +655,21 @@ fn an_adapter_powered_off_is_powered_on_by_the_restarted_scan_and_capture_resume
     assert_eq!(
         of(&captured(&g), tape_mac(1)),
         vec![tape_packet(0), tape_packet(1)]
+    );
+}
+
+#[test]
+fn an_adapter_powered_off_is_powered_on_by_the_restarted_scan_and_capture_resumes() {
+    // Starting the scan powers the adapter on.
+    one_restart_mends(&format!("power {HCI} 0"), "was powered off");
+}
+
+#[test]
+fn discovery_stopped_by_bluez_is_noticed_from_its_signal_alone_and_restarted() {
+    // The source ignores bluez-async's Discovering event: this is the watcher's signal.
+    one_restart_mends(
+        &format!("stop-discovery {HCI}"),
+        "discovery stopped on adapter hci0",
     );
 }
 
