@@ -99,6 +99,10 @@ pub async fn report_status(
             }
         }
         health.keep(&outbox).await;
+        // Outside systemd nobody reads `STATUS=`: no query for it.
+        if !notifier.is_enabled() {
+            continue;
+        }
         let Ok(s) = outbox.call(|store| store.stats()).await else {
             return;
         };

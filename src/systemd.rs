@@ -116,6 +116,11 @@ impl Notifier {
         }
     }
 
+    /// Whether systemd listens (`NOTIFY_SOCKET` was set).
+    pub fn is_enabled(&self) -> bool {
+        self.enabled
+    }
+
     fn send(&self, state: &[sd_notify::NotifyState<'_>]) {
         if self.enabled {
             if let Err(e) = sd_notify::notify(false, state) {
@@ -143,22 +148,29 @@ impl Notifier {
     }
 
     /// Half the `WatchdogSec=` systemd asked for, if it asked (and the request is for
-    /// this process).
+    /// this process): the rate systemd needs, and no faster.
     pub fn watchdog_interval(&self) -> Option<Duration> {
         if !self.enabled {
             return None;
         }
-        let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
-        if let Some(pid) = std::env::var("WATCHDOG_PID")
-            .ok()
-            .and_then(|p| p.parse::<u32>().ok())
-        {
-            if pid != std::process::id() {
-                return None;
-            }
-        }
-        Some(Duration::from_micros(usec) / 2)
+        ping_interval(
+            std::env::var("WATCHDOG_USEC").ok().as_deref(),
+            std::env::var("WATCHDOG_PID").ok().as_deref(),
+            std::process::id(),
+        )
     }
+}
+
+/// Half of `WATCHDOG_USEC` when it is given and `WATCHDOG_PID`, if given, is `me`.
+fn ping_interval(usec: Option<&str>, pid: Option<&str>, me: u32) -> Option<Duration> {
+    let usec: u64 = usec?.parse().ok()?;
+    if pid
+        .and_then(|p| p.parse::<u32>().ok())
+        .is_some_and(|p| p != me)
+    {
+        return None;
+    }
+    Some(Duration::from_micros(usec) / 2)
 }
 
 /// Pings the watchdog every `interval` while `liveness` holds; stops pinging (once,
@@ -253,10 +265,21 @@ mod tests {
     }
 
     #[test]
+    fn the_watchdog_is_pinged_at_half_watchdog_usec_and_only_for_this_process() {
+        let half = Some(Duration::from_secs(15));
+        assert_eq!(ping_interval(Some("30000000"), None, 7), half);
+        assert_eq!(ping_interval(Some("30000000"), Some("7"), 7), half);
+        assert_eq!(ping_interval(Some("30000000"), Some("8"), 7), None);
+        assert_eq!(ping_interval(None, None, 7), None);
+        assert_eq!(ping_interval(Some("soon"), None, 7), None);
+    }
+
+    #[test]
     fn outside_systemd_nothing_is_sent_and_there_is_no_watchdog() {
         let n = Notifier { enabled: false };
         n.ready();
         n.status("x");
+        assert!(!n.is_enabled());
         assert_eq!(n.watchdog_interval(), None);
     }
 }
