@@ -236,10 +236,16 @@ impl Watcher {
     /// A new connection with the match rules of this adapter; `None` when the bus
     /// cannot be reached.
     async fn connect(&self) -> Option<Link> {
-        let (resource, conn) = match dbus_tokio::connection::new_system_sync() {
-            Ok(c) => c,
-            Err(e) => {
+        // Connecting blocks (a hung bus could hold it for long): not on the runtime.
+        let connected = tokio::task::spawn_blocking(dbus_tokio::connection::new_system_sync).await;
+        let (resource, conn) = match connected {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
                 tracing::debug!(error = %describe(&e), "the BlueZ watcher cannot connect to the system bus");
+                return None;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "the BlueZ watcher's connecting task failed");
                 return None;
             }
         };

@@ -138,15 +138,6 @@ impl Ladder {
         self.last_heard = now;
     }
 
-    /// Trouble the source saw by itself at `now` (its adapter was powered off): step 1,
-    /// unless the ladder is already being climbed.
-    pub fn trouble(&mut self, now: Instant, reason: String) -> Step {
-        if self.trouble.is_some() {
-            return Step::Nothing;
-        }
-        self.begin(now, reason, false)
-    }
-
     /// When the ladder must be asked again if nothing else happens (no advert, nothing
     /// learned of BlueZ, the scan unchanged): the end of the silence allowed, the next
     /// step, giving up. `None`: only an event can change its answer, and the source arms
@@ -572,18 +563,12 @@ mod tests {
     }
 
     #[test]
-    fn trouble_seen_by_the_source_starts_the_ladder_only_once() {
-        let (mut l, t0) = ladder();
-        let reason = || "adapter hci0 was powered off".to_string();
-        assert_eq!(
-            l.trouble(t0, reason()),
-            restart("adapter hci0 was powered off")
-        );
-        assert_eq!(l.trouble(t0 + POLL, reason()), Step::Nothing);
+    fn trouble_seen_again_while_climbing_does_not_start_the_ladder_again() {
+        let (mut l, t0) = in_trouble();
         assert_eq!(
             poll_off(&mut l, t0 + POLL, Scan::Since(t0)),
             Step::Nothing,
-            "a poll that sees the same trouble does not start it again"
+            "the same trouble, seen again before the next step is due"
         );
     }
 

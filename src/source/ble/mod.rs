@@ -35,8 +35,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bluez_async::{
-    AdapterEvent, AdapterId, BluetoothError, BluetoothEvent, BluetoothSession, DeviceEvent,
-    DeviceId, DeviceInfo, DiscoveryFilter, Transport,
+    AdapterId, BluetoothError, BluetoothEvent, BluetoothSession, DeviceEvent, DeviceId, DeviceInfo,
+    DiscoveryFilter, Transport,
 };
 use futures::{stream, FutureExt, Stream, StreamExt};
 use tokio::sync::{mpsc, watch};
@@ -487,22 +487,9 @@ impl Scanner {
                 }
                 _ => return true,
             },
-            Event::Bluez(BluetoothEvent::Adapter {
-                id,
-                event: AdapterEvent::Powered { powered },
-            }) => {
-                tracing::debug!(powered, "adapter power");
-                let ours = self.session.as_ref().is_some_and(|s| s.adapter.id == id);
-                if ours && !powered {
-                    let reason = format!("adapter {} was powered off", self.adapter_name);
-                    if let Step::RestartScan { reason } =
-                        self.ladder.trouble(Instant::now(), reason)
-                    {
-                        self.restart_scan(reason).await;
-                    }
-                }
-                return true;
-            }
+            // The adapter's own changes (powered, discovering) reach the ladder through
+            // the watcher alone: taken from this stream as well, one that arrives after
+            // the watcher's news has been dealt with would start the ladder again.
             Event::Bluez(_) => return true,
         };
         let Some(d) = self.devices.get(&id) else {
