@@ -325,9 +325,29 @@ impl Watcher {
         self.health.at = Instant::now();
     }
 
-    /// Applies one signal; `true` when `org.bluez` has a new owner.
+    /// Applies one signal; `true` when `org.bluez` has a new owner. Only the bus itself
+    /// and BlueZ's owner are believed (anyone may send a signal to this connection).
     fn apply(&mut self, msg: &Message, path: &str) -> bool {
         let h = &mut self.health;
+        let sender = msg.sender();
+        if sender.as_deref() == Some("org.freedesktop.DBus") {
+            if msg.member().is_some_and(|m| &*m == "NameOwnerChanged") {
+                if let Ok((BLUEZ, _old, new)) = msg.read3::<&str, &str, &str>() {
+                    h.powered = None;
+                    h.discovering = None;
+                    if new.is_empty() {
+                        h.owner = None;
+                    } else {
+                        h.owner = Some(new.to_string());
+                        return true;
+                    }
+                }
+            }
+            return false;
+        }
+        if sender.is_none() || sender.as_deref() != h.owner.as_deref() {
+            return false;
+        }
         let from_path = msg.path().is_some_and(|p| &*p == path);
         if let Some(pc) = PropertiesPropertiesChanged::from_message(msg) {
             if from_path && pc.interface_name == ADAPTER {
@@ -345,17 +365,6 @@ impl Watcher {
             if &*removed.object == path && removed.interfaces.iter().any(|i| i == ADAPTER) {
                 h.powered = None;
                 h.discovering = None;
-            }
-        } else if msg.member().is_some_and(|m| &*m == "NameOwnerChanged") {
-            if let Ok((BLUEZ, _old, new)) = msg.read3::<&str, &str, &str>() {
-                h.powered = None;
-                h.discovering = None;
-                if new.is_empty() {
-                    h.owner = None;
-                } else {
-                    h.owner = Some(new.to_string());
-                    return true;
-                }
             }
         }
         false
