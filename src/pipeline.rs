@@ -36,8 +36,8 @@ use crate::systemd::{self, Liveness, Notifier};
 /// Advertisements in flight between the source and the ingest stage.
 const ADVERT_CHANNEL: usize = 4096;
 
-/// The ingest stage turns at least every commit interval; this long without a turn is
-/// a stall (for the watchdog).
+/// The ingest stage turns on every input and commit, and says when it is idle; this
+/// long holding work without a turn is a stall (for the watchdog).
 const INGEST_ALLOWANCE: Duration = Duration::from_secs(30);
 
 /// Beyond a whole request and a whole backoff, how long the flusher may go without a turn.
