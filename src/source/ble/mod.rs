@@ -406,16 +406,18 @@ impl Scanner {
                         handled += 1;
                         if handled < EVENTS_PER_TURN {
                             // Whatever is already queued, without waiting.
-                            next = next_event(&mut self.session).now_or_never().flatten();
+                            match next_event(&mut self.session).now_or_never() {
+                                Some(Some(event)) => next = Some(event),
+                                Some(None) => self.stream_ended(),
+                                None => {}
+                            }
                         }
                     }
-                    // An advert may end a trouble (silence).
-                    check = self.ladder.troubled();
+                    // An advert may end a trouble (silence); an ended stream is one.
+                    check = self.ladder.troubled() || self.scan() == Scan::Ended;
                 }
                 Wake::Event(None) => {
-                    if let Some(s) = &mut self.session {
-                        s.events = None;
-                    }
+                    self.stream_ended();
                     check = true;
                 }
                 Wake::Learned => check = true,
@@ -424,6 +426,13 @@ impl Scanner {
                     check = true;
                 }
             }
+        }
+    }
+
+    /// BlueZ's event stream ended: the ladder sees it as trouble.
+    fn stream_ended(&mut self) {
+        if let Some(s) = &mut self.session {
+            s.events = None;
         }
     }
 
