@@ -184,6 +184,11 @@ impl Devices {
         self.by_qr.get_mut(qr)
     }
 
+    /// The device of `qr` if it is linked to the account (what the edit calls see).
+    fn linked_mut(&mut self, qr: &str, registry: &Registry) -> Option<&mut Device> {
+        self.get_mut(qr, registry).filter(|d| d.linked())
+    }
+
     /// A tape of the simulated fleet that the service decodes: `TT` + a registered MAC
     /// that no explicit device holds.
     fn fleet_device(&self, qr: &str, registry: &Registry) -> Option<Device> {
@@ -485,8 +490,7 @@ pub(super) fn relabel(s: &mut State, req: &OpRequest<'_>) -> Reply {
         let label = s
             .ops
             .devices
-            .get_mut(&qr, &s.registry)
-            .filter(|dev| dev.linked())
+            .linked_mut(&qr, &s.registry)
             .and_then(|dev| dev.label.as_mut());
         let outcome = match label {
             None => Some(DEVICE_NOT_FOUND),
@@ -648,12 +652,7 @@ pub(super) fn configure(s: &mut State, req: &OpRequest<'_>) -> Reply {
     let mut outcomes = Outcomes::new();
     for d in &batch.devices {
         let qr = str_field(d, "qrcode").to_string();
-        let device = s
-            .ops
-            .devices
-            .get_mut(&qr, &s.registry)
-            .filter(|dev| dev.linked());
-        let outcome = match device {
+        let outcome = match s.ops.devices.linked_mut(&qr, &s.registry) {
             None => Some(DEVICE_NOT_FOUND),
             // The asset barcode lives on the label: a device without one has nothing
             // to carry it.

@@ -366,10 +366,20 @@ pub(super) async fn handle(
     };
     record.status = Some(reply.status);
     shared.with(|s| s.ops.record(record));
+    let mut answer = reply.render();
+    if endpoint == Endpoint::AddDevice {
+        // Spec 4.6: `X-Correlation-Id` is generated when absent; the answer carries it.
+        let id = header(&parts, "x-correlation-id")
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| format!("mock-{:016x}", fastrand::u64(..)));
+        if let Ok(v) = hyper::header::HeaderValue::from_str(&id) {
+            answer.headers_mut().insert("x-correlation-id", v);
+        }
+    }
     if let Some(Fault::Delay(d)) = fault {
         tokio::time::sleep(d).await;
     }
-    Ok(reply.render())
+    Ok(answer)
 }
 
 /// Steps 3 and 4: the rate window, then the endpoint.
