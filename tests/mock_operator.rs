@@ -46,6 +46,11 @@ struct Got {
 
 async fn op() -> Op {
     let mock = mock::start(MockConfig::demo()).await.expect("mock starts");
+    with_token_of(mock, "ppe").await
+}
+
+/// An `Op` on `mock` holding a token granted by environment `env`.
+async fn with_token_of(mock: MockHandle, env: &str) -> Op {
     let http = reqwest::Client::new();
     let form = [
         ("grant_type", "password"),
@@ -55,7 +60,7 @@ async fn op() -> Op {
         ("audience", "https://api.example/decode"),
     ];
     let v: Value = http
-        .post(mock.auth_url("ppe"))
+        .post(mock.auth_url(env))
         .form(&form)
         .send()
         .await
@@ -1636,4 +1641,79 @@ async fn the_record_keeps_each_operator_request_without_its_token() {
     );
     assert!(r.header("authorization").is_none());
     assert!(r.headers.iter().all(|(_, v)| !v.contains(&op.token)));
+}
+
+#[tokio::test]
+async fn a_temporary_fault_of_a_location_read_is_reported_as_awb_not_found_or_no_assets() {
+    let op = op().await;
+    let fault = || Fault::Status {
+        status: 500,
+        retry_after: None,
+    };
+    op.mock.push_operator_fault(Endpoint::Locate, fault());
+    let got = op.locate(seed::AWB, false, &ACCOUNT).await;
+    assert_eq!(got.status, 404);
+    assert_eq!(got.body, json!({"message": "AWB not found", "code": 404}));
+    assert_eq!(
+        op.locate(seed::AWB, false, &ACCOUNT).await.status,
+        200,
+        "a retry finds it"
+    );
+    op.mock.push_operator_fault(Endpoint::Locate, fault());
+    let got = op.locate(seed::SENSOR_ASSET, true, &ACCOUNT).await;
+    assert_eq!((got.status, got.body["assets"].clone()), (200, json!([])));
+    assert_eq!(op.mock.operator_requests(Endpoint::Locate), 3);
+}
+
+#[tokio::test]
+async fn a_request_refused_with_401_for_a_missing_permission_counts_in_the_window() {
+    let op = op().await;
+    op.mock.set_permission(Endpoint::Label, false);
+    for _ in 0..10 {
+        let got = op
+            .label(
+                json!([label_item(seeded(DeviceStatus::NotActivated), "A")]),
+                false,
+            )
+            .await;
+        assert_eq!(got.status, 401);
+        assert_eq!(
+            got.body,
+            json!({"message": "Unauthorized access", "code": 401})
+        );
+    }
+    assert_eq!(
+        op.status_of(seeded(DeviceStatus::NotActivated)),
+        DeviceStatus::NotActivated
+    );
+    assert_eq!(op.show(&[UNKNOWN]).await.status, 429);
+}
+
+#[tokio::test]
+async fn a_token_of_another_environment_is_refused_by_every_operator_endpoint() {
+    let mock = mock::start(MockConfig {
+        environments: vec![
+            mock::MockEnvironment::named("ppe"),
+            mock::MockEnvironment::named("prod"),
+        ],
+        ..MockConfig::demo()
+    })
+    .await
+    .unwrap();
+    // "ppe" is where every request goes; the token comes from "prod".
+    let op = with_token_of(mock, "prod").await;
+    assert_eq!(op.show(&[UNKNOWN]).await.status, 401);
+    assert_eq!(op.locate(seed::AWB, false, &ACCOUNT).await.status, 401);
+    assert_eq!(
+        op.history(json!({"trk_asset_id": seed::SENSOR_TAPE}))
+            .await
+            .status,
+        401
+    );
+    assert_eq!(
+        op.add(&parcel(UNKNOWN, "C0DEAD000001"), &ACCOUNT)
+            .await
+            .status,
+        401
+    );
 }
