@@ -1,6 +1,8 @@
 /*!
 A spec-faithful mock of the tracking service: the token endpoint (spec section 5), bulk
-and single decode (4.4, 4.3) with the error answers of section 7, on a loopback port.
+and single decode (4.4, 4.3) with the error answers of section 7, and the operator
+endpoints (4.1, 4.2, 4.5-4.7) with the device state machine of section 3 and the limits
+of section 8, on a loopback port.
 
 Why it exists: the daemon's promises (nothing lost, batches split on 400, one token
 refresh on 401, backoff on 429/5xx) can only be tested against a service that answers
@@ -13,12 +15,24 @@ Each environment lives under its own path prefix, so one port serves several:
 - `POST /{env}/external/v1/devices/decode`: bulk decode.
 - `POST /{env}/external/v1/devices/{mac_id}/decode`: single decode.
 
-[`MockHandle::base_url`] and [`MockHandle::auth_url`] give the URLs, and
+- The operator endpoints under the same prefix: `POST devices/v1/parcel`,
+  `POST|PUT|GET external/v1/devices/label`, `POST external/v1/devices/status`,
+  `POST external/v1/devices/config`, `GET external/locations/{asset_id}`,
+  `POST external/messages`; and history under its own address,
+  `POST /{env}/historical/agent-service/v1/agent/exec/{HISTORY_OPERATION_ID}`.
+
+[`MockHandle::base_url`], [`MockHandle::auth_url`] and
+[`MockHandle::historical_base_url`] give the URLs, and
 [`MockHandle::environment_settings`] a ready [`EnvironmentSettings`].
 
 In the code, `service.rs` routes requests and holds the state the endpoints share;
 each endpoint is a file (`token.rs`, `decode.rs`), and `fault.rs` injects faults, so
-a new endpoint is a new file and a route.
+a new endpoint is a new file and a route. The operator endpoints go through `ops.rs`
+(their common steps: fault, token, rate window, permission, record) to `devices.rs`
+(add, label, status, config and the state machine), `locations.rs`, `history.rs` and
+`messages.rs`; `rate.rs` is the shared window and `seed.rs` what the account holds at
+start. The request shapes the spec does not show are the project's choice, listed in
+the module docs of those files.
 
 # Where the mock had to choose
 - A body that is not valid JSON gets 401 `Unauthorized access` (spec section 7 lists
