@@ -1717,3 +1717,36 @@ async fn a_token_of_another_environment_is_refused_by_every_operator_endpoint() 
         401
     );
 }
+
+#[tokio::test]
+async fn a_connection_closed_by_fault_applies_nothing() {
+    let op = op().await;
+    let qr = seeded(DeviceStatus::NotActivated);
+    op.mock.push_operator_fault(Endpoint::Label, Fault::Close);
+    let sent = op
+        .http
+        .post(op.url(LABEL))
+        .bearer_auth(&op.token)
+        .json(&json!({"devices": [label_item(qr, "A")]}))
+        .send()
+        .await;
+    assert!(sent.is_err(), "no answer");
+    assert_eq!(op.status_of(qr), DeviceStatus::NotActivated);
+    assert_eq!(op.mock.operator_received()[0].status, None);
+}
+
+#[tokio::test]
+async fn a_message_for_another_account_is_404() {
+    let op = op().await;
+    let headers = [
+        ("customer_id", "someone-else"),
+        ACCOUNT[1],
+        ("message_type", "MANIFEST_DATA"),
+    ];
+    let body = json!({"message_type": "MANIFEST_DATA", "data": manifest()});
+    let got = op
+        .send(Method::POST, op.url(MESSAGES), &headers, Some(&body))
+        .await;
+    assert_eq!(got.status, 404);
+    assert!(got.body["message"].is_string() && got.body["code"] == 404);
+}

@@ -554,4 +554,24 @@ mod tests {
         assert!(only.is_registered("AABBCCDDEEFF"));
         assert!(!only.is_registered("C0FFEE000001"));
     }
+
+    #[test]
+    fn a_registered_mac_is_known_from_then_on_whatever_the_registry_was() {
+        let registries = [
+            Registry::All,
+            Registry::AllExcept(["C0DEAD000001".to_string()].into()),
+            Registry::Only(HashSet::new()),
+            Registry::simulated_fleet(),
+        ];
+        for mut r in registries {
+            let before = r.clone();
+            r.register("C0DEAD000001");
+            assert!(r.is_registered("C0DEAD000001"), "{before:?}");
+            assert_eq!(
+                r.is_registered("C0DEAD000002"),
+                before.is_registered("C0DEAD000002"),
+                "{before:?}: no other MAC changes"
+            );
+        }
+    }
 }
