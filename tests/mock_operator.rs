@@ -1012,6 +1012,10 @@ async fn add_device_requires_customer_id_and_authorized_groups_and_does_not_read
         );
     }
     assert!(op.mock.device(UNKNOWN).is_none());
+    let other = [("customer_id", "someone-else"), ACCOUNT[1]];
+    let got = op.add(&p, &other).await;
+    assert_eq!(got.status, 404, "another account: {:?}", got.body);
+    assert!(op.mock.device(UNKNOWN).is_none());
 }
 
 #[tokio::test]
