@@ -356,8 +356,9 @@ pub async fn start_on(addr: SocketAddr, config: MockConfig) -> io::Result<MockHa
     })
 }
 
-/// Runs the demo mock on `addr` until Ctrl-C, printing each environment's base and
-/// auth URL on stdout (one line each), for `tapegate mock`.
+/// Runs the demo mock on `addr` until Ctrl-C, printing each environment's base, auth
+/// and historical URL on stdout (one line each) and then what the account holds, for
+/// `tapegate mock`.
 pub async fn serve_forever(addr: SocketAddr, config: MockConfig) -> io::Result<()> {
     let handle = start_on(addr, config).await?;
     for env in handle.environments() {
@@ -368,6 +369,22 @@ pub async fn serve_forever(addr: SocketAddr, config: MockConfig) -> io::Result<(
             handle.historical_base_url(&env)
         );
     }
+    println!(
+        "history_operation_id {HISTORY_OPERATION_ID}\napplication ids {}\n\
+         seeded devices (one per status) {}\n\
+         AWB {} (tags {}), AWB {} (404)\n\
+         sensor asset {} (tape {}, a year of history), sensor asset {} (no reading)",
+        APP_IDS.join(" "),
+        seed::STATUS_DEVICES
+            .map(|(qr, s)| format!("{qr}={}", s.as_str()))
+            .join(" "),
+        seed::AWB,
+        seed::AWB_TAGS.join(" "),
+        seed::AWB_UNPLACED,
+        seed::SENSOR_ASSET,
+        seed::SENSOR_TAPE,
+        seed::UNPLACED_ASSET,
+    );
     tokio::signal::ctrl_c().await?;
     handle.shutdown().await;
     Ok(())
