@@ -1754,3 +1754,58 @@ async fn a_message_for_another_account_is_404() {
     assert_eq!(got.status, 404);
     assert!(got.body["message"].is_string() && got.body["code"] == 404);
 }
+
+#[tokio::test]
+async fn relabel_with_nothing_to_change_is_a_validation_failure() {
+    let op = op().await;
+    let qr = seeded(DeviceStatus::Activated);
+    let got = op.relabel(json!([{"qrcode": qr}])).await;
+    assert_eq!(got.status, 400);
+    assert_eq!(got.body["errors"][0]["field"], "devices[0]");
+    let got = op
+        .relabel(json!([{"qrcode": qr, "override": true, "asset_barcode": "A"}]))
+        .await;
+    assert_eq!(got.status, 400, "relabel has no override");
+    assert_eq!(op.asset_of(qr).as_deref(), Some("ASSET-1002"));
+}
+
+#[tokio::test]
+async fn history_from_alone_runs_to_now_and_to_alone_starts_a_month_before() {
+    let op = op().await;
+    let from = days_ago(2);
+    let got = op
+        .history(json!({"trk_asset_id": seed::SENSOR_TAPE, "from": rfc3339(from)}))
+        .await;
+    let t = times(&got.body);
+    assert!(t[0] >= from && t[0].duration_since(from) <= jiff::SignedDuration::from_mins(30));
+    let newest = jiff::Timestamp::now().duration_since(*t.last().unwrap());
+    assert!(
+        newest <= jiff::SignedDuration::from_hours(3),
+        "runs to now: {newest:?}"
+    );
+
+    let to = days_ago(300);
+    let got = op
+        .history(json!({"trk_asset_id": seed::UNPLACED_TAPE, "to": rfc3339(to)}))
+        .await;
+    let t = times(&got.body);
+    // Every 6 hours for 31 days.
+    assert!((123..=125).contains(&t.len()), "{}", t.len());
+    assert!(*t.last().unwrap() <= to);
+    assert!(to.duration_since(t[0]) <= jiff::SignedDuration::from_hours(24 * 31));
+}
+
+#[tokio::test]
+async fn history_refuses_a_reversed_range_a_bad_date_time_and_an_unknown_filter() {
+    let op = op().await;
+    for filters in [
+        json!({"trk_asset_id": seed::SENSOR_TAPE, "from": rfc3339(days_ago(1)), "to": rfc3339(days_ago(2))}),
+        json!({"trk_asset_id": seed::SENSOR_TAPE, "from": "yesterday"}),
+        json!({"trk_asset_id": seed::SENSOR_TAPE, "from": 1763719200}),
+        json!({"trk_asset_id": seed::SENSOR_TAPE, "asset": "x"}),
+    ] {
+        let got = op.history(filters.clone()).await;
+        assert_eq!(got.status, 400, "{filters}");
+        assert!(got.body["data"]["message"].is_string(), "{filters}");
+    }
+}
