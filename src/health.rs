@@ -3,6 +3,12 @@ What the running daemon keeps of its health for operators: the one-line `STATUS=
 `systemctl status` shows (pending, last flush, last error), refreshed every
 `STATUS_EVERY`, and the BLE scanner's ladder counts, moved into the state database so
 that `tapegate status` shows them accumulated across restarts.
+
+[`verdict`] is what `/healthz` answers: the watchdog's truth (every running stage has
+turned within its allowance, [`Liveness`]) and, beyond it, delivery's: a flusher that
+turns but whose requests keep failing (a hanging or failing service) is not making
+progress either. The watchdog leaves that second part out on purpose: restarting the
+daemon does not bring a service back, so systemd is not asked to.
 */
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,13 +18,43 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{age, now_ms};
+use crate::metrics::{Metrics, FAILING_AFTER};
 use crate::outbox::{Outbox, ScannerCounts};
 use crate::record::EpochMillis;
 use crate::source::SourceHealth;
-use crate::systemd::Notifier;
+use crate::systemd::{Liveness, Notifier};
 
 /// How often `STATUS=` is refreshed for `systemctl status`.
 const STATUS_EVERY: Duration = Duration::from_secs(10);
+
+/// Why the daemon is not healthy: the stage, and a sentence for the operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unhealthy {
+    pub stage: &'static str,
+    pub reason: String,
+}
+
+/// `Ok` while every stage makes progress (see the module doc).
+pub fn verdict(liveness: &Liveness, metrics: &Metrics) -> Result<(), Unhealthy> {
+    if let Some(stall) = liveness.stalled(tokio::time::Instant::now()) {
+        return Err(Unhealthy {
+            stage: stall.stage,
+            reason: format!(
+                "no progress for {} s (allowed {} s)",
+                stall.silent.as_secs(),
+                stall.allowance.as_secs()
+            ),
+        });
+    }
+    let (failed, cause) = metrics.failing();
+    if failed >= FAILING_AFTER {
+        return Err(Unhealthy {
+            stage: "flush",
+            reason: format!("{failed} requests to the service failed in a row (last: {cause})"),
+        });
+    }
+    Ok(())
+}
 
 /// Moves what the source has been through into the state database, as increments, so
 /// that `status` shows the counts accumulated across restarts of the daemon.

@@ -51,7 +51,10 @@ pub mod config;
 pub mod dedup;
 pub mod flush;
 pub mod health;
+pub mod heard_now;
+pub mod http;
 pub mod ingest;
+pub mod metrics;
 #[cfg(feature = "mock")]
 pub mod mock;
 pub mod outbox;

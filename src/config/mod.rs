@@ -114,6 +114,17 @@ pub enum SourceKind {
     Sim,
 }
 
+impl SourceKind {
+    /// As `scanner.source` names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SourceKind::Ble => "ble",
+            SourceKind::Replay => "replay",
+            SourceKind::Sim => "sim",
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ScannerSettings {
     pub source: SourceKind,
