@@ -353,12 +353,12 @@ fn browse(chromium: &Path, url: &str, png: &Path) -> String {
     String::from_utf8(dom.stdout).unwrap()
 }
 
-/// The `<tr>` of `mac` in the page's tape table.
-fn tape_row<'a>(dom: &'a str, mac: &str) -> &'a str {
+/// The card of `mac` in the page's list of tapes.
+fn tape_card<'a>(dom: &'a str, mac: &str) -> &'a str {
     let start = dom
-        .find(&format!("<tr data-mac=\"{mac}\">"))
-        .unwrap_or_else(|| panic!("no row for {mac} in {dom}"));
-    let end = dom[start..].find("</tr>").unwrap() + start;
+        .find(&format!("<li data-mac=\"{mac}\">"))
+        .unwrap_or_else(|| panic!("no card for {mac} in {dom}"));
+    let end = dom[start..].find("</li>").unwrap() + start;
     &dom[start..end]
 }
 
@@ -406,19 +406,19 @@ async fn the_status_page_shows_the_tapes_of_a_sim_run_in_headless_chromium() {
     );
     assert_eq!(before.len(), 4);
     for tape in &before {
-        let row = tape_row(&dom, &tape.mac.to_string());
+        let row = tape_card(&dom, &tape.mac.to_string());
         let qr = tape.qr_code.as_deref().expect("the mock gives QR codes");
-        assert!(row.contains(&format!("<td>{qr}</td>")), "{row}");
+        assert!(row.contains(&format!(">{qr}<")), "{row}");
         assert!(row.contains(">known<") && row.contains(" dBm<"), "{row}");
-        let temp = format!(">{:.1}<", tape.temp.unwrap());
+        let temp = format!(">{:.1} °C<", tape.temp.unwrap());
         assert!(row.contains(&temp), "no {temp} in {row}");
     }
     for mac in &refused {
-        let row = tape_row(&dom, &mac.to_string());
+        let row = tape_card(&dom, &mac.to_string());
         assert!(row.contains(">unknown<"), "{row}");
     }
     assert_eq!(
-        dom.matches("<tr data-mac=").count(),
+        dom.matches("<li data-mac=").count(),
         6,
         "the six tapes, not the other devices"
     );

@@ -106,9 +106,10 @@ h1{font-size:1.2em;margin:.2em 0}h2{font-size:1em;margin:1em 0 .3em}\
 .ok{color:#060}.bad{color:#a00}.muted{color:#777}\
 .banner{padding:.5em;border-radius:.3em;font-weight:bold}\
 .banner.ok{background:#e3f5e3}.banner.bad{background:#fbe3e3}\
-.scroll{overflow-x:auto}table{border-collapse:collapse;width:100%;font-size:.9em}\
-th,td{text-align:left;padding:.3em .4em;border-bottom:1px solid #ddd;white-space:nowrap}\
-td.num{text-align:right}dl{display:grid;grid-template-columns:auto 1fr;gap:.2em .8em;margin:0}\
+ul{list-style:none;padding:0;margin:0}\
+li{background:#fff;border:1px solid #ddd;border-radius:.3em;padding:.4em .5em;margin:.3em 0}\
+.mac{font-family:monospace;font-weight:bold}.qr{font-family:monospace}\
+.service{float:right;font-weight:bold}.why{font-size:.8em;color:#a00}dl{display:grid;grid-template-columns:auto 1fr;gap:.2em .8em;margin:0}\
 dt{color:#555}dd{margin:0}";
 
 fn html(v: &View) -> String {
@@ -144,6 +145,7 @@ fn html(v: &View) -> String {
     h
 }
 
+/// One card per tape, not a wide table: the whole of it fits a phone held upright.
 fn tapes(h: &mut String, v: &View) {
     let _ = write!(
         h,
@@ -155,35 +157,37 @@ fn tapes(h: &mut String, v: &View) {
         h.push_str("<p class=\"muted\">No tape heard yet.</p>");
         return;
     }
-    h.push_str(
-        "<div class=\"scroll\"><table id=\"tapes\"><thead><tr><th>MAC</th><th>QR code</th>\
-<th>RSSI</th><th>Temp °C</th><th>Battery</th><th>Service</th><th>Heard</th></tr></thead><tbody>",
-    );
-    let num =
-        |x: Option<f64>, digits: usize| x.map_or("–".to_string(), |x| format!("{x:.digits$}"));
+    h.push_str("<ul id=\"tapes\">");
     for (seen, known) in &v.tapes {
         let reading = known.reading.as_ref();
         let service = match (reading, &known.refused) {
-            (Some(_), _) => "<span class=\"ok\">known</span>".to_string(),
+            (Some(_), _) => "<span class=\"service ok\">known</span>".to_string(),
             (None, Some(error)) => format!(
-                "<span class=\"bad\" title=\"{e}\">unknown</span> <span class=\"muted\">{e}</span>",
-                e = esc(error)
+                "<span class=\"service bad\">unknown</span><div class=\"why\">{}</div>",
+                esc(error)
             ),
-            (None, None) => "<span class=\"muted\">not answered yet</span>".to_string(),
+            (None, None) => "<span class=\"service muted\">not answered yet</span>".to_string(),
         };
+        let mut values = vec![seen.rssi.map_or("RSSI –".to_string(), |r| {
+            format!("<span class=\"rssi\">{r} dBm</span>")
+        })];
+        if let Some(t) = reading.and_then(|r| r.temp) {
+            values.push(format!("<span class=\"temp\">{t:.1} °C</span>"));
+        }
+        if let Some(b) = reading.and_then(|r| r.bat) {
+            values.push(format!("<span class=\"bat\">battery {b:.0}</span>"));
+        }
+        values.push(format!("heard {}", ago(seen.at, v.now)));
         let _ = write!(
             h,
-            "<tr data-mac=\"{mac}\"><td>{mac}</td><td>{qr}</td><td class=\"num\">{rssi}</td>\
-<td class=\"num\">{temp}</td><td class=\"num\">{bat}</td><td>{service}</td><td>{heard}</td></tr>",
+            "<li data-mac=\"{mac}\"><div><span class=\"mac\">{mac}</span> \
+<span class=\"qr\">{qr}</span> {service}</div><div>{values}</div></li>",
             mac = esc(&seen.mac.to_string()),
-            qr = esc(reading.and_then(|r| r.qr_code.as_deref()).unwrap_or("–")),
-            rssi = seen.rssi.map_or("–".to_string(), |r| format!("{r} dBm")),
-            temp = num(reading.and_then(|r| r.temp), 1),
-            bat = num(reading.and_then(|r| r.bat), 0),
-            heard = ago(seen.at, v.now),
+            qr = esc(reading.and_then(|r| r.qr_code.as_deref()).unwrap_or("")),
+            values = values.join(" · "),
         );
     }
-    h.push_str("</tbody></table></div>");
+    h.push_str("</ul>");
 }
 
 fn outbox(h: &mut String, v: &View) {
@@ -311,12 +315,12 @@ mod tests {
     fn a_tape_row_shows_mac_rssi_reading_and_age() {
         let page = html(&view());
         for part in [
-            "<td>C0:FF:EE:00:00:01</td>",
-            "-61 dBm",
-            ">4.2<",
-            ">87<",
+            "<span class=\"mac\">C0:FF:EE:00:00:01</span>",
+            ">-61 dBm<",
+            ">4.2 °C<",
+            ">battery 87<",
             ">known<",
-            "10s ago",
+            "heard 10s ago",
         ] {
             assert!(page.contains(part), "no {part:?} in {page}");
         }
