@@ -28,41 +28,11 @@ fn free_port() -> u16 {
 /// `[service]` pointing at the mock's "ppe" environment, quick retries, and the HTTP
 /// server on `port`.
 fn service_and_http(mock: &MockHandle, port: u16, request_timeout_secs: u64) -> String {
-    let e = mock
-        .environment_settings("ppe")
+    let service = mock
+        .service_toml("ppe", request_timeout_secs)
         .expect("the mock serves ppe");
     format!(
-        r#"
-[service]
-environment = "ppe"
-request_timeout_secs = {request_timeout_secs}
-
-[service.environments.ppe]
-base_url = "{base}"
-auth_url = "{auth}"
-client_id = "{client_id}"
-audience = "{audience}"
-username = "{username}"
-password = "{password}"
-customer_id = "{customer_id}"
-authorized_groups = "{groups}"
-
-[flush]
-max_delay_secs = 0.05
-backoff_initial_ms = 50
-backoff_max_secs = 1
-
-[http]
-listen = "127.0.0.1:{port}"
-"#,
-        base = e.base_url,
-        auth = mock.auth_url("ppe"),
-        client_id = e.client_id,
-        audience = e.audience,
-        username = e.username,
-        password = e.password.expose(),
-        customer_id = e.customer_id,
-        groups = e.authorized_groups,
+        "{service}\n[flush]\nmax_delay_secs = 0.05\nbackoff_initial_ms = 50\nbackoff_max_secs = 1\n\n[http]\nlisten = \"127.0.0.1:{port}\"\n"
     )
 }
 

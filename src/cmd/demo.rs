@@ -207,28 +207,15 @@ fn demo_config(
     tapes: usize,
     unregistered: usize,
 ) -> String {
-    let env = mock::MockEnvironment::demo();
+    // The demo mock always serves "ppe"; were it not so, the demo would only collect.
+    let service_toml = service.service_toml("ppe", 5).unwrap_or_default();
     format!(
         r#"
 [gateway]
 id = "demo"
 state_dir = "{state}"
 shutdown_grace_secs = 5
-
-[service]
-environment = "ppe"
-request_timeout_secs = 5
-
-[service.environments.ppe]
-base_url = "{base}"
-auth_url = "{auth}"
-client_id = "{client}"
-audience = "{audience}"
-username = "{user}"
-password = "{password}"
-customer_id = "{customer}"
-authorized_groups = "{groups}"
-
+{service_toml}
 [scanner]
 source = "sim"
 sim_tapes = {tapes}
@@ -250,13 +237,5 @@ backoff_max_secs = 4
 level = "warn"
 "#,
         state = state_dir.display(),
-        base = service.base_url("ppe"),
-        auth = service.auth_url("ppe"),
-        client = env.client_id,
-        audience = env.audience,
-        user = env.username,
-        password = env.password.expose(),
-        customer = env.customer_id,
-        groups = env.authorized_groups,
     )
 }

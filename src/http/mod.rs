@@ -28,10 +28,10 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE};
 use hyper::server::conn::http1;
-use hyper::service::service_fn;
+use hyper::service::{service_fn, HttpService};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -114,23 +114,39 @@ pub async fn serve(listener: TcpListener, state: Arc<HttpState>, stop: Cancellat
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), svc);
-            tokio::pin!(conn);
-            tokio::select! {
-                result = conn.as_mut() => {
-                    if let Err(e) = result {
-                        tracing::debug!(error = %e, "http connection ended");
-                    }
-                }
-                _ = stop.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(Duration::from_secs(1), conn).await;
-                }
-            }
+            serve_connection(conn, &stop).await;
         });
     }
     drop(listener);
     connections.close();
     connections.wait().await;
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Serves one connection until it ends, or until `stop`: then the request in progress
+/// gets a second to finish. (The mock service serves its connections the same way.)
+pub(crate) async fn serve_connection<S>(
+    conn: http1::Connection<TokioIo<TcpStream>, S>,
+    stop: &CancellationToken,
+) where
+    S: HttpService<Incoming>,
+    S::Error: Into<BoxError>,
+    S::ResBody: 'static,
+    <S::ResBody as hyper::body::Body>::Error: Into<BoxError>,
+{
+    tokio::pin!(conn);
+    tokio::select! {
+        result = conn.as_mut() => {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "http connection ended");
+            }
+        }
+        _ = stop.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(Duration::from_secs(1), conn).await;
+        }
+    }
 }
 
 type Answer = Response<Full<Bytes>>;
