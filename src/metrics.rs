@@ -7,7 +7,7 @@ Two kinds:
   stages: adverts heard, request latency, batch sizes, batches in flight, token grants,
   failed requests by cause, the clock's state. They start at zero with each start of
   the daemon, as Prometheus expects of a process's counters.
-- **Stored**, read from the state database at each scrape ([`encode`] takes a
+- **Stored**, read from the state database at each scrape ([`Metrics::encode`] takes a
   [`Stats`]): the counters and state of `tapegate status` (pending, delivered, dead
   letters, evicted, the scanner's ladder), accumulated across restarts, so that
   `/metrics` and `status --json` always agree.
@@ -36,7 +36,7 @@ use crate::clock::now_ms;
 use crate::outbox::{PendingCapture, Stats};
 use crate::record::EpochMillis;
 
-/// The media type of what [`encode`] writes (OpenMetrics text, which Prometheus reads).
+/// The media type of what [`Metrics::encode`] writes (OpenMetrics text, which Prometheus reads).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Failed requests to the service in a row after which delivery counts as not making

@@ -307,3 +307,77 @@ fn set_meta(conn: &Connection, key: &str, value: &str) -> rusqlite::Result<()> {
     )?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outbox::{Outcome, Reading, StoreOptions};
+    use crate::record::Capture;
+
+    fn capture(mac: Mac, ts_ms: EpochMillis) -> Capture {
+        Capture {
+            mac,
+            ts_ms,
+            product_id: "tape".into(),
+            packet: "F70E".into(),
+            rssi: Some(-60),
+        }
+    }
+
+    #[test]
+    fn tapes_known_joins_each_macs_reading_and_newest_refusal_in_the_order_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let [known, refused, unheard] = [1, 2, 3].map(|i| Mac::new([0xC0, 0xFF, 0xEE, 0, 0, i]));
+        store
+            .enqueue(&[
+                capture(known, 1_000),
+                capture(refused, 1_000),
+                capture(refused, 2_000),
+            ])
+            .unwrap();
+        let pending = store.next_batch(10, 100).unwrap();
+        let outcomes: Vec<_> = pending
+            .into_iter()
+            .map(|p| {
+                let o = if p.capture.mac == known {
+                    Outcome::Delivered(Reading {
+                        qr_code: Some("QR1".into()),
+                        temp: Some(4.5),
+                        bat: Some(80.0),
+                        raw: "{}".into(),
+                    })
+                } else {
+                    Outcome::DeadLetter("first refusal".into())
+                };
+                (p, o)
+            })
+            .collect();
+        store.settle(&outcomes, 5_000).unwrap();
+        let second = store.next_batch(10, 100).unwrap();
+        let refusal = vec![(
+            second[0].clone(),
+            Outcome::DeadLetter("device not found".into()),
+        )];
+        store.settle(&refusal, 6_000).unwrap();
+
+        let got = store.tapes_known(&[unheard, refused, known]).unwrap();
+        assert_eq!(got.len(), 3);
+        assert_eq!(
+            got[0],
+            TapeKnown {
+                reading: None,
+                refused: None
+            }
+        );
+        assert_eq!(got[1].reading, None);
+        assert_eq!(got[1].refused.as_deref(), Some("device not found"));
+        let reading = got[2].reading.as_ref().unwrap();
+        assert_eq!(
+            (reading.qr_code.as_deref(), reading.temp),
+            (Some("QR1"), Some(4.5))
+        );
+        assert_eq!(got[2].refused, None);
+        assert!(store.tapes_known(&[]).unwrap().is_empty());
+    }
+}
