@@ -466,3 +466,24 @@ async fn no_password_or_token_in_any_answer() {
     );
     mock.shutdown().await;
 }
+
+#[test]
+fn a_port_in_use_stops_the_daemon_at_start_naming_the_key_and_address() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let g = Gateway::new(&format!(
+        "{}\n[http]\nlisten = \"{addr}\"\n",
+        stdin_replay_config(20)
+    ));
+    let out = g.run(&["run"]);
+    let stderr = common::text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot listen on http.listen = {addr}")),
+        "{stderr}"
+    );
+    assert!(
+        g.stats().pending == 0 && g.stats().admitted == 0,
+        "nothing ran"
+    );
+}

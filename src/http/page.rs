@@ -33,6 +33,8 @@ struct View {
     /// `Err`: the state database could not be read, and why.
     stats: Result<Stats, String>,
     adverts: u64,
+    /// When a tape was last heard, however long ago.
+    last_heard: Option<EpochMillis>,
     /// The scanner's last trouble, as the daemon knows it now or the database kept it.
     trouble: Option<(String, EpochMillis)>,
 }
@@ -40,6 +42,7 @@ struct View {
 pub(super) async fn render(state: &HttpState) -> Answer {
     let now = now_ms();
     let seen = state.heard.since(now - HEARD_WINDOW_MS, MAX_TAPES);
+    let last_heard = state.heard.since(EpochMillis::MIN, 1).first().map(|s| s.at);
     let macs: Vec<_> = seen.iter().map(|s| s.mac).collect();
     let read = state
         .outbox
@@ -75,6 +78,7 @@ pub(super) async fn render(state: &HttpState) -> Answer {
         tapes,
         stats,
         adverts: state.metrics.adverts(),
+        last_heard,
         trouble: live_trouble.or(stored_trouble),
     };
     text(StatusCode::OK, "text/html; charset=utf-8", html(&view))
@@ -235,9 +239,10 @@ fn scanner(h: &mut String, v: &View) {
     let _ = write!(
         h,
         "<h2>Scanner</h2><dl id=\"scanner\"><dt>Source</dt><dd>{source}</dd>\
-<dt>Adverts heard</dt><dd>{adverts} since start</dd>",
+<dt>Adverts heard</dt><dd>{adverts} since start</dd><dt>Last tape heard</dt><dd>{last}</dd>",
         source = esc(&v.source),
         adverts = v.adverts,
+        last = v.last_heard.map_or("never".to_string(), |t| ago(t, v.now)),
     );
     if let Ok(s) = &v.stats {
         let c = &s.scanner;
@@ -298,6 +303,7 @@ mod tests {
                 ..Stats::default()
             }),
             adverts: 42,
+            last_heard: Some(90_000),
             trouble: None,
         }
     }
@@ -321,6 +327,7 @@ mod tests {
             ">battery 87<",
             ">known<",
             "heard 10s ago",
+            "<dt>Last tape heard</dt><dd>10s ago</dd>",
         ] {
             assert!(page.contains(part), "no {part:?} in {page}");
         }
