@@ -28,6 +28,8 @@ pub struct DemoOptions {
     pub tapes: usize,
     /// Keep the state directory here instead of a temporary one.
     pub state_dir: Option<PathBuf>,
+    /// Serve /metrics, /healthz and the status page here.
+    pub http: Option<std::net::SocketAddr>,
 }
 
 /// Runs the demo until `stop` resolves or the duration ends.
@@ -47,7 +49,10 @@ pub async fn run(
         ),
     };
     let unregistered = (options.tapes / 60).clamp(1, 10);
-    let text = demo_config(&service, &state_dir, options.tapes, unregistered);
+    let mut text = demo_config(&service, &state_dir, options.tapes, unregistered);
+    if let Some(addr) = options.http {
+        text.push_str(&format!("\n[http]\nlisten = \"{addr}\"\n"));
+    }
     let config = config::from_toml(&text, Path::new("(demo)"), std::iter::empty())?;
 
     let _ = writeln!(
@@ -58,6 +63,12 @@ pub async fn run(
         service.base_url("ppe"),
         state_dir.display()
     );
+    if let Some(addr) = options.http {
+        let _ = writeln!(
+            out,
+            "status page: http://{addr}/ (also /metrics and /healthz)\n"
+        );
+    }
 
     let daemon_stop = tokio_util::sync::CancellationToken::new();
     let daemon = {
