@@ -155,3 +155,57 @@ pub async fn report_status(
         notifier.status(&text);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::api::ApiError;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_stage_is_unhealthy_naming_the_stage_and_how_long() {
+        let mut liveness = Liveness::default();
+        let ingest = liveness.stage("ingest", Duration::from_secs(30));
+        let metrics = Metrics::new();
+        assert_eq!(verdict(&liveness, &metrics), Ok(()));
+        tokio::time::advance(Duration::from_secs(31)).await;
+        let u = verdict(&liveness, &metrics).unwrap_err();
+        assert_eq!(u.stage, "ingest");
+        assert_eq!(u.reason, "no progress for 31 s (allowed 30 s)");
+        ingest.touch();
+        assert_eq!(verdict(&liveness, &metrics), Ok(()));
+    }
+
+    #[test]
+    fn requests_failing_in_a_row_make_the_flusher_unhealthy_until_one_is_answered() {
+        let liveness = Liveness::default();
+        let metrics = Metrics::new();
+        let fail = || {
+            let answer = Err(ApiError::transient("server error 503", None));
+            metrics.request().answered(&[], &answer);
+        };
+        for _ in 1..FAILING_AFTER {
+            fail();
+        }
+        assert_eq!(
+            verdict(&liveness, &metrics),
+            Ok(()),
+            "a blip is not a stall"
+        );
+        fail();
+        let u = verdict(&liveness, &metrics).unwrap_err();
+        assert_eq!(u.stage, "flush");
+        assert!(
+            u.reason.ends_with("failed in a row (last: http_5xx)"),
+            "{}",
+            u.reason
+        );
+        let answered = Ok(vec![crate::api::BulkAnswerItem {
+            mac_id: "C0FFEE000001".into(),
+            result: Err("device not found".into()),
+        }]);
+        metrics.request().answered(&[], &answered);
+        assert_eq!(verdict(&liveness, &metrics), Ok(()));
+    }
+}
