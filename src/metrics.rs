@@ -161,7 +161,7 @@ impl Metrics {
         let failures = Family::<CauseLabel, Counter>::default();
         registry.register(
             "request_failures",
-            "Requests to the service that failed, by cause (http_400, http_401, http_413, http_429, http_5xx, http_other, timeout, unreachable, connection_closed, token_refused, bad_answer, invalid_request)",
+            "Requests to the service that failed, by cause (http_400, http_401, http_413, http_429, http_5xx, http_other, timeout, unreachable, connection_closed, token_refused, bad_answer, empty_answer, invalid_request)",
             failures.clone(),
         );
         let clock = Family::<StateLabel, Gauge>::default();
@@ -229,7 +229,12 @@ impl Metrics {
                     self.delivery_latency.observe(age);
                 }
             }
-            Ok(_) => self.failed("empty_answer"),
+            Ok(_) => {
+                // Nothing answered: the flusher backs off as after a failure.
+                let cause = "empty_answer";
+                self.failures.get_or_create(&CauseLabel { cause }).inc();
+                self.failed(cause);
+            }
             Err(e) => {
                 let cause = failure_cause(e);
                 self.failures.get_or_create(&CauseLabel { cause }).inc();
