@@ -17,7 +17,8 @@ use tapegate::mock::{self, Fault, MockConfig, MockHandle, Storm};
 use tapegate::record::{Advertisement, Mac};
 use tapegate::tape::UNREGISTERED_PREFIX;
 
-const LIMIT: Duration = Duration::from_secs(30);
+/// Longest wait for a condition (generous: the machine may be busy; a pass costs no more).
+const LIMIT: Duration = Duration::from_secs(60);
 
 /// A loopback port nothing listens on now.
 fn free_port() -> u16 {
