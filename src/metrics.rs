@@ -27,6 +27,7 @@ use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
 use tokio::time::Instant;
@@ -112,6 +113,12 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("tapegate");
+        // Which build a gateway runs, for a fleet rolled out over weeks.
+        registry.register(
+            "build",
+            "The tapegate version this daemon runs",
+            Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
+        );
         let adverts = Counter::default();
         registry.register(
             "adverts",
@@ -481,6 +488,10 @@ mod tests {
             "tapegate_clock_state{state=\"trusted\"} 1",
             "tapegate_clock_state{state=\"holding\"} 0",
             "tapegate_batches_in_flight 0",
+            &format!(
+                "tapegate_build_info{{version=\"{}\"}} 1",
+                env!("CARGO_PKG_VERSION")
+            ),
         ] {
             assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
         }
