@@ -410,18 +410,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, cancel: Cancell
         connections.spawn(async move {
             let svc = service_fn(move |req| service::handle(shared.clone(), req));
             let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), svc);
-            tokio::pin!(conn);
-            tokio::select! {
-                result = conn.as_mut() => {
-                    if let Err(err) = result {
-                        tracing::debug!(error = %err, "mock connection ended");
-                    }
-                }
-                _ = cancel.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(Duration::from_secs(1), conn).await;
-                }
-            }
+            crate::http::serve_connection(conn, &cancel).await;
         });
     }
     drop(listener);
@@ -471,6 +460,37 @@ impl MockHandle {
             customer_id: e.customer_id,
             authorized_groups: e.authorized_groups,
         })
+    }
+
+    /// The `[service]` section (with its `[service.environments.<env>]` table) of a
+    /// gateway config that delivers to environment `env` of this mock.
+    pub fn service_toml(&self, env: &str, request_timeout_secs: u64) -> Option<String> {
+        let e = self.environment_settings(env)?;
+        Some(format!(
+            r#"
+[service]
+environment = "{env}"
+request_timeout_secs = {request_timeout_secs}
+
+[service.environments.{env}]
+base_url = "{base}"
+auth_url = "{auth}"
+client_id = "{client}"
+audience = "{audience}"
+username = "{user}"
+password = "{password}"
+customer_id = "{customer}"
+authorized_groups = "{groups}"
+"#,
+            base = e.base_url,
+            auth = e.auth_url,
+            client = e.client_id,
+            audience = e.audience,
+            user = e.username,
+            password = e.password.expose(),
+            customer = e.customer_id,
+            groups = e.authorized_groups,
+        ))
     }
 
     /// Service settings for environment `env` (plain MACs on the wire).
