@@ -936,23 +936,6 @@ fn thread_report(
 /// gone before anything is measured.
 const WARM_UP: Duration = Duration::from_secs(12);
 
-/// The `[service]` of the demo mock running at `mock`.
-#[cfg(feature = "mock")]
-fn mock_service(mock: &tapegate::mock::MockHandle) -> String {
-    let env = tapegate::mock::MockEnvironment::demo();
-    format!(
-        "[service]\nenvironment = \"ppe\"\n\n[service.environments.ppe]\nbase_url = \"{}\"\nauth_url = \"{}\"\nclient_id = \"{}\"\naudience = \"{}\"\nusername = \"{}\"\npassword = \"{}\"\ncustomer_id = \"{}\"\nauthorized_groups = \"{}\"\n",
-        mock.base_url("ppe"),
-        mock.auth_url("ppe"),
-        env.client_id,
-        env.audience,
-        env.username,
-        env.password.expose(),
-        env.customer_id,
-        env.authorized_groups,
-    )
-}
-
 /// The daemon idle on the stand-in (scanning, no advert) with `config`: CPU and wake-ups
 /// per second over `secs`, per thread and in all.
 fn idle_figures(label: &str, config: &str, secs: u64) {
@@ -995,7 +978,8 @@ fn benchmark_idle_cpu_and_wake_ups_per_second_with_no_adverts() {
         let mock = rt
             .block_on(tapegate::mock::start(tapegate::mock::MockConfig::demo()))
             .unwrap();
-        let config = format!("[scanner]\nsource = \"ble\"\n\n{}", mock_service(&mock));
+        let service = mock.service_toml("ppe", 30).unwrap();
+        let config = format!("[scanner]\nsource = \"ble\"\n{service}");
         idle_figures("with the mock service", &config, SECS);
     }
 }
