@@ -384,6 +384,36 @@ mod tests {
     }
 
     #[test]
+    fn a_wall_clock_stepping_back_neither_holds_nor_drops_live_captures() {
+        // Live captures carry boot time; the wall clock steps back an hour between the
+        // first and the second. By wall time "B" would be throttled for an hour and
+        // the return to "A" dropped as a duplicate; by boot time both are new states.
+        let mut d = Dedup::new(settings(10_000, 5_000));
+        let wall = 1_763_719_200_000;
+        let live = |boot: i64, wall: i64, p: &str| Capture {
+            boot_ms: Some(boot),
+            ..cap(TAPE, wall, p)
+        };
+        let mut out = Vec::new();
+        d.offer(live(100_000, wall, "A"), &mut out);
+        d.offer(live(106_000, wall - 3_600_000 + 6_000, "B"), &mut out);
+        d.offer(live(112_000, wall - 3_600_000 + 12_000, "A"), &mut out);
+        d.offer(live(113_000, wall - 3_600_000 + 13_000, "A"), &mut out);
+        let got: Vec<(Option<i64>, &str)> =
+            out.iter().map(|c| (c.boot_ms, c.packet.as_str())).collect();
+        assert_eq!(
+            got,
+            vec![
+                (Some(100_000), "A"),
+                (Some(106_000), "B"),
+                (Some(112_000), "A")
+            ]
+        );
+        assert_eq!(d.held(), 0);
+        assert_eq!(d.stats().dropped_duplicate, 1);
+    }
+
+    #[test]
     fn a_packet_equal_to_the_last_admitted_within_the_window_is_dropped() {
         let mut d = Dedup::new(settings(60_000, 0));
         let out = run(&mut d, &[(0, "A"), (1_000, "A"), (59_999, "A")]);
