@@ -1,0 +1,264 @@
+//! Time on a gateway without a real-time clock (DESIGN.md), through the real binary: a
+//! real-time simulated fleet, the mock service on loopback, a real SQLite file, and
+//! the daemon's clock driven by the test clock file (`TAPEGATE_FAKE_CLOCK`, debug
+//! builds only), which moves the whole process's wall clock and sync state.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::{text, wait_for, Gateway};
+use tapegate::mock::{self, MockConfig, MockEnvironment, MockHandle, ReceivedItem};
+use tapegate::tape::TapeReading;
+
+const WEEK_MS: i64 = 7 * 24 * 3_600_000;
+
+/// A mock service on a runtime of its own, for tests that drive the real binary.
+fn mock_on_own_runtime() -> (tokio::runtime::Runtime, MockHandle) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mock = rt
+        .block_on(mock::start(MockConfig::demo()))
+        .expect("mock starts");
+    (rt, mock)
+}
+
+/// Three simulated tapes in real time, each advert a new state (its counter goes up by
+/// one), dedup off: every advert is a capture, and the counters say what was lost,
+/// repeated or reordered.
+fn sim_config(mock: &MockHandle) -> String {
+    let env = MockEnvironment::demo();
+    format!(
+        r#"
+[service]
+environment = "ppe"
+request_timeout_secs = 5
+
+[service.environments.ppe]
+base_url = "{base}"
+auth_url = "{auth}"
+client_id = "{client}"
+audience = "{audience}"
+username = "{user}"
+password = "{password}"
+customer_id = "{customer}"
+authorized_groups = "{groups}"
+
+[scanner]
+source = "sim"
+sim_tapes = 3
+sim_interval_ms = 100
+sim_change_every = 1
+sim_others_ratio = 0
+
+[dedup]
+window_secs = 0
+min_interval_secs = 0
+
+[outbox]
+commit_interval_ms = 20
+
+[flush]
+max_delay_secs = 0.05
+backoff_initial_ms = 50
+backoff_max_secs = 1
+"#,
+        base = mock.base_url("ppe"),
+        auth = mock.auth_url("ppe"),
+        client = env.client_id,
+        audience = env.audience,
+        user = env.username,
+        password = env.password.expose(),
+        customer = env.customer_id,
+        groups = env.authorized_groups,
+    )
+}
+
+/// Rewrites the test clock file atomically (the daemon may read it at any moment).
+fn set_clock(path: &Path, wall_offset_ms: i64, synced: bool, time_service: bool) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(
+        &tmp,
+        format!(
+            "wall_offset_ms = {wall_offset_ms}\nsynced = {synced}\ntime_service = {time_service}\n"
+        ),
+    )
+    .unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+fn real_now_secs() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+fn spawn_daemon(g: &Gateway, clock_file: &Path) -> Child {
+    let log = std::fs::File::create(g.path("daemon.log")).expect("log file");
+    g.command(&["run"])
+        .env(tapegate::clock::FAKE_CLOCK_ENV, clock_file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("tapegate starts")
+}
+
+fn log(g: &Gateway) -> String {
+    text(&std::fs::read(g.path("daemon.log")).unwrap_or_default())
+}
+
+/// Every decoded item the mock answered, in order of arrival.
+fn delivered_items(mock: &MockHandle) -> Vec<ReceivedItem> {
+    mock.received()
+        .into_iter()
+        .filter(|r| r.status == Some(200))
+        .flat_map(|r| r.items)
+        .collect()
+}
+
+fn counter(item: &ReceivedItem) -> u16 {
+    let bytes = hex::decode(&item.ble_packet).expect("hex ble_packet");
+    TapeReading::from_packet(&bytes)
+        .expect("a simulated tape's packet")
+        .counter
+}
+
+fn scan_time(item: &ReceivedItem) -> i64 {
+    item.scan_time.parse().expect("scan_time is whole seconds")
+}
+
+/// Per tape, in order of arrival at the service, each counter exactly one more than
+/// the one before: nothing lost between the first and the last, nothing repeated,
+/// nothing reordered.
+fn assert_each_tape_arrived_whole_and_in_order(items: &[ReceivedItem]) {
+    let mut last: HashMap<&str, u16> = HashMap::new();
+    for item in items {
+        let c = counter(item);
+        if let Some(prev) = last.insert(item.mac_id.as_str(), c) {
+            assert_eq!(
+                c,
+                prev.wrapping_add(1),
+                "tape {}: counter {c} arrived after {prev}",
+                item.mac_id
+            );
+        }
+    }
+    assert_eq!(last.len(), 3, "every tape was delivered");
+}
+
+#[test]
+fn an_unsynced_boot_holds_captures_a_sync_repairs_them_and_a_backward_step_loses_or_reorders_nothing(
+) {
+    let (_rt, mock) = mock_on_own_runtime();
+    let g = Gateway::new(&sim_config(&mock));
+    let clock_file = g.path("clock.toml");
+
+    // A Pi booted three weeks in the past, with systemd-timesyncd not yet synced.
+    let started = real_now_secs();
+    set_clock(&clock_file, -3 * WEEK_MS, false, true);
+    let mut child = spawn_daemon(&g, &clock_file);
+
+    let held = wait_for(Duration::from_secs(20), || {
+        let s = g.try_stats()?;
+        (s.clock.held >= 30).then_some(s)
+    })
+    .unwrap_or_else(|| panic!("captures were not held; log:\n{}", log(&g)));
+    assert_eq!(
+        mock.decoded_items(),
+        0,
+        "a held capture reached the service"
+    );
+    assert!(
+        held.clock
+            .state
+            .as_deref()
+            .is_some_and(|s| s.starts_with("unsynchronised: holding")),
+        "{:?}",
+        held.clock.state
+    );
+    let status = g.status_json();
+    assert!(status["held"].as_u64().unwrap() >= 30, "{status}");
+
+    // The time service syncs: the clock jumps three weeks forward.
+    set_clock(&clock_file, 0, true, true);
+    let synced_at = real_now_secs();
+    let repaired = wait_for(Duration::from_secs(20), || {
+        let s = g.try_stats()?;
+        (s.clock.held == 0
+            && s.clock.repaired >= held.clock.held
+            && s.delivered >= s.clock.repaired)
+            .then_some(s)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "held captures were not repaired and delivered; log:\n{}",
+            log(&g)
+        )
+    });
+    assert_eq!(repaired.clock.estimated, 0);
+    assert_eq!(
+        repaired.clock.state.as_deref(),
+        Some("synchronised"),
+        "{repaired:?}"
+    );
+    let before_step = delivered_items(&mock);
+    assert!(before_step.len() as u64 >= repaired.clock.repaired);
+    for item in &before_step {
+        let t = scan_time(item);
+        assert!(
+            (started - 1..=real_now_secs() + 1).contains(&t),
+            "scan_time {t} is not the capture's true time (test started at {started}, synced at {synced_at})"
+        );
+    }
+
+    // The clock steps ten minutes back while running (synced): captures keep coming in
+    // capture order, none lost.
+    let delivered_at_step = repaired.delivered;
+    let step_at = real_now_secs();
+    set_clock(&clock_file, -600_000, true, true);
+    wait_for(Duration::from_secs(20), || {
+        let items = delivered_items(&mock);
+        items
+            .iter()
+            .filter(|i| scan_time(i) < step_at - 300)
+            .nth(30)
+            .map(|_| ())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "captures after the backward step were not delivered; log:\n{}",
+            log(&g)
+        )
+    });
+    assert!(g.stats().delivered > delivered_at_step);
+
+    // SAFETY: kill(2) on the pid of a child we spawned and have not reaped.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let status = wait_for(Duration::from_secs(20), || child.try_wait().unwrap())
+        .unwrap_or_else(|| panic!("no exit after SIGTERM; log:\n{}", log(&g)));
+    assert!(status.success(), "exit {status}; log:\n{}", log(&g));
+
+    let items = delivered_items(&mock);
+    assert_each_tape_arrived_whole_and_in_order(&items);
+    let end = g.stats();
+    assert_eq!(end.dead_letters, 0);
+    assert_eq!(
+        end.delivered,
+        items.len() as u64,
+        "each capture delivered once"
+    );
+    assert_eq!(
+        end.admitted,
+        end.delivered + end.pending,
+        "every accepted capture is delivered or still pending"
+    );
+    assert_eq!(end.clock.held, 0);
+}
