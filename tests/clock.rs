@@ -10,24 +10,12 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{text, wait_for, Gateway};
-use tapegate::mock::{self, MockConfig, MockEnvironment, MockHandle, ReceivedItem};
+use common::{mock_on_own_runtime, text, wait_for, Gateway};
+use tapegate::mock::{MockConfig, MockEnvironment, MockHandle, ReceivedItem};
+use tapegate::outbox::Stats;
 use tapegate::tape::TapeReading;
 
 const WEEK_MS: i64 = 7 * 24 * 3_600_000;
-
-/// A mock service on a runtime of its own, for tests that drive the real binary.
-fn mock_on_own_runtime() -> (tokio::runtime::Runtime, MockHandle) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let mock = rt
-        .block_on(mock::start(MockConfig::demo()))
-        .expect("mock starts");
-    (rt, mock)
-}
 
 /// Three simulated tapes in real time, each advert a new state (its counter goes up by
 /// one), dedup off: every advert is a capture, and the counters say what was lost,
@@ -111,6 +99,22 @@ fn spawn_daemon(g: &Gateway, clock_file: &Path) -> Child {
         .expect("tapegate starts")
 }
 
+/// Waits (at most 20 s) for the daemon's stats to satisfy `done`; fails with its log.
+fn stats_when(g: &Gateway, what: &str, done: impl Fn(&Stats) -> bool) -> Stats {
+    wait_for(Duration::from_secs(20), || {
+        g.try_stats().filter(|s| done(s))
+    })
+    .unwrap_or_else(|| panic!("{what}: not within 20 s; log:\n{}", log(g)))
+}
+
+fn assert_clock_says(s: &Stats, words: &str) {
+    let state = s.clock.state.as_deref().unwrap_or_default();
+    assert!(
+        state.contains(words),
+        "clock state {state:?}, expected {words:?}"
+    );
+}
+
 /// SIGTERM, and the exit (0) waited for.
 fn stop(child: &mut Child, g: &Gateway) {
     // SAFETY: kill(2) on the pid of a child we spawned and have not reaped.
@@ -166,7 +170,7 @@ fn assert_each_tape_arrived_whole_and_in_order(items: &[ReceivedItem]) {
 #[test]
 fn an_unsynced_boot_holds_captures_a_sync_repairs_them_and_a_backward_step_loses_or_reorders_nothing(
 ) {
-    let (_rt, mock) = mock_on_own_runtime();
+    let (_rt, mock) = mock_on_own_runtime(MockConfig::demo());
     let g = Gateway::new(&sim_config(&mock));
     let clock_file = g.path("clock.toml");
 
@@ -175,42 +179,21 @@ fn an_unsynced_boot_holds_captures_a_sync_repairs_them_and_a_backward_step_loses
     set_clock(&clock_file, -3 * WEEK_MS, false, true);
     let mut child = spawn_daemon(&g, &clock_file);
 
-    let held = wait_for(Duration::from_secs(20), || {
-        let s = g.try_stats()?;
-        (s.clock.held >= 30).then_some(s)
-    })
-    .unwrap_or_else(|| panic!("captures were not held; log:\n{}", log(&g)));
+    let held = stats_when(&g, "captures held", |s| s.clock.held >= 30);
     assert_eq!(
         mock.decoded_items(),
         0,
         "a held capture reached the service"
     );
-    assert!(
-        held.clock
-            .state
-            .as_deref()
-            .is_some_and(|s| s.starts_with("unsynchronised: holding")),
-        "{:?}",
-        held.clock.state
-    );
+    assert_clock_says(&held, "unsynchronised: holding");
     let status = g.status_json();
     assert!(status["held"].as_u64().unwrap() >= 30, "{status}");
 
     // The time service syncs: the clock jumps three weeks forward.
     set_clock(&clock_file, 0, true, true);
     let synced_at = real_now_secs();
-    let repaired = wait_for(Duration::from_secs(20), || {
-        let s = g.try_stats()?;
-        (s.clock.held == 0
-            && s.clock.repaired >= held.clock.held
-            && s.delivered >= s.clock.repaired)
-            .then_some(s)
-    })
-    .unwrap_or_else(|| {
-        panic!(
-            "held captures were not repaired and delivered; log:\n{}",
-            log(&g)
-        )
+    let repaired = stats_when(&g, "held captures repaired and delivered", |s| {
+        s.clock.held == 0 && s.clock.repaired >= held.clock.held && s.delivered >= s.clock.repaired
     });
     assert_eq!(repaired.clock.estimated, 0);
     assert_eq!(
@@ -270,16 +253,13 @@ fn an_unsynced_boot_holds_captures_a_sync_repairs_them_and_a_backward_step_loses
 
 #[test]
 fn with_no_time_service_an_unsynchronised_clock_is_trusted_and_said_so_once() {
-    let (_rt, mock) = mock_on_own_runtime();
+    let (_rt, mock) = mock_on_own_runtime(MockConfig::demo());
     let g = Gateway::new(&sim_config(&mock));
     let clock_file = g.path("clock.toml");
     set_clock(&clock_file, 0, false, false);
     let mut child = spawn_daemon(&g, &clock_file);
 
-    wait_for(Duration::from_secs(20), || {
-        (g.try_stats()?.delivered >= 30).then_some(())
-    })
-    .unwrap_or_else(|| panic!("captures were not delivered; log:\n{}", log(&g)));
+    stats_when(&g, "captures delivered", |s| s.delivered >= 30);
     let status = g.status_json();
     assert_eq!(
         status["clock"], "unsynchronised, no time service: trusted",
@@ -295,7 +275,7 @@ fn with_no_time_service_an_unsynchronised_clock_is_trusted_and_said_so_once() {
 
 #[test]
 fn a_clock_restored_behind_the_database_holds_captures_until_it_is_no_longer_behind() {
-    let (_rt, mock) = mock_on_own_runtime();
+    let (_rt, mock) = mock_on_own_runtime(MockConfig::demo());
     let g = Gateway::new(&sim_config(&mock));
     let clock_file = g.path("clock.toml");
     let started = real_now_secs();
@@ -303,10 +283,7 @@ fn a_clock_restored_behind_the_database_holds_captures_until_it_is_no_longer_beh
     // A first run with a right clock records times in the database.
     set_clock(&clock_file, 0, false, false);
     let mut first = spawn_daemon(&g, &clock_file);
-    wait_for(Duration::from_secs(20), || {
-        (g.try_stats()?.delivered >= 10).then_some(())
-    })
-    .unwrap_or_else(|| panic!("the first run delivered nothing; log:\n{}", log(&g)));
+    stats_when(&g, "the first run delivers", |s| s.delivered >= 10);
     stop(&mut first, &g);
     // What the first run left pending was captured with a right clock: not held.
     let sendable = mock.decoded_items() + g.stats().pending;
@@ -315,19 +292,8 @@ fn a_clock_restored_behind_the_database_holds_captures_until_it_is_no_longer_beh
     // no time service: wrong for sure, so held.
     set_clock(&clock_file, -24 * 3_600_000, false, false);
     let mut second = spawn_daemon(&g, &clock_file);
-    let held = wait_for(Duration::from_secs(20), || {
-        let s = g.try_stats()?;
-        (s.clock.held >= 20).then_some(s)
-    })
-    .unwrap_or_else(|| panic!("captures were not held; log:\n{}", log(&g)));
-    assert!(
-        held.clock
-            .state
-            .as_deref()
-            .is_some_and(|s| s.contains("behind the newest time already recorded")),
-        "{:?}",
-        held.clock.state
-    );
+    let held = stats_when(&g, "captures held", |s| s.clock.held >= 20);
+    assert_clock_says(&held, "behind the newest time already recorded");
     assert!(
         mock.decoded_items() <= sendable,
         "a capture taken with the clock behind reached the service"
@@ -336,11 +302,9 @@ fn a_clock_restored_behind_the_database_holds_captures_until_it_is_no_longer_beh
     // The clock is set right again: the held captures are re-timed by boot time and
     // sent, counted as estimated (no sync vouched for them).
     set_clock(&clock_file, 0, false, false);
-    let released = wait_for(Duration::from_secs(20), || {
-        let s = g.try_stats()?;
-        (s.clock.held == 0 && s.clock.estimated >= held.clock.held && s.pending < 10).then_some(s)
-    })
-    .unwrap_or_else(|| panic!("held captures were not released; log:\n{}", log(&g)));
+    let released = stats_when(&g, "held captures released", |s| {
+        s.clock.held == 0 && s.clock.estimated >= held.clock.held && s.pending < 10
+    });
     assert_eq!(released.clock.repaired, 0);
     stop(&mut second, &g);
 

@@ -255,8 +255,28 @@ mod tests {
         }
     }
 
+    fn open_with(dir: &tempfile::TempDir, options: StoreOptions) -> Store {
+        Store::open(dir.path(), options).unwrap().0
+    }
+
     fn open(dir: &tempfile::TempDir) -> Store {
-        Store::open(dir.path(), StoreOptions::default()).unwrap().0
+        open_with(dir, StoreOptions::default())
+    }
+
+    /// Boot "boot-a" begun, and holding from its start with the clock three weeks behind.
+    fn holding(mut s: Store) -> Store {
+        s.begin_boot("boot-a").unwrap();
+        s.apply_clock(&change(true, false, WRONG_WALL_AT_BOOT, 0))
+            .unwrap();
+        s
+    }
+
+    /// Releases with the clock reading `wall_ms` at `boot_ms`; `(repaired, estimated)`.
+    fn release(s: &mut Store, synced: bool, wall_ms: i64, boot_ms: i64) -> (u64, u64) {
+        let r = s
+            .apply_clock(&change(false, synced, wall_ms, boot_ms))
+            .unwrap();
+        (r.repaired, r.estimated)
     }
 
     fn batch_times(s: &Store) -> Vec<i64> {
@@ -281,24 +301,13 @@ mod tests {
     #[test]
     fn a_synced_release_re_times_this_boots_captures_from_boot_time_and_counts_them_repaired() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = open(&dir);
-        s.begin_boot("boot-a").unwrap();
-        s.apply_clock(&change(true, false, WRONG_WALL_AT_BOOT, 0))
-            .unwrap();
+        let mut s = holding(open(&dir));
         s.enqueue(&[live(1, 90_000), live(2, 95_000)]).unwrap();
         assert!(batch_times(&s).is_empty());
 
         // Synced at boot time 600 s to the true time: three weeks ahead.
-        let released = s
-            .apply_clock(&change(false, true, TRUE_WALL_AT_BOOT + 600_000, 600_000))
-            .unwrap();
-        assert_eq!(
-            released,
-            Released {
-                repaired: 2,
-                estimated: 0
-            }
-        );
+        let released = release(&mut s, true, TRUE_WALL_AT_BOOT + 600_000, 600_000);
+        assert_eq!(released, (2, 0));
         assert_eq!(
             batch_times(&s),
             vec![TRUE_WALL_AT_BOOT + 90_000, TRUE_WALL_AT_BOOT + 95_000]
@@ -313,58 +322,31 @@ mod tests {
     #[test]
     fn captures_of_an_earlier_boot_that_never_synced_are_released_with_their_estimate() {
         let dir = tempfile::tempdir().unwrap();
-        {
-            let mut s = open(&dir);
-            s.begin_boot("boot-a").unwrap();
-            s.apply_clock(&change(true, false, WRONG_WALL_AT_BOOT, 0))
-                .unwrap();
-            s.enqueue(&[live(1, 5_000)]).unwrap();
-        }
+        holding(open(&dir)).enqueue(&[live(1, 5_000)]).unwrap();
         let mut s = open(&dir);
         let start = s.begin_boot("boot-b").unwrap();
         assert!(!start.synced_this_boot);
         assert!(batch_times(&s).is_empty(), "still held after a restart");
-        let released = s
-            .apply_clock(&change(false, true, TRUE_WALL_AT_BOOT, 1_000))
-            .unwrap();
-        assert_eq!(
-            released,
-            Released {
-                repaired: 0,
-                estimated: 1
-            }
-        );
+        assert_eq!(release(&mut s, true, TRUE_WALL_AT_BOOT, 1_000), (0, 1));
         assert_eq!(batch_times(&s), vec![WRONG_WALL_AT_BOOT + 5_000]);
     }
 
     #[test]
-    fn an_unsynced_release_keeps_the_times_and_counts_them_estimated() {
+    fn an_unsynced_release_re_times_by_the_clock_as_it_reads_and_counts_them_estimated() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = open(&dir);
-        s.begin_boot("boot-a").unwrap();
-        s.apply_clock(&change(true, false, WRONG_WALL_AT_BOOT, 0))
-            .unwrap();
+        let mut s = holding(open(&dir));
         s.enqueue(&[live(1, 5_000)]).unwrap();
-        let released = s
-            .apply_clock(&change(false, false, WRONG_WALL_AT_BOOT + 9_000, 9_000))
-            .unwrap();
-        assert_eq!(
-            released,
-            Released {
-                repaired: 0,
-                estimated: 1
-            }
-        );
-        assert_eq!(batch_times(&s), vec![WRONG_WALL_AT_BOOT + 5_000]);
+        // Someone set the clock an hour forward by hand; no sync vouches for it.
+        let hour = 3_600_000;
+        let released = release(&mut s, false, WRONG_WALL_AT_BOOT + hour + 9_000, 9_000);
+        assert_eq!(released, (0, 1));
+        assert_eq!(batch_times(&s), vec![WRONG_WALL_AT_BOOT + hour + 5_000]);
     }
 
     #[test]
     fn replayed_captures_carry_their_recorded_times_and_are_never_held() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = open(&dir);
-        s.begin_boot("boot-a").unwrap();
-        s.apply_clock(&change(true, false, WRONG_WALL_AT_BOOT, 0))
-            .unwrap();
+        let mut s = holding(open(&dir));
         let recorded = Capture {
             boot_ms: None,
             ts_ms: 1_763_719_200_125,
@@ -381,14 +363,10 @@ mod tests {
             max_pending: 2,
             ..StoreOptions::default()
         };
-        let mut s = Store::open(dir.path(), options).unwrap().0;
-        s.begin_boot("boot-a").unwrap();
-        s.apply_clock(&change(true, false, WRONG_WALL_AT_BOOT, 0))
-            .unwrap();
+        let mut s = holding(open_with(&dir, options));
         s.enqueue(&[live(1, 1_000), live(2, 2_000)]).unwrap();
         assert_eq!(s.enqueue(&[live(3, 3_000)]).unwrap(), 1);
-        s.apply_clock(&change(false, true, TRUE_WALL_AT_BOOT + 10_000, 10_000))
-            .unwrap();
+        release(&mut s, true, TRUE_WALL_AT_BOOT + 10_000, 10_000);
         assert_eq!(
             batch_times(&s),
             vec![TRUE_WALL_AT_BOOT + 2_000, TRUE_WALL_AT_BOOT + 3_000]
