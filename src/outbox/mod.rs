@@ -59,10 +59,10 @@ oldest first). `tapegate dead-letters retry` moves dead letters back to `pending
   one MAC are delivered in admission order, which is capture order.
 
 # Code
-[`Store`] is one type in three files, by seam: `store.rs` opens, migrates and
+[`Store`] is one type in four files, by seam: `store.rs` opens, migrates and
 quarantines; `queue.rs` is the daemon's path (enqueue, next batch, settle); `operator.rs`
-is what `status`, `tapes` and `dead-letters` read and change. `handle.rs` is the owner
-thread.
+is what `status`, `tapes` and `dead-letters` read and change; `clock.rs` records boots
+and holds and releases captures for the clock keeper. `handle.rs` is the owner thread.
 */
 
 mod clock;
