@@ -49,7 +49,15 @@ impl ClockKeeper {
         settings: ClockSettings,
         outbox: &Outbox,
     ) -> Result<(ClockKeeper, u64), OutboxError> {
-        let clock = clock();
+        Self::start_with(clock(), settings, outbox).await
+    }
+
+    /// [`ClockKeeper::start`] with a given clock.
+    pub async fn start_with(
+        clock: &'static dyn Clock,
+        settings: ClockSettings,
+        outbox: &Outbox,
+    ) -> Result<(ClockKeeper, u64), OutboxError> {
         let boot_id = clock.boot_id().unwrap_or_else(|| {
             // Without a boot id, boot times are comparable only within this process.
             let id = format!("unknown-{}-{}", std::process::id(), clock.wall_ms());
@@ -197,5 +205,167 @@ fn log_change(verdict: Verdict, released: &Released) {
                 tracing::debug!(clock = %verdict, "clock usable");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::clock::policy::Hold;
+    use crate::outbox::{Store, StoreOptions};
+    use crate::record::{Capture, Mac};
+
+    /// A clock the test sets by hand.
+    struct HandClock(Mutex<(Reading, bool)>);
+
+    impl HandClock {
+        fn set(&self, wall_ms: i64, boot_ms: i64, kernel_synced: bool, service: bool) {
+            *self.0.lock().unwrap() = (
+                Reading {
+                    wall_ms,
+                    boot_ms,
+                    kernel_synced,
+                },
+                service,
+            );
+        }
+    }
+
+    impl Clock for HandClock {
+        fn wall_ms(&self) -> i64 {
+            self.0.lock().unwrap().0.wall_ms
+        }
+        fn boot_ms(&self) -> i64 {
+            self.0.lock().unwrap().0.boot_ms
+        }
+        fn kernel_synced(&self) -> bool {
+            self.0.lock().unwrap().0.kernel_synced
+        }
+        fn boot_id(&self) -> Option<String> {
+            Some("boot-a".into())
+        }
+        fn time_service(&self) -> Option<String> {
+            self.0.lock().unwrap().1.then(|| "chronyd".into())
+        }
+    }
+
+    const WRONG: i64 = 1_700_000_000_000;
+    const WEEKS_3: i64 = 21 * 86_400_000;
+
+    fn settings(policy: ClockPolicy) -> ClockSettings {
+        ClockSettings {
+            policy,
+            max_hold: Duration::from_secs(3600),
+        }
+    }
+
+    fn live(boot_ms: i64) -> Capture {
+        Capture {
+            mac: Mac::new([0xC0, 0xFF, 0xEE, 0, 0, 1]),
+            ts_ms: WRONG + boot_ms,
+            product_id: "tape".into(),
+            packet: "00".into(),
+            rssi: None,
+            boot_ms: Some(boot_ms),
+        }
+    }
+
+    async fn deliverable(outbox: &Outbox) -> Vec<i64> {
+        let b = outbox.call(|s| s.next_batch(250, 1000)).await.unwrap();
+        b.iter().map(|p| p.capture.ts_ms).collect()
+    }
+
+    #[tokio::test]
+    async fn the_keeper_holds_until_sync_then_releases_each_capture_at_its_true_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let (outbox, _thread) = Outbox::start(store).unwrap();
+        let clock: &'static HandClock = Box::leak(Box::new(HandClock(Mutex::new((
+            Reading {
+                wall_ms: 0,
+                boot_ms: 0,
+                kernel_synced: false,
+            },
+            false,
+        )))));
+        clock.set(WRONG + 10_000, 10_000, false, true);
+        let (mut keeper, released) =
+            ClockKeeper::start_with(clock, settings(ClockPolicy::Auto), &outbox)
+                .await
+                .unwrap();
+        assert_eq!(released, 0);
+        assert_eq!(keeper.verdict(), Verdict::Hold(Hold::AwaitingSync));
+        assert!(keeper.next_check.is_some());
+
+        outbox.call(|s| s.enqueue(&[live(20_000)])).await.unwrap();
+        clock.set(WRONG + 30_000, 30_000, false, true);
+        assert_eq!(keeper.check(&outbox).await.unwrap(), 0);
+        assert!(deliverable(&outbox).await.is_empty());
+
+        // Synced: three weeks forward.
+        clock.set(WRONG + WEEKS_3 + 40_000, 40_000, true, true);
+        assert_eq!(keeper.check(&outbox).await.unwrap(), 1);
+        assert_eq!(keeper.verdict(), Verdict::Synced);
+        assert_eq!(deliverable(&outbox).await, vec![WRONG + WEEKS_3 + 20_000]);
+        // Synced this boot under "auto": nothing can change the verdict any more.
+        assert!(keeper.next_check.is_none());
+    }
+
+    #[tokio::test]
+    async fn without_a_time_service_the_keeper_trusts_and_holds_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let (outbox, _thread) = Outbox::start(store).unwrap();
+        let clock: &'static HandClock = Box::leak(Box::new(HandClock(Mutex::new((
+            Reading {
+                wall_ms: WRONG,
+                boot_ms: 1,
+                kernel_synced: false,
+            },
+            false,
+        )))));
+        let (keeper, _) = ClockKeeper::start_with(clock, settings(ClockPolicy::Auto), &outbox)
+            .await
+            .unwrap();
+        assert_eq!(keeper.verdict(), Verdict::Trusted(Trust::NoTimeService));
+        outbox.call(|s| s.enqueue(&[live(2)])).await.unwrap();
+        assert_eq!(deliverable(&outbox).await, vec![WRONG + 2]);
+        let stats = outbox.call(|s| s.stats()).await.unwrap();
+        assert_eq!(
+            stats.clock.state.as_deref(),
+            Some("unsynchronised, no time service: trusted")
+        );
+    }
+
+    #[test]
+    fn the_clock_keys_have_defaults_and_bad_values_name_key_value_and_expectation() {
+        let path = std::path::Path::new("test.toml");
+        let c = crate::config::from_toml("", path, []).unwrap();
+        assert_eq!(c.gateway.clock, settings(ClockPolicy::Auto));
+        let c = crate::config::from_toml(
+            "[gateway]\nclock = \"wait\"\nclock_max_hold_secs = 60\n",
+            path,
+            [],
+        )
+        .unwrap();
+        assert_eq!(c.gateway.clock.policy, ClockPolicy::Wait);
+        assert_eq!(c.gateway.clock.max_hold, Duration::from_secs(60));
+        let e = crate::config::from_toml(
+            "[gateway]\nclock = \"ntp\"\nclock_max_hold_secs = 0\n",
+            path,
+            [],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("gateway.clock = \"ntp\": expected one of auto | wait | trust"),
+            "{e}"
+        );
+        assert!(
+            e.contains("gateway.clock_max_hold_secs = 0: expected a whole number from 1 to 604800"),
+            "{e}"
+        );
     }
 }

@@ -5,7 +5,8 @@
 //! Held rows are always the newest: a hold applies to every live capture committed
 //! while it lasts and a release frees every held row at once, so `next_batch` stops at
 //! the first held row instead of walking past them ([`ClockRows::first_held`]). That
-//! also keeps each tape's captures in capture order across a hold.
+//! also keeps each tape's captures in capture order across a hold. (Dead letters
+//! re-queued during a hold land after it and wait for the release with the rest.)
 
 use rusqlite::{params, OptionalExtension, Transaction};
 
