@@ -358,7 +358,7 @@ async fn run_in(
 async fn start_clock(config: &Config, outbox: &Outbox) -> Option<ClockKeeper> {
     match ClockKeeper::start(config.gateway.clock, outbox).await {
         Ok((keeper, released)) => {
-            tracing::info!(clock = %keeper.verdict(), released, "clock");
+            tracing::info!(clock = %keeper.verdict(), released, "clock judged at start");
             Some(keeper)
         }
         Err(e) => {

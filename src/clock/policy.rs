@@ -81,9 +81,9 @@ impl fmt::Display for Verdict {
             Verdict::Trusted(Trust::HoldExpired) => f.write_str(
                 "unsynchronised past gateway.clock_max_hold_secs: sending with estimated times",
             ),
-            Verdict::Hold(Hold::AwaitingSync) => f.write_str(
-                "unsynchronised: holding captures until the time service syncs the clock",
-            ),
+            Verdict::Hold(Hold::AwaitingSync) => {
+                f.write_str("unsynchronised: holding captures until the clock is synchronised")
+            }
             Verdict::Hold(Hold::Behind { by_ms }) => write!(
                 f,
                 "{}s behind the newest time already recorded: holding captures",
