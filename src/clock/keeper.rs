@@ -314,6 +314,45 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn past_the_maximum_hold_the_keeper_releases_with_estimates_and_holds_no_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let (outbox, _thread) = Outbox::start(store).unwrap();
+        let clock: &'static HandClock = Box::leak(Box::new(HandClock(Mutex::new((
+            Reading {
+                wall_ms: WRONG + 10_000,
+                boot_ms: 10_000,
+                kernel_synced: false,
+            },
+            true,
+        )))));
+        let one_second = ClockSettings {
+            policy: ClockPolicy::Auto,
+            max_hold: Duration::from_secs(1),
+        };
+        let (mut keeper, _) = ClockKeeper::start_with(clock, one_second, &outbox)
+            .await
+            .unwrap();
+        outbox.call(|s| s.enqueue(&[live(10_500)])).await.unwrap();
+        clock.set(WRONG + 10_999, 10_999, false, true);
+        assert_eq!(keeper.check(&outbox).await.unwrap(), 0);
+        assert!(keeper.verdict().holds());
+
+        clock.set(WRONG + 11_000, 11_000, false, true);
+        assert_eq!(keeper.check(&outbox).await.unwrap(), 1);
+        assert_eq!(keeper.verdict(), Verdict::Trusted(Trust::HoldExpired));
+        assert_eq!(deliverable(&outbox).await, vec![WRONG + 10_500]);
+        outbox.call(|s| s.enqueue(&[live(12_000)])).await.unwrap();
+        assert_eq!(
+            deliverable(&outbox).await.len(),
+            1,
+            "one per tape per batch"
+        );
+        let stats = outbox.call(|s| s.stats()).await.unwrap();
+        assert_eq!((stats.clock.held, stats.clock.estimated), (0, 1));
+    }
+
+    #[tokio::test]
     async fn without_a_time_service_the_keeper_trusts_and_holds_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
