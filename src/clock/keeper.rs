@@ -272,6 +272,20 @@ mod tests {
         }
     }
 
+    /// An outbox in a temp dir, and a hand clock (to be set) for a keeper.
+    fn setup() -> (tempfile::TempDir, Outbox, &'static HandClock) {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let (outbox, _thread) = Outbox::start(store).unwrap();
+        let reading = Reading {
+            wall_ms: 0,
+            boot_ms: 0,
+            kernel_synced: false,
+        };
+        let clock = Box::leak(Box::new(HandClock(Mutex::new((reading, false)))));
+        (dir, outbox, clock)
+    }
+
     async fn deliverable(outbox: &Outbox) -> Vec<i64> {
         let b = outbox.call(|s| s.next_batch(250, 1000)).await.unwrap();
         b.iter().map(|p| p.capture.ts_ms).collect()
@@ -279,17 +293,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_keeper_holds_until_sync_then_releases_each_capture_at_its_true_time() {
-        let dir = tempfile::tempdir().unwrap();
-        let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
-        let (outbox, _thread) = Outbox::start(store).unwrap();
-        let clock: &'static HandClock = Box::leak(Box::new(HandClock(Mutex::new((
-            Reading {
-                wall_ms: 0,
-                boot_ms: 0,
-                kernel_synced: false,
-            },
-            false,
-        )))));
+        let (_dir, outbox, clock) = setup();
         clock.set(WRONG + 10_000, 10_000, false, true);
         let (mut keeper, released) =
             ClockKeeper::start_with(clock, settings(ClockPolicy::Auto), &outbox)
@@ -315,17 +319,8 @@ mod tests {
 
     #[tokio::test]
     async fn past_the_maximum_hold_the_keeper_releases_with_estimates_and_holds_no_more() {
-        let dir = tempfile::tempdir().unwrap();
-        let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
-        let (outbox, _thread) = Outbox::start(store).unwrap();
-        let clock: &'static HandClock = Box::leak(Box::new(HandClock(Mutex::new((
-            Reading {
-                wall_ms: WRONG + 10_000,
-                boot_ms: 10_000,
-                kernel_synced: false,
-            },
-            true,
-        )))));
+        let (_dir, outbox, clock) = setup();
+        clock.set(WRONG + 10_000, 10_000, false, true);
         let one_second = ClockSettings {
             policy: ClockPolicy::Auto,
             max_hold: Duration::from_secs(1),
@@ -353,17 +348,8 @@ mod tests {
 
     #[tokio::test]
     async fn without_a_time_service_the_keeper_trusts_and_holds_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
-        let (outbox, _thread) = Outbox::start(store).unwrap();
-        let clock: &'static HandClock = Box::leak(Box::new(HandClock(Mutex::new((
-            Reading {
-                wall_ms: WRONG,
-                boot_ms: 1,
-                kernel_synced: false,
-            },
-            false,
-        )))));
+        let (_dir, outbox, clock) = setup();
+        clock.set(WRONG, 1, false, false);
         let (keeper, _) = ClockKeeper::start_with(clock, settings(ClockPolicy::Auto), &outbox)
             .await
             .unwrap();
