@@ -100,12 +100,12 @@ fn spawn_daemon(g: &Gateway, clock_file: &Path) -> Child {
         .expect("tapegate starts")
 }
 
-/// Waits (at most 20 s) for the daemon's stats to satisfy `done`; fails with its log.
+/// Waits (at most 30 s: the machine may be loaded) for the daemon's stats to satisfy `done`; fails with its log.
 fn stats_when(g: &Gateway, what: &str, done: impl Fn(&Stats) -> bool) -> Stats {
-    wait_for(Duration::from_secs(20), || {
+    wait_for(Duration::from_secs(30), || {
         g.try_stats().filter(|s| done(s))
     })
-    .unwrap_or_else(|| panic!("{what}: not within 20 s; log:\n{}", log(g)))
+    .unwrap_or_else(|| panic!("{what}: not within 30 s; log:\n{}", log(g)))
 }
 
 fn assert_clock_says(s: &Stats, words: &str) {
@@ -217,7 +217,7 @@ fn an_unsynced_boot_holds_captures_a_sync_repairs_them_and_a_backward_step_loses
     let delivered_at_step = repaired.delivered;
     let step_at = real_now_secs();
     set_clock(&clock_file, -600_000, true, true);
-    wait_for(Duration::from_secs(20), || {
+    wait_for(Duration::from_secs(30), || {
         let items = delivered_items(&mock);
         items
             .iter()
