@@ -100,7 +100,8 @@ fn spawn_daemon(g: &Gateway, clock_file: &Path) -> Child {
         .expect("tapegate starts")
 }
 
-/// Waits (at most 30 s: the machine may be loaded) for the daemon's stats to satisfy `done`; fails with its log.
+/// Waits (at most 30 s: the machine may be loaded) for the daemon's stats to satisfy
+/// `done`; fails with its log.
 fn stats_when(g: &Gateway, what: &str, done: impl Fn(&Stats) -> bool) -> Stats {
     wait_for(Duration::from_secs(30), || {
         g.try_stats().filter(|s| done(s))
