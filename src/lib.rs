@@ -36,7 +36,8 @@ tapes into decoded readings in the tracking service.
   `dead-letters` (`state.rs`), `decode`, `check` (for installers), `scan` (the live
   view and recorder) and `demo`. [`cli`] is the command line.
 - [`clock`]: time on a gateway without a real-time clock: wall and boot time and the
-  kernel's sync state behind one trait (`source.rs`), the pure hold policy and repair
+  kernel's sync state behind one trait (`source.rs`; in debug builds a test clock
+  driven by a file, `fake.rs`), the pure hold policy and repair
   arithmetic (`policy.rs`), and the keeper that holds and releases captures in the
   outbox (`keeper.rs`, run by the ingest stage); also time formatting.
 - `mock` (cargo feature `mock`, on by default): the spec-faithful mock tracking service

@@ -2,6 +2,8 @@
 //! real-time simulated fleet, the mock service on loopback, a real SQLite file, and
 //! the daemon's clock driven by the test clock file (`TAPEGATE_FAKE_CLOCK`, debug
 //! builds only), which moves the whole process's wall clock and sync state.
+// The test clock exists only in debug builds; a release build would ignore it.
+#![cfg(debug_assertions)]
 
 mod common;
 

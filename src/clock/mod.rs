@@ -1,15 +1,18 @@
 //! Time: the wall clock now as epoch milliseconds and formatting for operators (RFC
-//! 3339 UTC and short ages); the clock's state behind a trait (`source.rs`); the pure
+//! 3339 UTC and short ages); the clock's state behind a trait (`source.rs`, and the
+//! debug-only test clock in `fake.rs`); the pure
 //! hold policy and repair arithmetic of a gateway without a real-time clock
 //! (`policy.rs`); and the keeper that applies them to the outbox (`keeper.rs`).
 
+#[cfg(debug_assertions)]
+mod fake;
 mod keeper;
 mod policy;
 mod source;
 
 pub use keeper::{ClockKeeper, ClockSettings};
 pub use policy::{decide, repaired_wall, ClockPolicy, Facts, Hold, Trust, Verdict};
-pub use source::{clock, Clock, FileClock, Reading, SystemClock, FAKE_CLOCK_ENV};
+pub use source::{clock, Clock, Reading, SystemClock, FAKE_CLOCK_ENV};
 
 use crate::record::EpochMillis;
 

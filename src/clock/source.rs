@@ -1,14 +1,13 @@
-//! Where the clock's state comes from: the [`Clock`] trait, the machine's clock
-//! ([`SystemClock`]) and, in debug builds only, a file-driven stand-in for tests
-//! ([`FileClock`], selected by `TAPEGATE_FAKE_CLOCK`).
+//! Where the clock's state comes from: the [`Clock`] trait and the machine's clock
+//! ([`SystemClock`]). In debug builds only, `fake.rs` adds a file-driven stand-in for
+//! tests, selected by `TAPEGATE_FAKE_CLOCK`.
 //!
 //! The process has one clock ([`clock()`]): [`super::now_ms`], every capture's time
 //! and the hold decisions all read it, so a test that moves the stand-in moves the
 //! whole daemon's idea of the time, as a real clock step would.
 
-use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
-use std::time::Duration;
+use std::path::Path;
+use std::sync::OnceLock;
 
 use crate::record::EpochMillis;
 
@@ -55,21 +54,21 @@ pub trait Clock: Send + Sync {
 }
 
 /// The process's clock: the machine's, or in a debug build with `TAPEGATE_FAKE_CLOCK`
-/// set, the [`FileClock`] it names.
+/// set, the test clock file it names (`fake.rs`).
 pub fn clock() -> &'static dyn Clock {
     static CLOCK: OnceLock<Box<dyn Clock>> = OnceLock::new();
     CLOCK
         .get_or_init(|| {
             #[cfg(debug_assertions)]
             if let Some(path) = std::env::var_os(FAKE_CLOCK_ENV) {
-                return Box::new(FileClock::new(PathBuf::from(path)));
+                return Box::new(super::fake::FileClock::new(std::path::PathBuf::from(path)));
             }
             Box::new(SystemClock)
         })
         .as_ref()
 }
 
-/// The environment variable that selects [`FileClock`] (debug builds only: a release
+/// The environment variable that selects the test clock (debug builds only: a release
 /// build never reads it, so no stray variable can move a gateway's clock).
 pub const FAKE_CLOCK_ENV: &str = "TAPEGATE_FAKE_CLOCK";
 
@@ -125,7 +124,7 @@ impl Clock for SystemClock {
     }
 }
 
-fn system_wall_ms() -> EpochMillis {
+pub(super) fn system_wall_ms() -> EpochMillis {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as EpochMillis)
@@ -133,7 +132,7 @@ fn system_wall_ms() -> EpochMillis {
 }
 
 /// `CLOCK_BOOTTIME` in milliseconds.
-fn boot_ms() -> i64 {
+pub(super) fn boot_ms() -> i64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -175,105 +174,6 @@ fn running_time_service(proc: &Path) -> Option<String> {
         .find(|comm| TIME_SERVICES.contains(&comm.as_str()))
 }
 
-/// A clock for tests, driven by a small TOML file that the test rewrites:
-///
-/// ```toml
-/// wall_offset_ms = -1814400000   # added to the machine's wall clock
-/// synced = false                 # what adjtimex would say
-/// time_service = true            # whether a time service runs
-/// boot_id = "..."                # optional; the machine's by default
-/// ```
-///
-/// Boot time is the machine's. The file is re-read at most every
-/// [`FileClock::REREAD`]; a missing or unreadable file leaves the last state in force
-/// (at first: the machine's clock, synchronised, no time service), with a warning.
-pub struct FileClock {
-    path: PathBuf,
-    /// When the file was last read (boot time, ms), and what it said.
-    state: Mutex<(Option<i64>, FakeState)>,
-}
-
-#[derive(Debug, Clone, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FakeState {
-    #[serde(default)]
-    wall_offset_ms: i64,
-    #[serde(default = "yes")]
-    synced: bool,
-    #[serde(default)]
-    time_service: bool,
-    #[serde(default)]
-    boot_id: Option<String>,
-}
-
-fn yes() -> bool {
-    true
-}
-
-impl FileClock {
-    /// How stale the file's state may be.
-    pub const REREAD: Duration = Duration::from_millis(10);
-
-    pub fn new(path: PathBuf) -> FileClock {
-        tracing::warn!(path = %path.display(), "using the test clock from {FAKE_CLOCK_ENV}");
-        FileClock {
-            path,
-            state: Mutex::new((
-                None,
-                FakeState {
-                    synced: true,
-                    ..FakeState::default()
-                },
-            )),
-        }
-    }
-
-    fn state(&self) -> FakeState {
-        let Ok(mut guard) = self.state.lock() else {
-            return FakeState::default();
-        };
-        let (read_at, state) = &mut *guard;
-        let now = boot_ms();
-        if read_at.is_none_or(|t| now - t >= Self::REREAD.as_millis() as i64) {
-            *read_at = Some(now);
-            match std::fs::read_to_string(&self.path)
-                .map_err(|e| e.to_string())
-                .and_then(|text| toml::from_str::<FakeState>(&text).map_err(|e| e.to_string()))
-            {
-                Ok(new) => *state = new,
-                Err(e) => {
-                    tracing::warn!(path = %self.path.display(), error = %e, "test clock file unreadable; keeping its last state")
-                }
-            }
-        }
-        state.clone()
-    }
-}
-
-impl Clock for FileClock {
-    fn wall_ms(&self) -> EpochMillis {
-        system_wall_ms().saturating_add(self.state().wall_offset_ms)
-    }
-
-    fn boot_ms(&self) -> i64 {
-        boot_ms()
-    }
-
-    fn kernel_synced(&self) -> bool {
-        self.state().synced
-    }
-
-    fn boot_id(&self) -> Option<String> {
-        self.state().boot_id.or_else(|| SystemClock.boot_id())
-    }
-
-    fn time_service(&self) -> Option<String> {
-        self.state()
-            .time_service
-            .then(|| "test time service".to_string())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,29 +197,5 @@ mod tests {
         assert_eq!(running_time_service(dir.path()).as_deref(), Some("chronyd"));
         std::fs::write(dir.path().join("42").join("comm"), "bash\n").unwrap();
         assert_eq!(running_time_service(dir.path()), None);
-    }
-
-    #[test]
-    fn the_file_clock_follows_its_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("clock.toml");
-        std::fs::write(
-            &path,
-            "wall_offset_ms = -86400000\nsynced = false\ntime_service = true\nboot_id = \"b1\"\n",
-        )
-        .unwrap();
-        let c = FileClock::new(path.clone());
-        let r = c.read();
-        assert!(!r.kernel_synced);
-        assert!((system_wall_ms() - 86_400_000 - r.wall_ms).abs() < 5_000);
-        assert_eq!(c.boot_id().as_deref(), Some("b1"));
-        assert!(c.time_service().is_some());
-
-        std::fs::write(&path, "synced = true\n").unwrap();
-        std::thread::sleep(FileClock::REREAD); // the time under test: the re-read period
-        let r = c.read();
-        assert!(r.kernel_synced);
-        assert!((system_wall_ms() - r.wall_ms).abs() < 5_000);
-        assert!(c.time_service().is_none());
     }
 }
