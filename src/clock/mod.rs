@@ -1,8 +1,8 @@
 //! Time: the wall clock now as epoch milliseconds and formatting for operators (RFC
 //! 3339 UTC and short ages); the clock's state behind a trait (`source.rs`, and the
-//! debug-only test clock in `fake.rs`); the pure
-//! hold policy and repair arithmetic of a gateway without a real-time clock
-//! (`policy.rs`); and the keeper that applies them to the outbox (`keeper.rs`).
+//! debug-only test clock in `fake.rs`); the pure hold policy and repair arithmetic of
+//! a gateway without a real-time clock (`policy.rs`); and the keeper that applies them
+//! to the outbox (`keeper.rs`).
 
 #[cfg(debug_assertions)]
 mod fake;
