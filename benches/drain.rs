@@ -45,6 +45,7 @@ fn main() {
                 product_id: "tape".into(),
                 packet: hex_upper(&packet),
                 rssi: Some(-60),
+                boot_ms: None,
             });
             if group.len() == 10_000 {
                 store.enqueue(&group).expect("enqueue");

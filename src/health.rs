@@ -151,6 +151,12 @@ pub async fn report_status(
             "pending {}, delivered {}, dead letters {}, last flush ok {last_ok}",
             s.pending, s.delivered, s.dead_letters
         );
+        if s.clock.held > 0 {
+            text.push_str(&format!(
+                ", {} held until the clock is trusted",
+                s.clock.held
+            ));
+        }
         if let (Some(e), Some(at)) = (&s.last_error, s.last_error_at) {
             if s.last_flush_ok_at.is_none_or(|ok| at > ok) {
                 text.push_str(&format!(", last error: {e}"));

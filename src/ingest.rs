@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::clock::now_ms;
+use crate::clock::{boot_ms, now_ms, ClockKeeper};
 use crate::dedup::{Dedup, DedupSettings};
 use crate::heard_now::HeardNow;
 use crate::metrics::Metrics;
@@ -62,9 +62,12 @@ pub struct IngestSettings {
     pub products: Products,
     pub dedup: DedupSettings,
     pub commit_interval: Duration,
-    /// Release held captures on wall-clock time (live sources) rather than only on the
-    /// capture times seen (replay, synthetic simulation).
+    /// Live sources (BLE, real-time simulation): captures carry boot time, which orders
+    /// them and releases dedup's held captures (a wall clock may step); otherwise only
+    /// the capture times seen do (replay, synthetic simulation).
     pub live: bool,
+    /// Holds and releases captures while the clock is not trusted (`None`: never held).
+    pub clock: Option<ClockKeeper>,
     /// Touched on every turn, idle while there is nothing in hand, for the watchdog.
     pub beat: Beat,
     /// New products (SIGHUP).
@@ -96,6 +99,7 @@ pub async fn run(
     let mut group: Vec<Capture> = Vec::with_capacity(GROUP_MAX);
     let mut admitted: Vec<Capture> = Vec::with_capacity(4);
     let mut clock: EpochMillis = EpochMillis::MIN;
+    let mut keeper = settings.clock;
     let mut committer = Committer::new(outbox, committed, abandon, beat.clone());
     // Armed only while a group is open or dedup holds a capture: a quiet dock sleeps on
     // its input alone, with no timer.
@@ -123,14 +127,18 @@ pub async fn run(
                 }
                 beat.touch();
                 let heard_at = now_ms();
+                // Boot time is taken on receipt: the source's channel delay apart, the
+                // moment the wall time was stamped.
+                let boot = settings.live.then(boot_ms);
                 for heard in batch.drain(..) {
                     report.adverts += 1;
-                    clock = clock.max(heard.advert.ts_ms);
-                    let Some(capture) = heard.capture.map(|c| *c).or_else(|| products.capture(&heard.advert)) else {
+                    clock = clock.max(boot.unwrap_or(heard.advert.ts_ms));
+                    let Some(mut capture) = heard.capture.map(|c| *c).or_else(|| products.capture(&heard.advert)) else {
                         report.unmatched += 1;
                         settings.metrics.advert(false);
                         continue;
                     };
+                    capture.boot_ms = boot;
                     settings.metrics.advert(true);
                     settings.tapes_heard.heard(capture.mac, capture.rssi, heard_at);
                     dedup.offer(capture, &mut admitted);
@@ -148,10 +156,15 @@ pub async fn run(
                 dedup.set_settings(new);
                 tracing::info!("reloaded dedup settings");
             }
+            () = clock_due(&keeper) => {
+                if let Some(k) = keeper.as_mut() {
+                    committer.check_clock(k).await;
+                }
+            }
             () = &mut commit_at, if armed => {
                 armed = false;
                 beat.touch();
-                let now = if settings.live { clock.max(now_ms()) } else { clock };
+                let now = if settings.live { clock.max(boot_ms()) } else { clock };
                 dedup.release_due(now, &mut admitted);
                 group.append(&mut admitted);
                 committer.commit(&mut group, &mut report).await;
@@ -163,6 +176,14 @@ pub async fn run(
     committer.commit(&mut group, &mut report).await;
     report.deduplicated = report.adverts - report.unmatched - report.accepted - report.lost;
     report
+}
+
+/// When the clock keeper wants to look at the clock; never without one.
+async fn clock_due(keeper: &Option<ClockKeeper>) {
+    match keeper {
+        Some(k) => k.due().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// The next reloaded value; pending when there is none to wait for (no reload, or its
@@ -198,6 +219,18 @@ impl Committer {
             committed,
             abandon,
             beat,
+        }
+    }
+
+    /// Lets the clock keeper look at the clock; wakes the flusher when held captures
+    /// were released. A failed write is retried at the keeper's next look.
+    async fn check_clock(&mut self, keeper: &mut ClockKeeper) {
+        match keeper.check(&self.outbox).await {
+            Ok(0) => {}
+            Ok(released) => self.committed.send_modify(|c| *c += released),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not apply the clock's state to the outbox; will retry")
+            }
         }
     }
 
@@ -295,6 +328,7 @@ mod tests {
                 product_id: "tape".into(),
                 packet: format!("F70E{n:02X}"),
                 rssi: Some(-60),
+                boot_ms: None,
             })),
         }
     }
@@ -322,6 +356,7 @@ mod tests {
                 dedup,
                 commit_interval: INTERVAL,
                 live: true,
+                clock: None,
                 beat,
                 reload_products: None,
                 reload_dedup: None,

@@ -22,7 +22,8 @@ tapes into decoded readings in the tracking service.
 - [`ingest`]: the stage from advertisements to committed groups in the outbox.
 - [`outbox`]: the durable, bounded SQLite store (`store.rs` open, migrate, quarantine;
   `queue.rs` enqueue, next batch, settle; `operator.rs` the reads and changes of
-  `status`, `tapes`, `dead-letters`); its module doc is the design document.
+  `status`, `tapes`, `dead-letters`; `clock.rs` boots and held rows); its module doc
+  is the design document.
 - [`flush`]: batching, answer handling and backoff towards the bulk decode endpoint;
   [`backoff`] is the one retry delay (flusher, token cache, ingest).
 - [`api`]: the tracking service client (`auth.rs` the token cache, `decode.rs` bulk and
@@ -37,8 +38,12 @@ tapes into decoded readings in the tracking service.
   what the state database knows of them.
 - [`cmd`]: the commands a person runs beside the daemon: `status`, `tapes`,
   `dead-letters` (`state.rs`), `decode`, `check` (for installers), `scan` (the live
-  view and recorder) and `demo`. [`cli`] is the command line; [`clock`] is wall-clock
-  time and its formatting.
+  view and recorder) and `demo`. [`cli`] is the command line.
+- [`clock`]: time on a gateway without a real-time clock: wall and boot time and the
+  kernel's sync state behind one trait (`source.rs`; in debug builds a test clock
+  driven by a file, `fake.rs`), the pure hold policy and repair
+  arithmetic (`policy.rs`), and the keeper that holds and releases captures in the
+  outbox (`keeper.rs`, run by the ingest stage); also time formatting.
 - `mock` (cargo feature `mock`, on by default): the spec-faithful mock tracking service
   used by tests, `tapegate demo` and `tapegate mock`, one file per endpoint; not part
   of the gateway's API.

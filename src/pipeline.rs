@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{ApiError, ServiceClient};
+use crate::clock::ClockKeeper;
 use crate::config::Config;
 use crate::dedup::DedupSettings;
 use crate::flush::{FlushControl, FlushReport, Flusher};
@@ -204,6 +205,7 @@ async fn run_in(
         .with_filter(config.products.clone(), Some(products_rx.clone()))
         .with_health(health.clone());
     let live = source.is_live();
+    let clock = start_clock(&config, &outbox).await;
     let source = {
         let stop = stop_source.clone();
         let fatal = fatal.clone();
@@ -226,6 +228,7 @@ async fn run_in(
                 dedup: config.dedup,
                 commit_interval: config.outbox.commit_interval,
                 live,
+                clock,
                 beat: liveness.stage("ingest", INGEST_ALLOWANCE),
                 reload_products: Some(products_rx),
                 reload_dedup: Some(dedup_rx),
@@ -380,6 +383,22 @@ async fn run_in(
         ingest: ingest_report,
         flush: flush_report,
     })
+}
+
+/// Starts the clock keeper (DESIGN.md, "Time on a gateway without a real-time clock").
+/// If the outbox cannot record this boot, captures are not held: accepted and sent as
+/// the clock says, which is what a gateway did before clock repair.
+async fn start_clock(config: &Config, outbox: &Outbox) -> Option<ClockKeeper> {
+    match ClockKeeper::start(config.gateway.clock, outbox).await {
+        Ok((keeper, released)) => {
+            tracing::info!(clock = %keeper.verdict(), released, "clock judged at start");
+            Some(keeper)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "cannot record this boot in the outbox: captures are sent with the clock as it is");
+            None
+        }
+    }
 }
 
 /// The parts of a reloaded config that the stages take at once.

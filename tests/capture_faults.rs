@@ -212,6 +212,7 @@ fn capture(i: u32) -> Capture {
         product_id: "tape".into(),
         packet: tape_packet(i as u16),
         rssi: Some(-60),
+        boot_ms: None,
     }
 }
 
@@ -392,6 +393,7 @@ fn capture_of(mac: Mac, ts_ms: i64) -> Capture {
         product_id: "tape".into(),
         packet: tape_packet(ts_ms as u16),
         rssi: Some(-61),
+        boot_ms: None,
     }
 }
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use common::{text, write_records, Gateway};
+use common::{mock_on_own_runtime, text, write_records, Gateway};
 use tapegate::config::{self, Config};
 use tapegate::mock::{
     self, DecodeKind, Fault, MockConfig, MockEnvironment, MockHandle, Received, ReceivedItem, Storm,
@@ -431,17 +431,6 @@ fn assert_capture_order<'a>(
 
 // ---------------------------------------------------------------------------------------
 // The real binary
-
-/// A mock service on a runtime of its own, for tests that drive the real binary.
-fn mock_on_own_runtime(config: MockConfig) -> (tokio::runtime::Runtime, MockHandle) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let mock = rt.block_on(mock::start(config)).expect("mock starts");
-    (rt, mock)
-}
 
 /// `tapegate <args>` with its log in `<log>` inside the gateway dir.
 fn spawn_daemon(g: &Gateway, args: &[&str], log: &str, env: &[(&str, &str)]) -> Child {

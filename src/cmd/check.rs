@@ -7,7 +7,9 @@ one line each what worked and what did not, and what to do about it.
 use std::io::Write;
 
 use crate::api::{ApiError, BulkItem, ServiceClient, TransportKind};
-use crate::clock::now_ms;
+use crate::clock::{
+    clock, decide, now_ms, ClockPolicy, ClockSettings, Facts, Reading, Trust, Verdict,
+};
 use crate::config::Config;
 use crate::record::Mac;
 
@@ -40,6 +42,12 @@ pub async fn run(config: &Config, config_path: &str, out: &mut dyn Write) -> boo
             config.gateway.id,
             config.products.0.len()
         ),
+    );
+    let c = clock();
+    line(
+        true,
+        "time sync",
+        time_sync(config.gateway.clock, &c.read(), c.time_service().as_deref()),
     );
     let Some(service) = &config.service else {
         line(
@@ -179,5 +187,73 @@ fn decode_advice(e: &ApiError, url: &str) -> String {
         }
         ApiError::Rejected { message, .. } => format!("the request was refused (check customer_id and authorized_groups): {message}"),
         other => other.to_string(),
+    }
+}
+
+/// What the daemon would make of the clock now (the database's newest time aside), in
+/// words for the installer.
+fn time_sync(settings: ClockSettings, now: &Reading, service: Option<&str>) -> String {
+    let facts = Facts {
+        time_service: service.is_some(),
+        ..Facts::default()
+    };
+    let max_hold = settings.max_hold.as_secs();
+    match decide(settings.policy, max_hold as i64 * 1000, now, &facts) {
+        Verdict::Synced => "the kernel reports the clock synchronised".into(),
+        Verdict::Hold(_) if settings.policy == ClockPolicy::Wait => {
+            "unsynchronised: captures are held until it syncs, however long (gateway.clock = \"wait\")".into()
+        }
+        Verdict::Hold(_) => format!(
+            "unsynchronised; {} runs to sync it: captures are held until it does (at most {max_hold} s)",
+            service.unwrap_or("a time service")
+        ),
+        Verdict::Trusted(Trust::NoTimeService) => "unsynchronised and no time service runs (systemd-timesyncd, chrony, ntpd): the clock is trusted as it is; a gateway without a real-time clock needs one".into(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn unsynced() -> Reading {
+        Reading {
+            wall_ms: 1_795_392_000_000,
+            boot_ms: 5_000,
+            kernel_synced: false,
+        }
+    }
+
+    fn settings(policy: ClockPolicy) -> ClockSettings {
+        ClockSettings {
+            policy,
+            max_hold: Duration::from_secs(3600),
+        }
+    }
+
+    #[test]
+    fn the_time_sync_line_says_what_the_daemon_would_do_with_the_clock() {
+        let auto = settings(ClockPolicy::Auto);
+        let held = time_sync(auto, &unsynced(), Some("chronyd"));
+        assert!(
+            held.contains("chronyd runs to sync it") && held.contains("3600 s"),
+            "{held}"
+        );
+        let trusted = time_sync(auto, &unsynced(), None);
+        assert!(trusted.contains("no time service runs"), "{trusted}");
+        let synced = Reading {
+            kernel_synced: true,
+            ..unsynced()
+        };
+        assert_eq!(
+            time_sync(auto, &synced, None),
+            "the kernel reports the clock synchronised"
+        );
+        let wait = time_sync(settings(ClockPolicy::Wait), &unsynced(), None);
+        assert!(wait.contains("however long"), "{wait}");
+        let trust = time_sync(settings(ClockPolicy::Trust), &unsynced(), Some("ntpd"));
+        assert!(trust.contains("gateway.clock = \"trust\""), "{trust}");
     }
 }

@@ -17,6 +17,8 @@ pub const DEFAULTS: Defaults = Defaults {
     gateway: Gateway {
         state_dir: "/var/lib/tapegate",
         shutdown_grace_secs: 10,
+        clock: "auto",
+        clock_max_hold_secs: 3600,
     },
     service: Service {
         environment: "ppe",
@@ -90,6 +92,8 @@ pub struct Defaults {
 pub struct Gateway {
     pub state_dir: &'static str,
     pub shutdown_grace_secs: u64,
+    pub clock: &'static str,
+    pub clock_max_hold_secs: u64,
 }
 
 /// `[service]`

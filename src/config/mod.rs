@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use url::Url;
 
+use crate::clock::ClockSettings;
 use crate::dedup::DedupSettings;
 use crate::outbox::Durability;
 use crate::products::Products;
@@ -63,6 +64,8 @@ pub struct GatewaySettings {
     pub id: String,
     pub state_dir: PathBuf,
     pub shutdown_grace: Duration,
+    /// When captures are held for an untrusted clock.
+    pub clock: ClockSettings,
 }
 
 /// `mac_id` on the wire.

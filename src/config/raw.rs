@@ -95,6 +95,11 @@ pub struct RawGateway {
     pub state_dir: Option<PathBuf>,
     /// How long a shutdown may take to finish the batch in flight.
     pub shutdown_grace_secs: Option<u64>,
+    /// When captures are held for an untrusted clock: `auto` | `wait` | `trust`.
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub clock: Option<String>,
+    /// Under `clock = "auto"`, the longest captures are held waiting for a sync.
+    pub clock_max_hold_secs: Option<u64>,
 }
 
 /// `[service]`

@@ -19,6 +19,7 @@ use super::{
     MacFormat, OutboxSettings, Problem, ReadingsSettings, ScannerSettings, ServiceSettings,
     SourceKind, DEFAULTS,
 };
+use crate::clock::{ClockPolicy, ClockSettings};
 use crate::dedup::DedupSettings;
 use crate::outbox::Durability;
 use crate::products::{expand_uuid, PacketEncoding, PacketSource, Product, Products};
@@ -183,6 +184,25 @@ pub fn validate(
             1,
             600,
         )),
+        clock: ClockSettings {
+            policy: c.choice(
+                "gateway.clock",
+                raw.gateway.clock.as_deref(),
+                DEFAULTS.gateway.clock,
+                &[
+                    ("auto", ClockPolicy::Auto),
+                    ("wait", ClockPolicy::Wait),
+                    ("trust", ClockPolicy::Trust),
+                ],
+            ),
+            max_hold: Duration::from_secs(c.int(
+                "gateway.clock_max_hold_secs",
+                raw.gateway.clock_max_hold_secs,
+                DEFAULTS.gateway.clock_max_hold_secs,
+                1,
+                604_800,
+            )),
+        },
     };
 
     let service = raw

@@ -7,7 +7,7 @@ token expires or the power is cut. Every admitted capture is written here first;
 flusher delivers from here, and a row leaves only in the transaction that records its
 outcome (a decoded reading or a dead letter). Delivery is therefore at-least-once.
 
-# Schema (`PRAGMA user_version` = 1)
+# Schema (`PRAGMA user_version` = 2)
 | table | holds |
 |---|---|
 | `pending` | captures not yet delivered: `id` (admission order), `mac` (48-bit integer), `captured_at` (epoch ms), `product_id`, `packet` (the `ble_packet` as sent), `rssi` |
@@ -15,9 +15,16 @@ outcome (a decoded reading or a dead letter). Delivery is therefore at-least-onc
 | `readings` | decoded readings (history, bounded by `readings.retention_hours`) |
 | `tapes` | the latest reading of each tape |
 | `counters` | `admitted`, `delivered`, `dead_lettered`, `evicted`, `dead_letters_dropped` |
-| `meta` | `last_flush_ok_at`, `last_error`, `last_error_at`; the BLE scanner's ladder counts (`scanner_*`) |
+| `meta` | `last_flush_ok_at`, `last_error`, `last_error_at`; the BLE scanner's ladder counts (`scanner_*`); `clock_state` |
+| `boots` | each boot seen (`boot_id` from the kernel) and `synced_at`, when its clock was first seen synchronised |
 
-A row's life: admitted → `pending` → delivered (row deleted, reading stored) | dead
+A live capture's `pending` row also has `boot` (its `boots.id`), `boot_ms` (`CLOCK_BOOTTIME`
+at capture) and `held` (1: the clock was not trusted when it was committed; not handed
+to the flusher until the clock keeper releases it, re-timed from `boot_ms` when the
+clock has synced; see `clock.rs`). Replayed captures carry recorded times: `boot` NULL,
+never held. `counters` also has `clock_repaired` and `clock_estimated`.
+
+A row's life: admitted → `pending` (held while the clock is not trusted) → delivered (row deleted, reading stored) | dead
 letter (row moved to `dead_letters`) | evicted (deleted when `max_pending` is exceeded,
 oldest first). `tapegate dead-letters retry` moves dead letters back to `pending`.
 
@@ -52,17 +59,19 @@ oldest first). `tapegate dead-letters retry` moves dead letters back to `pending
   one MAC are delivered in admission order, which is capture order.
 
 # Code
-[`Store`] is one type in three files, by seam: `store.rs` opens, migrates and
+[`Store`] is one type in four files, by seam: `store.rs` opens, migrates and
 quarantines; `queue.rs` is the daemon's path (enqueue, next batch, settle); `operator.rs`
-is what `status`, `tapes` and `dead-letters` read and change. `handle.rs` is the owner
-thread.
+is what `status`, `tapes` and `dead-letters` read and change; `clock.rs` records boots
+and holds and releases captures for the clock keeper. `handle.rs` is the owner thread.
 */
 
+mod clock;
 mod handle;
 mod operator;
 mod queue;
 mod store;
 
+pub use clock::{BootStart, ClockChange, ClockStatus, Released};
 pub use handle::Outbox;
 pub use operator::{DeadLetter, ScannerCounts, Stats, TapeKnown, TapeRow};
 pub use queue::{Outcome, PendingCapture, Reading};

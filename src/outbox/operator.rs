@@ -5,6 +5,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
+use super::clock::{clock_status, ClockStatus};
 use super::store::{int_to_mac, mac_to_int, read_counters, write_counters, write_tx};
 use super::{OutboxError, Store};
 use crate::record::{EpochMillis, Mac};
@@ -63,6 +64,8 @@ pub struct Stats {
     pub scanner: ScannerCounts,
     pub scanner_last_trouble: Option<String>,
     pub scanner_last_trouble_at: Option<EpochMillis>,
+    /// The clock's state, held captures and repairs.
+    pub clock: ClockStatus,
 }
 
 /// What the BLE scanner has been through.
@@ -170,6 +173,7 @@ impl Store {
             },
             scanner_last_trouble: meta("scanner_last_trouble")?,
             scanner_last_trouble_at: int_meta("scanner_last_trouble_at")?,
+            clock: clock_status(&tx)?,
         };
         tx.finish()?;
         Ok(stats)
@@ -321,6 +325,7 @@ mod tests {
             product_id: "tape".into(),
             packet: "F70E".into(),
             rssi: Some(-60),
+            boot_ms: None,
         }
     }
 

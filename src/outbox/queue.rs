@@ -6,6 +6,7 @@ use std::collections::HashSet;
 
 use rusqlite::{params, Transaction};
 
+use super::clock::first_held;
 use super::store::{int_to_mac, mac_to_int, read_counters, write_counters, write_tx, Counters};
 use super::{OutboxError, Store, MAX_DEAD_LETTERS};
 use crate::record::{Capture, EpochMillis};
@@ -43,15 +44,22 @@ impl Store {
             return Ok(0);
         }
         let tx = write_tx(&mut self.conn).map_err(OutboxError::WriteFailed)?;
-        let (evicted, next) = (|| -> rusqlite::Result<(u64, Counters)> {
+        let clock = self.clock;
+        let (evicted, next, held_from) = (|| -> rusqlite::Result<(u64, Counters, Option<i64>)> {
             let current = read_counters(&tx)?;
             let mut next = current;
+            let mut held_from = clock.first_held;
             {
                 let mut insert = tx.prepare_cached(
-                    "INSERT INTO pending(mac, captured_at, product_id, packet, rssi) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    "INSERT INTO pending(mac, captured_at, product_id, packet, rssi, boot, boot_ms, held) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 )?;
                 for c in group {
-                    insert.execute(params![mac_to_int(c.mac), c.ts_ms, c.product_id, c.packet, c.rssi])?;
+                    let live = c.boot_ms.is_some();
+                    let held = clock.holds(live);
+                    insert.execute(params![mac_to_int(c.mac), c.ts_ms, c.product_id, c.packet, c.rssi, clock.boot_of(live), c.boot_ms, held])?;
+                    if held && held_from.is_none() {
+                        held_from = Some(tx.last_insert_rowid());
+                    }
                 }
             }
             next.admitted += group.len() as u64;
@@ -65,17 +73,22 @@ impl Store {
                 0
             };
             next.evicted += evicted;
+            if evicted > 0 && held_from.is_some() {
+                held_from = first_held(&tx)?;
+            }
             write_counters(&tx, &current, &next)?;
-            Ok((evicted, next))
+            Ok((evicted, next, held_from))
         })()
         .map_err(OutboxError::WriteFailed)?;
         tx.commit().map_err(OutboxError::WriteFailed)?;
         self.counters = next;
+        self.clock.first_held = held_from;
         Ok(evicted)
     }
 
     /// The next batch: the oldest pending capture of each MAC, oldest first, at most
-    /// `max` and each MAC once. Looks at most `scan_limit` rows deep.
+    /// `max` and each MAC once, none held for the clock (`clock.rs`). Looks at most
+    /// `scan_limit` rows deep.
     pub fn next_batch(
         &self,
         max: usize,
@@ -85,12 +98,13 @@ impl Store {
         let mut macs = HashSet::with_capacity(max);
         let mut after = i64::MIN;
         let mut scanned = 0usize;
+        let below = self.clock.deliverable_below();
         let mut stmt = self.conn.prepare_cached(
-            "SELECT id, mac, captured_at, product_id, packet, rssi FROM pending WHERE id > ?1 ORDER BY id LIMIT 1024",
+            "SELECT id, mac, captured_at, product_id, packet, rssi, boot_ms FROM pending WHERE id > ?1 AND id < ?2 AND held = 0 ORDER BY id LIMIT 1024",
         )?;
         loop {
             let rows: Vec<PendingCapture> = stmt
-                .query_map([after], row_to_pending)?
+                .query_map([after, below], row_to_pending)?
                 .collect::<Result<_, _>>()?;
             let Some(last) = rows.last() else { break };
             after = last.id;
@@ -179,7 +193,7 @@ impl Store {
     /// Every pending capture in admission order (for tests and small tools).
     pub fn pending_captures(&self) -> Result<Vec<PendingCapture>, OutboxError> {
         let mut stmt = self.conn.prepare(
-            "SELECT id, mac, captured_at, product_id, packet, rssi FROM pending ORDER BY id",
+            "SELECT id, mac, captured_at, product_id, packet, rssi, boot_ms FROM pending ORDER BY id",
         )?;
         let rows = stmt
             .query_map([], row_to_pending)?
@@ -197,6 +211,7 @@ fn row_to_pending(r: &rusqlite::Row<'_>) -> rusqlite::Result<PendingCapture> {
             product_id: r.get(3)?,
             packet: r.get(4)?,
             rssi: r.get(5)?,
+            boot_ms: r.get(6)?,
         },
     })
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, Transaction};
 
+use super::clock::ClockRows;
 use super::{Durability, OutboxError, DB_FILE};
 use crate::clock::now_ms;
 use crate::record::Mac;
@@ -19,7 +20,7 @@ use crate::record::Mac;
 /// The schema, as the steps that build it: `MIGRATIONS[i]` takes a database from
 /// `user_version` `i` to `i + 1`. Steps are only ever appended, and each adds (tables,
 /// columns, indexes) rather than rewrites, so an older database upgrades in place.
-const MIGRATIONS: &[&str] = &[MIGRATION_1];
+const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_CLOCK];
 
 /// The `user_version` of a database this tapegate has fully migrated.
 const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -70,6 +71,21 @@ INSERT INTO counters(name, value) VALUES
     ('admitted', 0), ('delivered', 0), ('dead_lettered', 0), ('evicted', 0),
     ('dead_letters_dropped', 0);
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+";
+
+/// Clock repair (issue 13): the boots seen, and beside each live capture its boot, its
+/// boot-relative time and whether it is held from delivery (see `clock.rs`).
+const MIGRATION_CLOCK: &str = "
+CREATE TABLE boots (
+    id          INTEGER PRIMARY KEY,
+    boot_id     TEXT NOT NULL UNIQUE,
+    synced_at   INTEGER
+);
+ALTER TABLE pending ADD COLUMN boot INTEGER;
+ALTER TABLE pending ADD COLUMN boot_ms INTEGER;
+ALTER TABLE pending ADD COLUMN held INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX pending_held ON pending(id) WHERE held = 1;
+INSERT INTO counters(name, value) VALUES ('clock_repaired', 0), ('clock_estimated', 0);
 ";
 
 /// How the store is opened.
@@ -126,6 +142,7 @@ pub struct Store {
     pub(super) conn: Connection,
     pub(super) options: StoreOptions,
     pub(super) counters: Counters,
+    pub(super) clock: ClockRows,
     path: PathBuf,
 }
 
@@ -224,6 +241,7 @@ impl Store {
             conn,
             options: options.clone(),
             counters,
+            clock: ClockRows::default(),
             path: path.to_path_buf(),
         })
     }
@@ -261,6 +279,7 @@ impl Store {
             conn,
             options: StoreOptions::default(),
             counters,
+            clock: ClockRows::default(),
             path,
         }))
     }

@@ -289,3 +289,19 @@ pub fn collect_stderr(
     });
     (stderr, reader)
 }
+
+/// A mock service on a runtime of its own, for tests that drive the real binary.
+#[cfg(feature = "mock")]
+pub fn mock_on_own_runtime(
+    config: tapegate::mock::MockConfig,
+) -> (tokio::runtime::Runtime, tapegate::mock::MockHandle) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mock = rt
+        .block_on(tapegate::mock::start(config))
+        .expect("mock starts");
+    (rt, mock)
+}
