@@ -375,8 +375,9 @@ impl ServiceClient {
     }
 }
 
-/// Reads the token answer: `access_token` required, `expires_in` as an integer (or a
-/// numeric string), `token_type` expected to be Bearer.
+/// Reads the token answer: `access_token` required (and able to travel in a header),
+/// `expires_in` as a number (or a numeric string) clamped to a sane lifetime,
+/// `token_type` expected to be Bearer.
 fn parse_token_answer(body: &[u8]) -> Result<Grant, ApiError> {
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::BadAnswer(format!("token answer is not JSON: {e}")))?;
@@ -385,6 +386,13 @@ fn parse_token_answer(body: &[u8]) -> Result<Grant, ApiError> {
         .and_then(Value::as_str)
         .filter(|t| !t.is_empty())
         .ok_or_else(|| ApiError::BadAnswer("token answer has no access_token".into()))?;
+    // A token that cannot go into `Authorization` would fail every request for its whole
+    // life; refused here, it is not cached and the grant backs off like any failure.
+    if HeaderValue::from_str(&format!("Bearer {token}")).is_err() {
+        return Err(ApiError::BadAnswer(
+            "token answer's access_token holds characters an HTTP header cannot carry".into(),
+        ));
+    }
     if let Some(t) = v.get("token_type").and_then(Value::as_str) {
         if !t.eq_ignore_ascii_case("bearer") {
             tracing::warn!(
@@ -393,20 +401,30 @@ fn parse_token_answer(body: &[u8]) -> Result<Grant, ApiError> {
             );
         }
     }
-    let expires_in = match v.get("expires_in") {
+    let secs = match v.get("expires_in") {
         Some(Value::Number(n)) => n.as_f64(),
         Some(Value::String(s)) => s.trim().parse::<f64>().ok(),
         _ => None,
-    }
-    .filter(|s| s.is_finite() && *s >= 0.0)
-    .map(Duration::from_secs_f64);
-    let expires_in = expires_in.unwrap_or_else(|| {
-        tracing::warn!(
-            fallback_secs = FALLBACK_TOKEN_LIFETIME.as_secs(),
-            "token answer has no usable expires_in"
-        );
-        FALLBACK_TOKEN_LIFETIME
-    });
+    };
+    let expires_in = match secs.and_then(auth::clamp_lifetime) {
+        Some(d) => {
+            if secs != Some(d.as_secs_f64()) {
+                tracing::warn!(
+                    expires_in = secs.unwrap_or_default(),
+                    used_secs = d.as_secs(),
+                    "token answer's expires_in is out of range; using the nearest sane lifetime"
+                );
+            }
+            d
+        }
+        None => {
+            tracing::warn!(
+                fallback_secs = FALLBACK_TOKEN_LIFETIME.as_secs(),
+                "token answer has no usable expires_in"
+            );
+            FALLBACK_TOKEN_LIFETIME
+        }
+    };
     Ok(Grant {
         token: Secret::new(token),
         expires_in,
@@ -463,5 +481,45 @@ mod tests {
             parse_token_answer(b"nope"),
             Err(ApiError::BadAnswer(_))
         ));
+    }
+
+    #[test]
+    fn a_hostile_expires_in_is_clamped_not_a_panic() {
+        for (body, want) in [
+            (
+                r#"{"access_token":"t","expires_in":1e19}"#,
+                auth::MAX_LIFETIME,
+            ),
+            (
+                r#"{"access_token":"t","expires_in":1e20}"#,
+                auth::MAX_LIFETIME,
+            ),
+            (
+                r#"{"access_token":"t","expires_in":"1e400"}"#,
+                auth::MAX_LIFETIME,
+            ),
+            (
+                r#"{"access_token":"t","expires_in":-5}"#,
+                auth::MIN_LIFETIME,
+            ),
+            (
+                r#"{"access_token":"t","expires_in":"NaN"}"#,
+                FALLBACK_TOKEN_LIFETIME,
+            ),
+        ] {
+            assert_eq!(
+                parse_token_answer(body.as_bytes()).unwrap().expires_in,
+                want,
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_token_a_header_cannot_carry_is_refused_without_echoing_it() {
+        let err =
+            parse_token_answer(br#"{"access_token":"abc\ndef","expires_in":60}"#).unwrap_err();
+        assert!(matches!(err, ApiError::BadAnswer(_)), "{err:?}");
+        assert!(!err.to_string().contains("abc"), "{err}");
     }
 }

@@ -52,6 +52,11 @@ pub(super) struct State {
     /// Plain form of the poison MAC.
     pub poison: Option<String>,
     pub received: VecDeque<Received>,
+    /// What the token answer says in `expires_in` instead of the environment's lifetime
+    /// (any JSON, such as 1e20); the tokens stay valid for the environment's lifetime.
+    pub answered_expires_in: Option<Value>,
+    /// The `access_token` text granted instead of a generated one.
+    pub token_text: Option<String>,
     pub recording: bool,
     pub record_limit: usize,
     pub stats: MockStats,
@@ -68,6 +73,8 @@ impl State {
             storm: None,
             poison: None,
             received: VecDeque::new(),
+            answered_expires_in: None,
+            token_text: None,
             recording: true,
             record_limit: DEFAULT_RECORD_LIMIT,
             stats: MockStats::default(),

@@ -59,11 +59,13 @@ thread.
 */
 
 mod handle;
+mod lock;
 mod operator;
 mod queue;
 mod store;
 
 pub use handle::Outbox;
+pub use lock::{LockError, StateLock, LOCK_FILE};
 pub use operator::{DeadLetter, ScannerCounts, Stats, TapeRow};
 pub use queue::{Outcome, PendingCapture, Reading};
 pub use store::{OpenReport, Store, StoreOptions};

@@ -1,0 +1,179 @@
+//! Hostile answers and hostile states (issue 9), through the real binary: a token
+//! endpoint that answers absurd lifetimes or unsendable tokens, a stage that dies, two
+//! daemons on one state directory, the database pulled away, secrets in odd places. The
+//! mock runs on its own runtime in this process; the daemon is a child process talking
+//! to it over loopback, with a real SQLite file.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{mock_service_section, tape_advert, tape_mac, text, wait_for, write_records, Gateway};
+use tapegate::mock::{self, MockConfig, MockHandle};
+
+/// Capture time of the first advert (2025-11-21 10:00 UTC).
+const T0_MS: i64 = 1_763_719_200_000;
+/// Longest any daemon here may take to do its work.
+const LIMIT: Duration = Duration::from_secs(40);
+
+/// The mock on a runtime of its own, so that the test thread can block on the child.
+fn mock_on_own_runtime() -> (tokio::runtime::Runtime, MockHandle) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mock = rt
+        .block_on(mock::start(MockConfig::demo()))
+        .expect("mock starts");
+    (rt, mock)
+}
+
+/// A gateway replaying `n` captures of distinct tapes into the mock, dedup off.
+fn replaying(mock: &MockHandle, n: u32) -> Gateway {
+    let g = Gateway::new("");
+    let trace = g.path("trace.jsonl");
+    let adverts: Vec<_> = (0..n)
+        .map(|i| tape_advert(tape_mac(i), T0_MS + i64::from(i), 1))
+        .collect();
+    write_records(&trace, &adverts);
+    g.write_config(&format!(
+        "{}\n[scanner]\nsource = \"replay\"\nreplay_path = \"{}\"\n\n[dedup]\nwindow_secs = 0\nmin_interval_secs = 0\n\n[outbox]\ncommit_interval_ms = 20\n",
+        mock_service_section(mock),
+        trace.display()
+    ));
+    g
+}
+
+/// Runs `tapegate run --until-drained` to its end (at most [`LIMIT`]); the exit status
+/// and the log.
+fn run_until_drained(g: &Gateway, env: &[(&str, &str)]) -> (std::process::ExitStatus, String) {
+    let mut child = g
+        .command(&["run", "--until-drained"])
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tapegate starts");
+    let (log, reader) = common::collect_stderr(&mut child);
+    let status = wait_for(LIMIT, || child.try_wait().unwrap());
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("no exit within {LIMIT:?}:\n{}", log.lock().unwrap());
+    };
+    let _ = reader.join();
+    let log = log.lock().unwrap().clone();
+    (status, log)
+}
+
+#[test]
+fn a_token_lifetime_of_1e20_seconds_is_clamped_and_everything_is_delivered() {
+    let (_rt, mock) = mock_on_own_runtime();
+    mock.set_answered_expires_in(Some(serde_json::json!(1e20)));
+    let g = replaying(&mock, 20);
+    let (status, log) = run_until_drained(&g, &[]);
+    assert!(status.success(), "{status}:\n{log}");
+    assert!(!log.contains("panicked"), "{log}");
+    assert!(log.contains("expires_in is out of range"), "{log}");
+    let s = g.stats();
+    assert_eq!((s.admitted, s.delivered, s.pending), (20, 20, 0));
+    assert_eq!(mock.token_grants(), 1, "one grant serves the whole run");
+}
+
+#[test]
+fn a_token_a_header_cannot_carry_is_not_cached_and_the_grant_backs_off() {
+    let (_rt, mock) = mock_on_own_runtime();
+    mock.set_token_text(Some("bad\ntoken".into()));
+    let g = replaying(&mock, 5);
+    let mut daemon = g
+        .command(&["run"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tapegate starts");
+    let (log, _reader) = common::collect_stderr(&mut daemon);
+    // Reported, and asked again only after a backoff: two grants take at least a second.
+    let reported = wait_for(LIMIT, || {
+        (mock.token_requests() >= 2 && log.lock().unwrap().contains("HTTP header cannot carry"))
+            .then_some(())
+    });
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let log = log.lock().unwrap().clone();
+    assert!(reported.is_some(), "{log}");
+    assert_eq!(
+        mock.decode_requests(),
+        0,
+        "no request left with the bad token"
+    );
+    assert!(
+        !log.contains("bad\ntoken") && !log.contains("bad\\ntoken"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_stage_that_panics_ends_the_daemon_non_zero_and_the_log_names_the_stage() {
+    let (_rt, mock) = mock_on_own_runtime();
+    let g = replaying(&mock, 5);
+    let mut child = g
+        .command(&["run"])
+        .env("TAPEGATE_DEBUG_PANIC_STAGE", "flush")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tapegate starts");
+    let (log, reader) = common::collect_stderr(&mut child);
+    // Without --until-drained the daemon would run forever: only the death ends it.
+    let status = wait_for(LIMIT, || child.try_wait().unwrap());
+    let _ = child.kill();
+    let _ = reader.join();
+    let log = log.lock().unwrap().clone();
+    let status = status.unwrap_or_else(|| panic!("the daemon ran on without its flusher:\n{log}"));
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(log.contains("the flush stage died"), "{log}");
+    assert!(
+        log.contains("asked the flush stage to panic"),
+        "the panic's message: {log}"
+    );
+    // What was heard is still accepted: the other stages stopped in order.
+    assert_eq!(g.stats().pending, 5);
+}
+
+#[test]
+fn a_second_daemon_on_the_same_state_directory_is_refused_and_operator_commands_still_work() {
+    let g = Gateway::new(&common::stdin_replay_config(20));
+    let mut first = common::Daemon::start(&g);
+    first.send(&[tape_advert(tape_mac(1), T0_MS, 1)]);
+    let pending = wait_for(LIMIT, || {
+        (g.try_stats().map(|s| s.pending) == Some(1)).then_some(())
+    });
+    assert!(pending.is_some(), "{}", first.stderr());
+
+    let second = g.run(&["run"]);
+    let err = text(&second.stderr);
+    assert_eq!(second.status.code(), Some(1), "{err}");
+    assert!(err.contains(&g.state_dir().display().to_string()), "{err}");
+    assert!(
+        err.contains("already runs") && err.contains("(PID "),
+        "{err}"
+    );
+    for args in [
+        &["status", "--json"][..],
+        &["tapes"],
+        &["dead-letters", "list"],
+        &["check", "--config-only"],
+    ] {
+        let out = g.run(args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    assert!(first.is_running());
+    let (status, log) = first.terminate(LIMIT);
+    assert!(status.success(), "{log}");
+    assert_eq!(g.stats().pending, 1, "the refused daemon touched nothing");
+}
