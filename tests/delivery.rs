@@ -434,13 +434,7 @@ fn assert_capture_order<'a>(
 
 /// A mock service on a runtime of its own, for tests that drive the real binary.
 fn mock_on_own_runtime(config: MockConfig) -> (tokio::runtime::Runtime, MockHandle) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let mock = rt.block_on(mock::start(config)).expect("mock starts");
-    (rt, mock)
+    common::mock_with(config)
 }
 
 /// `tapegate <args>` with its log in `<log>` inside the gateway dir.

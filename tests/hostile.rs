@@ -9,25 +9,19 @@ mod common;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{mock_service_section, tape_advert, tape_mac, text, wait_for, write_records, Gateway};
-use tapegate::mock::{self, MockConfig, MockHandle};
+use common::{
+    mock_service_section, mock_with, tape_advert, tape_mac, text, wait_for, write_records, Gateway,
+};
+use tapegate::mock::{MockConfig, MockEnvironment, MockHandle};
+use tapegate::secret::Secret;
 
 /// Capture time of the first advert (2025-11-21 10:00 UTC).
 const T0_MS: i64 = 1_763_719_200_000;
 /// Longest any daemon here may take to do its work.
 const LIMIT: Duration = Duration::from_secs(40);
 
-/// The mock on a runtime of its own, so that the test thread can block on the child.
 fn mock_on_own_runtime() -> (tokio::runtime::Runtime, MockHandle) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let mock = rt
-        .block_on(mock::start(MockConfig::demo()))
-        .expect("mock starts");
-    (rt, mock)
+    mock_with(MockConfig::demo())
 }
 
 /// A gateway replaying `n` captures of distinct tapes into the mock, dedup off.
@@ -46,11 +40,14 @@ fn replaying(mock: &MockHandle, n: u32) -> Gateway {
     g
 }
 
-/// Runs `tapegate run --until-drained` to its end (at most [`LIMIT`]); the exit status
-/// and the log.
-fn run_until_drained(g: &Gateway, env: &[(&str, &str)]) -> (std::process::ExitStatus, String) {
+/// Runs `tapegate <args>` to its end (at most [`LIMIT`]); the exit status and the log.
+fn run_to_exit(
+    g: &Gateway,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (std::process::ExitStatus, String) {
     let mut child = g
-        .command(&["run", "--until-drained"])
+        .command(args)
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -62,11 +59,18 @@ fn run_until_drained(g: &Gateway, env: &[(&str, &str)]) -> (std::process::ExitSt
     let Some(status) = status else {
         let _ = child.kill();
         let _ = child.wait();
-        panic!("no exit within {LIMIT:?}:\n{}", log.lock().unwrap());
+        panic!(
+            "{args:?}: no exit within {LIMIT:?}:\n{}",
+            log.lock().unwrap()
+        );
     };
     let _ = reader.join();
     let log = log.lock().unwrap().clone();
     (status, log)
+}
+
+fn run_until_drained(g: &Gateway, env: &[(&str, &str)]) -> (std::process::ExitStatus, String) {
+    run_to_exit(g, &["run", "--until-drained"], env)
 }
 
 #[test]
@@ -120,21 +124,8 @@ fn a_token_a_header_cannot_carry_is_not_cached_and_the_grant_backs_off() {
 fn a_stage_that_panics_ends_the_daemon_non_zero_and_the_log_names_the_stage() {
     let (_rt, mock) = mock_on_own_runtime();
     let g = replaying(&mock, 5);
-    let mut child = g
-        .command(&["run"])
-        .env("TAPEGATE_DEBUG_PANIC_STAGE", "flush")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tapegate starts");
-    let (log, reader) = common::collect_stderr(&mut child);
     // Without --until-drained the daemon would run forever: only the death ends it.
-    let status = wait_for(LIMIT, || child.try_wait().unwrap());
-    let _ = child.kill();
-    let _ = reader.join();
-    let log = log.lock().unwrap().clone();
-    let status = status.unwrap_or_else(|| panic!("the daemon ran on without its flusher:\n{log}"));
+    let (status, log) = run_to_exit(&g, &["run"], &[("TAPEGATE_DEBUG_PANIC_STAGE", "flush")]);
     assert_eq!(status.code(), Some(1), "{log}");
     assert!(log.contains("the flush stage died"), "{log}");
     assert!(
@@ -176,4 +167,50 @@ fn a_second_daemon_on_the_same_state_directory_is_refused_and_operator_commands_
     let (status, log) = first.terminate(LIMIT);
     assert!(status.success(), "{log}");
     assert_eq!(g.stats().pending, 1, "the refused daemon touched nothing");
+}
+
+#[test]
+fn a_toml_syntax_error_on_the_password_line_names_the_line_but_never_echoes_the_password() {
+    let g = Gateway::new(
+        "[service.environments.ppe]\nusername = \"gw\"\npassword = \"hunter2-is-secret\n",
+    );
+    for args in [&["check", "--config-only"][..], &["run"]] {
+        let out = g.run(args);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(!err.contains("hunter2"), "{args:?}: {err}");
+        assert!(
+            err.contains("line 8") && err.contains("`password`"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_password_override_of_1e3_reaches_the_grant_as_the_string_1e3() {
+    let env = MockEnvironment {
+        password: Secret::new("1e3"),
+        ..MockEnvironment::demo()
+    };
+    let (_rt, mock) = mock_with(MockConfig {
+        environments: vec![env],
+        ..MockConfig::demo()
+    });
+    let g = replaying(&mock, 3);
+    let config = std::fs::read_to_string(g.config_path()).unwrap();
+    let without = config.replace("password = \"1e3\"\n", "");
+    assert_ne!(config, without, "the password line was taken out");
+    std::fs::write(g.config_path(), without).unwrap();
+    let (status, log) = run_until_drained(
+        &g,
+        &[("TAPEGATE_SERVICE__ENVIRONMENTS__PPE__PASSWORD", "1e3")],
+    );
+    assert!(status.success(), "{log}");
+    // The mock grants only to the exact password, so a grant is the proof.
+    assert_eq!(
+        (mock.token_requests(), mock.token_grants()),
+        (1, 1),
+        "{log}"
+    );
+    assert_eq!(g.stats().delivered, 3);
 }

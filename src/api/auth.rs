@@ -208,6 +208,11 @@ impl TokenCache {
         }
     }
 
+    /// The cached token, if any (for scrubbing answer text of it).
+    pub(crate) fn current(&self) -> Option<Secret> {
+        self.lock().token.as_ref().map(|c| c.token.clone())
+    }
+
     /// Drops the cached token (the next request fetches a new one).
     pub(crate) fn invalidate(&self) {
         self.lock().token = None;

@@ -287,15 +287,6 @@ pub(crate) fn truncate(s: &str, max: usize) -> String {
     }
 }
 
-/// Replaces every occurrence of each non-empty secret in `text`.
-pub(crate) fn scrub(text: &str, secrets: &[&str]) -> String {
-    let mut out = text.to_string();
-    for s in secrets.iter().filter(|s| !s.is_empty()) {
-        out = out.replace(s, "<redacted>");
-    }
-    out
-}
-
 /// The operator-readable message of an error answer: `message` (and `errors`) of the
 /// spec's error body, `error`/`error_description` of an OAuth answer, or else the body
 /// text, truncated.
@@ -396,14 +387,6 @@ mod tests {
         assert_eq!(
             answer_message("x".repeat(1000).as_bytes()).chars().count(),
             301
-        );
-    }
-
-    #[test]
-    fn scrub_removes_every_secret() {
-        assert_eq!(
-            scrub("pw hunter2 tok abc hunter2", &["hunter2", "abc", ""]),
-            "pw <redacted> tok <redacted> <redacted>"
         );
     }
 

@@ -36,13 +36,13 @@ use serde_json::Value;
 use url::Url;
 
 use crate::config::{EnvironmentSettings, ServiceSettings};
-use crate::secret::Secret;
+use crate::secret::{scrub, Secret};
 
 pub use decode::{BulkAnswerItem, BulkItem, Decoded};
 pub use error::{parse_retry_after, ApiError, Transport, TransportKind};
 
 use auth::{Grant, TokenCache};
-use error::{answer_message, scrub};
+use error::answer_message;
 
 /// Largest success answer read; a bigger one is [`ApiError::BadAnswer`]. 250 decoded
 /// items are a few tens of KiB, so this only stops a broken or hostile server.
@@ -216,6 +216,14 @@ impl ServiceClient {
     /// and token validity; `tapegate check` reports it.
     pub fn clock_skew_secs(&self) -> Option<i64> {
         self.inner.clock_skew.lock().ok().and_then(|g| *g)
+    }
+
+    /// `text` from a server answer (an item's `error`, an error body) with the password
+    /// and the current token taken out, for anything that stores or shows it.
+    pub fn scrub(&self, text: &str) -> String {
+        let token = self.inner.tokens.current();
+        let token = token.as_ref().map_or("", Secret::expose);
+        scrub(text, &[token, self.inner.endpoint.password.expose()])
     }
 
     /// Drops the cached token; the next request fetches a new one.

@@ -125,6 +125,18 @@ impl Check<'_> {
     fn url(&mut self, key: &str, v: Option<String>) -> Option<Url> {
         let s = self.text(key, v, "an http(s) URL")?;
         match Url::parse(&s) {
+            // Credentials in a URL end up in logs, `check` and proxies' records; the value
+            // shown has them taken out.
+            Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
+                let _ = u.set_username("");
+                let _ = u.set_password(None);
+                self.bad(
+                    key,
+                    format!("{:?} (its user name and password not shown)", u.as_str()),
+                    "a URL without credentials in it: they go in username and password",
+                );
+                None
+            }
             Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Some(u),
             _ => {
                 self.bad(
@@ -680,6 +692,22 @@ mod tests {
         // A valid config's Debug output hides it too.
         let c = parse(SERVICE, &[]).unwrap();
         assert!(!format!("{c:?}").contains("s3cr3t-value"));
+    }
+
+    #[test]
+    fn a_url_with_credentials_is_refused_naming_the_key_without_the_secret() {
+        let text = SERVICE.replace(
+            "https://api.example.com/",
+            "https://gw:hunter2@api.example.com/",
+        );
+        let p = problems(&text, &[]);
+        assert_eq!(p[0].key, "service.environments.ppe.base_url");
+        let shown = p[0].to_string();
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("gw:"),
+            "{shown}"
+        );
+        assert!(shown.contains("without credentials"), "{shown}");
     }
 
     #[test]

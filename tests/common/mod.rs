@@ -151,6 +151,23 @@ pub fn stdin_replay_config(commit_interval_ms: u64) -> String {
     )
 }
 
+/// The mock on a runtime of its own, so that a test thread can block on a child process
+/// (or on an in-process daemon's runtime) while the mock answers.
+#[cfg(feature = "mock")]
+pub fn mock_with(
+    config: tapegate::mock::MockConfig,
+) -> (tokio::runtime::Runtime, tapegate::mock::MockHandle) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mock = rt
+        .block_on(tapegate::mock::start(config))
+        .expect("mock starts");
+    (rt, mock)
+}
+
 /// A `[service]` section for the mock's "ppe" environment with its demo credentials
 /// (password inline), short timeouts and quick backoff.
 #[cfg(feature = "mock")]
