@@ -394,7 +394,11 @@ async fn an_unreachable_service_is_transient_and_says_connection_refused() {
     s.endpoint.base_url = format!("http://127.0.0.1:{port}/ppe/").parse().unwrap();
     let client = ServiceClient::new(&s).unwrap();
     let err = client.decode_bulk(&items(1), "c").await.unwrap_err();
-    assert_eq!(err.operator_cause(), "service unreachable", "{err:?}");
+    assert_eq!(
+        err.operator_cause(),
+        "service unreachable: connection refused",
+        "{err:?}"
+    );
     assert_eq!(err.transport_kind(), Some(TransportKind::ConnectionRefused));
 
     s.endpoint.auth_url = format!("http://127.0.0.1:{port}/ppe/oauth/token")
@@ -404,7 +408,7 @@ async fn an_unreachable_service_is_transient_and_says_connection_refused() {
     let err = client.fetch_token().await.unwrap_err();
     assert_eq!(
         err.operator_cause(),
-        "token endpoint unreachable",
+        "token endpoint unreachable: connection refused",
         "{err:?}"
     );
     assert!(
@@ -747,5 +751,8 @@ async fn talking_tls_to_a_plain_http_port_is_a_tls_failure() {
     let client = ServiceClient::new(&s).unwrap();
     let err = client.fetch_token().await.unwrap_err();
     assert_eq!(err.transport_kind(), Some(TransportKind::Tls), "{err}");
-    assert_eq!(err.operator_cause(), "token endpoint unreachable");
+    assert_eq!(
+        err.operator_cause(),
+        "token endpoint unreachable: TLS failure, the server does not speak TLS on this port"
+    );
 }

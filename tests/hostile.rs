@@ -214,3 +214,109 @@ fn a_password_override_of_1e3_reaches_the_grant_as_the_string_1e3() {
     );
     assert_eq!(g.stats().delivered, 3);
 }
+
+/// An HTTPS front for the mock: TLS for `localhost` with a certificate signed by a CA
+/// made here, each connection relayed to the mock's plain port. Returns its port and
+/// the CA's PEM.
+fn tls_front(rt: &tokio::runtime::Runtime, mock: &MockHandle) -> (u16, String) {
+    use tokio_rustls::rustls;
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca, &ca_key)
+        .unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let backend = mock.addr();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    rt.spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                // A client that refuses the certificate ends the handshake: nothing to relay.
+                let Ok(mut tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                if let Ok(mut plain) = tokio::net::TcpStream::connect(backend).await {
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+                }
+            });
+        }
+    });
+    (port, ca.pem())
+}
+
+/// A gateway whose service is reached at `base` (the mock's environment "ppe" under it).
+fn reaching(mock: &MockHandle, base: &str, service_extra: &str) -> Gateway {
+    let section = mock_service_section(mock)
+        .replace(&mock.base_url("ppe").to_string(), &format!("{base}/ppe/"))
+        .replace(
+            &mock.auth_url("ppe").to_string(),
+            &format!("{base}/ppe/oauth/token"),
+        )
+        .replace("[service]\n", &format!("[service]\n{service_extra}"));
+    Gateway::new(&section)
+}
+
+#[test]
+fn tls_to_a_server_of_an_unknown_ca_fails_as_unknown_issuer_and_works_with_ca_file() {
+    let (rt, mock) = mock_on_own_runtime();
+    let (port, ca_pem) = tls_front(&rt, &mock);
+    let base = format!("https://localhost:{port}");
+
+    let g = reaching(&mock, &base, "");
+    let out = g.run(&["check"]);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("unknown issuer"), "{said}");
+
+    let ca = g.path("ca.pem");
+    std::fs::write(&ca, ca_pem).unwrap();
+    let g = reaching(&mock, &base, &format!("ca_file = \"{}\"\n", ca.display()));
+    let out = g.run(&["check"]);
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{said}{}", text(&out.stderr));
+    assert!(mock.token_grants() >= 1);
+}
+
+#[test]
+fn http_proxy_is_used_and_no_proxy_bypasses_it() {
+    let (_rt, mock) = mock_on_own_runtime();
+    let g = Gateway::new(&mock_service_section(&mock));
+    // Nothing listens on the proxy's port: going through it is "connection refused".
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy = format!("http://127.0.0.1:{}", closed.local_addr().unwrap().port());
+    drop(closed);
+    let check = |no_proxy: &str| {
+        g.command(&["check"])
+            .env("HTTP_PROXY", &proxy)
+            .env("http_proxy", &proxy)
+            .env("NO_PROXY", no_proxy)
+            .env("no_proxy", no_proxy)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let through = check("");
+    assert_eq!(through.status.code(), Some(1), "{}", text(&through.stdout));
+    assert!(text(&through.stdout).contains("connection refused"));
+    assert_eq!(mock.token_requests(), 0, "the proxy was bypassed");
+    let bypassed = check("127.0.0.1");
+    assert!(bypassed.status.success(), "{}", text(&bypassed.stdout));
+}

@@ -176,7 +176,18 @@ impl ServiceClient {
             ));
         }
         let bulk_url = join(&e.base_url, &["external", "v1", "devices", "decode"])?;
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        if let Some(ca) = &settings.ca_file {
+            // Checked when the config was loaded; a failure here is a file changed since.
+            let certs = reqwest::Certificate::from_pem_bundle(&ca.pem).map_err(|e| {
+                ApiError::Setup(format!("ca_file {} cannot be used: {e}", ca.path.display()))
+            })?;
+            for cert in certs {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        // HTTPS_PROXY, HTTP_PROXY and NO_PROXY are honoured (reqwest reads them).
+        let http = builder
             .use_rustls_tls()
             .timeout(settings.request_timeout)
             .connect_timeout(settings.request_timeout)

@@ -59,6 +59,22 @@ impl PasswordFile {
     }
 }
 
+/// The CA file as it was read: where, and its bytes (or why it could not be read).
+#[derive(Debug)]
+pub struct CaFileRead {
+    pub path: PathBuf,
+    pub contents: std::io::Result<Vec<u8>>,
+}
+
+impl CaFileRead {
+    pub fn read(path: &Path) -> CaFileRead {
+        CaFileRead {
+            path: path.to_path_buf(),
+            contents: std::fs::read(path),
+        }
+    }
+}
+
 /// A warning when the config file at `path` holds a password inline (any
 /// `[service.environments.*]` with `password`) and every user of the machine may read
 /// it; `None` otherwise, or when the file cannot be read.

@@ -40,7 +40,7 @@ mod validate;
 
 pub use defaults::DEFAULTS;
 pub use host::world_readable_password;
-use host::{Host, PasswordFile};
+use host::{CaFileRead, Host, PasswordFile};
 use raw::RawConfig;
 
 /// The validated configuration.
@@ -90,8 +90,26 @@ pub struct ServiceSettings {
     pub environment: String,
     pub mac_format: MacFormat,
     pub request_timeout: Duration,
+    /// `[service] ca_file`: CA certificates trusted besides the system's.
+    pub ca_file: Option<CaFile>,
     /// The selected environment's settings.
     pub endpoint: EnvironmentSettings,
+}
+
+/// A PEM file of CA certificates, as read and checked when the config was loaded.
+#[derive(Clone)]
+pub struct CaFile {
+    pub path: PathBuf,
+    /// The PEM text (one or more certificates).
+    pub pem: Vec<u8>,
+}
+
+impl fmt::Debug for CaFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CaFile")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Everything onboarding hands out for one environment.
@@ -254,7 +272,12 @@ fn from_toml_on(
     let password_file = raw
         .password_file()
         .map(|file| PasswordFile::read(host.credential_path(file)));
-    let config = validate::validate(raw, host, password_file.as_ref(), &mut problems);
+    let ca_file = raw.ca_file().map(CaFileRead::read);
+    let files = validate::Files {
+        password_file: password_file.as_ref(),
+        ca_file: ca_file.as_ref(),
+    };
+    let config = validate::validate(raw, host, files, &mut problems);
     match config {
         Some(c) if problems.is_empty() => Ok(c),
         _ => Err(ConfigError::Invalid {

@@ -397,6 +397,7 @@ impl MockHandle {
             environment: env.to_string(),
             mac_format: MacFormat::Plain,
             request_timeout,
+            ca_file: None,
             endpoint: self.environment_settings(env)?,
         })
     }
