@@ -320,3 +320,32 @@ fn http_proxy_is_used_and_no_proxy_bypasses_it() {
     let bypassed = check("127.0.0.1");
     assert!(bypassed.status.success(), "{}", text(&bypassed.stdout));
 }
+
+#[test]
+fn outbox_db_deleted_under_a_running_daemon_is_noticed_and_a_fresh_one_keeps_what_follows() {
+    let g = Gateway::new(&common::stdin_replay_config(20));
+    let db = g.state_dir().join("outbox.db");
+    let mut daemon = common::Daemon::start(&g);
+    daemon.send(&[tape_advert(tape_mac(1), T0_MS, 1)]);
+    let first = wait_for(LIMIT, || (g.try_stats()?.pending == 1).then_some(()));
+    assert!(first.is_some(), "{}", daemon.stderr());
+
+    std::fs::remove_file(&db).unwrap();
+    daemon.send(&[
+        tape_advert(tape_mac(2), T0_MS + 1, 1),
+        tape_advert(tape_mac(3), T0_MS + 2, 1),
+    ]);
+    let fresh = wait_for(LIMIT, || (g.try_stats()?.pending == 2).then_some(()));
+    assert!(fresh.is_some(), "{}", daemon.stderr());
+    let (status, log) = daemon.terminate(LIMIT);
+    assert!(status.success(), "{log}");
+    assert!(
+        log.contains("ERROR")
+            && log.contains("the outbox database was deleted under the running daemon"),
+        "{log}"
+    );
+    let rows = g.store().pending_captures().unwrap();
+    let macs: Vec<_> = rows.iter().map(|r| r.capture.mac).collect();
+    assert_eq!(macs, [tape_mac(2), tape_mac(3)], "what came after is kept");
+    assert_eq!(common::integrity_check(&db), "ok");
+}

@@ -41,6 +41,13 @@ oldest first). `tapegate dead-letters retry` moves dead letters back to `pending
   while the daemon runs.
 - **A write that fails** (disk full, I/O error) rolls its transaction back; nothing
   already committed is lost and the caller keeps the group and retries later.
+- **One daemon per state directory.** `tapegate run` holds an exclusive `flock` on
+  `tapegate.lock` beside the database (`lock.rs`); a second one is refused at start.
+- **A database deleted or replaced under the daemon** (its path no longer names the
+  file we write to) is noticed before the next job, logged at ERROR, and a fresh one is
+  started there: what was not yet committed goes into it. What the old file held is
+  gone with it; new rows take ids above the old file's, so a batch in flight from it
+  settles nothing of theirs.
 - **A corrupt database** (fails to open or fails `quick_check`) is moved aside with an
   ERROR log naming both paths, and a fresh one is started, so the daemon never
   crash-loops on it.

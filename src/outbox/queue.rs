@@ -6,7 +6,10 @@ use std::collections::HashSet;
 
 use rusqlite::{params, Transaction};
 
-use super::store::{int_to_mac, mac_to_int, read_counters, write_counters, write_tx, Counters};
+use super::store::{
+    hold_id_floor, int_to_mac, mac_to_int, read_counters, release_id_floor, write_counters,
+    write_tx, Counters,
+};
 use super::{OutboxError, Store, MAX_DEAD_LETTERS};
 use crate::record::{Capture, EpochMillis};
 
@@ -46,6 +49,7 @@ impl Store {
         let (evicted, next) = (|| -> rusqlite::Result<(u64, Counters)> {
             let current = read_counters(&tx)?;
             let mut next = current;
+            hold_id_floor(&tx, self.id_floor)?;
             {
                 let mut insert = tx.prepare_cached(
                     "INSERT INTO pending(mac, captured_at, product_id, packet, rssi) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -54,6 +58,7 @@ impl Store {
                     insert.execute(params![mac_to_int(c.mac), c.ts_ms, c.product_id, c.packet, c.rssi])?;
                 }
             }
+            release_id_floor(&tx, self.id_floor)?;
             next.admitted += group.len() as u64;
             let excess = next.pending().saturating_sub(self.options.max_pending);
             let evicted = if excess > 0 {
@@ -71,6 +76,7 @@ impl Store {
         .map_err(OutboxError::WriteFailed)?;
         tx.commit().map_err(OutboxError::WriteFailed)?;
         self.counters = next;
+        self.id_floor = 0;
         Ok(evicted)
     }
 
