@@ -27,17 +27,22 @@ fn mock_on_own_runtime() -> (tokio::runtime::Runtime, MockHandle) {
 /// A gateway replaying `n` captures of distinct tapes into the mock, dedup off.
 fn replaying(mock: &MockHandle, n: u32) -> Gateway {
     let g = Gateway::new("");
+    g.write_config(&(mock_service_section(mock) + &replay_section(&g, n)));
+    g
+}
+
+/// The sections of a replay of `n` captures of distinct tapes (written into the
+/// gateway's dir), dedup off, quick commits.
+fn replay_section(g: &Gateway, n: u32) -> String {
     let trace = g.path("trace.jsonl");
     let adverts: Vec<_> = (0..n)
         .map(|i| tape_advert(tape_mac(i), T0_MS + i64::from(i), 1))
         .collect();
     write_records(&trace, &adverts);
-    g.write_config(&format!(
-        "{}\n[scanner]\nsource = \"replay\"\nreplay_path = \"{}\"\n\n[dedup]\nwindow_secs = 0\nmin_interval_secs = 0\n\n[outbox]\ncommit_interval_ms = 20\n",
-        mock_service_section(mock),
+    format!(
+        "\n[scanner]\nsource = \"replay\"\nreplay_path = \"{}\"\n\n[dedup]\nwindow_secs = 0\nmin_interval_secs = 0\n\n[outbox]\ncommit_interval_ms = 20\n",
         trace.display()
-    ));
-    g
+    )
 }
 
 /// Runs `tapegate <args>` to its end (at most [`LIMIT`]); the exit status and the log.
@@ -348,4 +353,43 @@ fn outbox_db_deleted_under_a_running_daemon_is_noticed_and_a_fresh_one_keeps_wha
     let macs: Vec<_> = rows.iter().map(|r| r.capture.mac).collect();
     assert_eq!(macs, [tape_mac(2), tape_mac(3)], "what came after is kept");
     assert_eq!(common::integrity_check(&db), "ok");
+}
+
+#[test]
+fn check_sends_the_oldest_waiting_capture_and_warns_about_a_doubled_base_url() {
+    let (_rt, mock) = mock_on_own_runtime();
+    // Captured without a service: the two captures wait in the outbox.
+    let g = Gateway::new("");
+    g.write_config(&replay_section(&g, 2));
+    let (status, log) = run_until_drained(&g, &[]);
+    assert!(status.success(), "{log}");
+    assert_eq!(g.stats().pending, 2);
+
+    let config = mock_service_section(&mock) + &replay_section(&g, 2);
+    g.write_config(&config);
+    let out = g.run(&["check"]);
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains(&format!(
+            "decoded the oldest capture waiting in the outbox (tape {})",
+            tape_mac(0)
+        )),
+        "{said}"
+    );
+    let sent = mock.received();
+    assert_eq!(sent.last().unwrap().items[0].mac_id, tape_mac(0).plain());
+
+    let doubled = config.replace(
+        &mock.base_url("ppe").to_string(),
+        &format!("{}external/", mock.base_url("ppe")),
+    );
+    g.write_config(&doubled);
+    let out = g.run(&["check"]);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("warn base_url") && said.contains("/external twice"),
+        "{said}"
+    );
 }
