@@ -393,3 +393,43 @@ fn check_sends_the_oldest_waiting_capture_and_warns_about_a_doubled_base_url() {
         "{said}"
     );
 }
+
+#[test]
+fn a_wire_mistake_is_an_item_error_the_operator_sees_not_a_silent_success() {
+    let (_rt, mock) = mock_on_own_runtime();
+    let g = Gateway::new("");
+    let section =
+        mock_service_section(&mock).replace("[service]\n", "[service]\nmac_format = \"colon\"\n");
+    g.write_config(&(section + &replay_section(&g, 3)));
+    let (status, log) = run_until_drained(&g, &[]);
+    assert!(status.success(), "{log}");
+    let s = g.stats();
+    assert_eq!((s.delivered, s.dead_letters), (0, 3), "{log}");
+    let listed = text(&g.run(&["dead-letters", "list"]).stdout);
+    assert!(listed.contains("invalid mac_id format"), "{listed}");
+}
+
+#[test]
+fn a_missing_permission_is_401_even_with_a_fresh_token_and_reported_as_such() {
+    let (rt, mock) = mock_on_own_runtime();
+    mock.set_permission(false);
+    let settings = mock
+        .service_settings("ppe", Duration::from_secs(5))
+        .unwrap();
+    let client = tapegate::api::ServiceClient::new(&settings).unwrap();
+    let item = tapegate::api::BulkItem {
+        mac_id: tape_mac(1).plain(),
+        ble_packet: common::tape_packet(1),
+        product_id: "tape".into(),
+        scan_time: (T0_MS / 1000).to_string(),
+    };
+    let err = rt
+        .block_on(client.decode_bulk(&[item], "perm-1"))
+        .unwrap_err();
+    assert!(
+        matches!(err, tapegate::api::ApiError::Unauthorized { .. }),
+        "{err:?}"
+    );
+    assert_eq!(err.operator_cause(), "credentials or permission");
+    assert_eq!(mock.token_grants(), 2, "one fresh token was tried too");
+}

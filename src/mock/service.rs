@@ -20,7 +20,7 @@ use super::fault::{Fault, Storm};
 use super::token::IssuedToken;
 use super::{
     decode, token, DecodeKind, MockConfig, MockEnvironment, MockStats, Received, Registry,
-    DEFAULT_RECORD_LIMIT,
+    WireRules, DEFAULT_RECORD_LIMIT,
 };
 use crate::record::Mac;
 
@@ -46,6 +46,9 @@ pub(super) struct State {
     pub envs: Vec<MockEnvironment>,
     pub registry: Registry,
     pub max_items: usize,
+    pub wire: WireRules,
+    /// The API identity lacks the decode permission: 401 with any token.
+    pub permission_denied: bool,
     pub tokens: HashMap<String, IssuedToken>,
     pub faults: VecDeque<Fault>,
     pub storm: Option<(Storm, fastrand::Rng)>,
@@ -68,6 +71,8 @@ impl State {
             envs: config.environments,
             registry: config.registry,
             max_items: config.max_items,
+            wire: config.wire,
+            permission_denied: false,
             tokens: HashMap::new(),
             faults: VecDeque::new(),
             storm: None,
@@ -153,6 +158,15 @@ pub(super) fn status_of(code: u16) -> StatusCode {
 /// The spec's error body `{message, code}`.
 pub(super) fn error_answer(code: u16, message: &str) -> Answer {
     json_answer(status_of(code), &json!({"message": message, "code": code}))
+}
+
+/// The spec's validation failure (section 7): `Validation failed`, code 400, and one
+/// entry in `errors` per problem.
+pub(super) fn validation_failed(errors: &[String]) -> Answer {
+    json_answer(
+        StatusCode::BAD_REQUEST,
+        &json!({"message": "Validation failed", "code": 400, "errors": errors}),
+    )
 }
 
 pub(super) fn unauthorized() -> Answer {
