@@ -433,3 +433,24 @@ fn a_missing_permission_is_401_even_with_a_fresh_token_and_reported_as_such() {
     assert_eq!(err.operator_cause(), "credentials or permission");
     assert_eq!(mock.token_grants(), 2, "one fresh token was tried too");
 }
+
+#[test]
+fn a_server_error_text_quoting_the_token_is_scrubbed_before_it_is_stored_or_shown() {
+    let (_rt, mock) = mock_on_own_runtime();
+    mock.set_token_text(Some("tok-SECRET-4242".into()));
+    mock.set_echo_token_in_errors(true);
+    mock.set_registry(tapegate::mock::Registry::Only(Default::default()));
+    let g = replaying(&mock, 2);
+    let (status, log) = run_until_drained(&g, &[]);
+    assert!(status.success(), "{log}");
+    assert_eq!(g.stats().dead_letters, 2, "{log}");
+    let listed = text(&g.run(&["dead-letters", "list", "--json"]).stdout);
+    assert!(
+        listed.contains("device not found") && listed.contains("<redacted>"),
+        "{listed}"
+    );
+    let status = text(&g.run(&["status", "--json"]).stdout);
+    for shown in [&listed, &status, &log] {
+        assert!(!shown.contains("tok-SECRET-4242"), "{shown}");
+    }
+}

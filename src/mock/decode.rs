@@ -152,6 +152,10 @@ pub(super) async fn decode(
             registry: s.registry.clone(),
             wire: s.wire.clone(),
             permission_denied: s.permission_denied,
+            echo_token: s
+                .echo_token_in_errors
+                .then(|| header(&parts, "authorization"))
+                .flatten(),
             max_items: s.max_items,
             poison: s.poison.clone(),
             drop_items: 0,
@@ -234,6 +238,8 @@ struct Rules {
     wire: WireRules,
     /// The identity lacks the permission: 401 whatever the token.
     permission_denied: bool,
+    /// The `Authorization` header, quoted in every item error (a careless server).
+    echo_token: Option<String>,
     max_items: usize,
     /// Plain form of the poison MAC.
     poison: Option<String>,
@@ -397,7 +403,11 @@ fn answer_bulk(
                 decoded += 1;
             }
             Err(e) => {
-                m.insert("error".into(), Value::from(e));
+                let text = match &rules.echo_token {
+                    Some(auth) => format!("{e} (request {auth})"),
+                    None => e.to_string(),
+                };
+                m.insert("error".into(), Value::from(text));
                 item_errors += 1;
             }
         }

@@ -463,6 +463,12 @@ impl MockHandle {
         self.shared.with(|s| s.wire = wire);
     }
 
+    /// Whether item errors quote the request's `Authorization` header, as a careless
+    /// server might: what the gateway stores and shows must not.
+    pub fn set_echo_token_in_errors(&self, on: bool) {
+        self.shared.with(|s| s.echo_token_in_errors = on);
+    }
+
     /// Whether the API identity has the decode permission (spec 5.7). Without it every
     /// decode is 401 `Unauthorized access`, however fresh the token.
     pub fn set_permission(&self, granted: bool) {

@@ -49,6 +49,8 @@ pub(super) struct State {
     pub wire: WireRules,
     /// The API identity lacks the decode permission: 401 with any token.
     pub permission_denied: bool,
+    /// Item errors quote the request's bearer token (a careless server).
+    pub echo_token_in_errors: bool,
     pub tokens: HashMap<String, IssuedToken>,
     pub faults: VecDeque<Fault>,
     pub storm: Option<(Storm, fastrand::Rng)>,
@@ -73,6 +75,7 @@ impl State {
             max_items: config.max_items,
             wire: config.wire,
             permission_denied: false,
+            echo_token_in_errors: false,
             tokens: HashMap::new(),
             faults: VecDeque::new(),
             storm: None,
