@@ -267,7 +267,8 @@ fn tls_front(rt: &tokio::runtime::Runtime, mock: &MockHandle) -> (u16, String) {
     (port, ca.pem())
 }
 
-/// A gateway whose service is reached at `base` (the mock's environment "ppe" under it).
+/// A gateway whose service is reached at `base` (the mock's environment "ppe" under it),
+/// replaying one capture.
 fn reaching(mock: &MockHandle, base: &str, service_extra: &str) -> Gateway {
     let section = mock_service_section(mock)
         .replace(&mock.base_url("ppe").to_string(), &format!("{base}/ppe/"))
@@ -276,7 +277,9 @@ fn reaching(mock: &MockHandle, base: &str, service_extra: &str) -> Gateway {
             &format!("{base}/ppe/oauth/token"),
         )
         .replace("[service]\n", &format!("[service]\n{service_extra}"));
-    Gateway::new(&section)
+    let g = Gateway::new("");
+    g.write_config(&(section + &replay_section(&g, 1)));
+    g
 }
 
 #[test]
@@ -290,6 +293,23 @@ fn tls_to_a_server_of_an_unknown_ca_fails_as_unknown_issuer_and_works_with_ca_fi
     let said = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains("unknown issuer"), "{said}");
+
+    // The running daemon says the same in `status`.
+    let mut daemon = g
+        .command(&["run"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tapegate starts");
+    let last_error = wait_for(LIMIT, || {
+        let e = g.try_stats()?.last_error?;
+        e.contains("unknown issuer").then_some(e)
+    });
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let last_error = last_error.expect("status names the unknown issuer");
+    assert!(last_error.contains("TLS failure"), "{last_error}");
 
     let ca = g.path("ca.pem");
     std::fs::write(&ca, ca_pem).unwrap();
