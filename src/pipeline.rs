@@ -9,6 +9,13 @@ Shutdown drains instead of dropping: only the source is told to stop; the ingest
 ends when its input closes, after committing what it holds; the flusher finishes the
 batch in flight (or abandons it, leaving its rows pending) within
 `gateway.shutdown_grace_secs`; the outbox's owner thread closes the database last.
+
+Every stage is a task, and the tasks are watched together, not awaited in order: a
+stage that dies (a panic, a source that fails) is logged at ERROR with its name and
+cause the moment it happens, the others are stopped in the same order, and the run
+returns an error so that the process exits non-zero and systemd restarts it. A stage
+that ends normally (a replay that reached its end) is marked done for the watchdog.
+The daemon holds the state directory's lock ([`StateLock`]) for its whole run.
 */
 
 use std::future::Future;
