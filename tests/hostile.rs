@@ -11,12 +11,11 @@ use std::time::Duration;
 
 use common::{
     mock_service_section, mock_with, tape_advert, tape_mac, text, wait_for, write_records, Gateway,
+    T0_MS,
 };
 use tapegate::mock::{MockConfig, MockEnvironment, MockHandle};
 use tapegate::secret::Secret;
 
-/// Capture time of the first advert (2025-11-21 10:00 UTC).
-const T0_MS: i64 = 1_763_719_200_000;
 /// Longest any daemon here may take to do its work.
 const LIMIT: Duration = Duration::from_secs(40);
 

@@ -10,8 +10,8 @@ A malformed line (not UTF-8, not JSON, a bad field) is logged at WARN with its l
 number, counted in [`SourceReport::malformed`] and skipped: one bad line in a long
 recording must not cost the rest. Blank lines are ignored. A record no radio could
 have produced is malformed too: a capture time more than a day ahead of this clock
-(milliseconds written as seconds), or advertising data longer than one AD structure
-carries.
+(milliseconds written as seconds) or before 2015 (a clock left at 1970), or
+advertising data longer than one AD structure carries.
 
 Reading goes through tokio's file (or stdin) behind a 1 MiB buffer, reusing one line
 buffer: the blocking pool is entered once per megabyte, and parsing the record is the
@@ -30,6 +30,11 @@ use super::{Heard, Source, SourceError, SourceReport};
 
 /// Read buffer: large, so that a recording is read in few blocking calls.
 const BUFFER: usize = 1 << 20;
+
+/// A capture time before this (2015-01-01 UTC) is refused: no tape of this kind
+/// advertised then, and such a time is a unit or clock mistake (seconds divided once too
+/// often, a gateway's clock at its 1970 default), which the service would store as is.
+const MIN_TS_MS: i64 = 1_420_070_400_000;
 
 /// A capture time further ahead of this clock is refused: a clock a little off is
 /// possible, a capture from tomorrow is not (milliseconds written as seconds land in
@@ -163,11 +168,15 @@ fn parse_line(bytes: &[u8]) -> Result<Option<Advertisement>, String> {
     Ok(Some(adv))
 }
 
-/// Refuses what no radio heard: a capture time more than a day ahead of `now_ms`
-/// (the record itself refuses one before 1970), and advertising data longer than an AD
-/// structure holds.
+/// Refuses what no radio heard: a capture time before 2015 or more than a day ahead of
+/// `now_ms`, and advertising data longer than an AD structure holds.
 fn check_bounds(adv: &Advertisement, now_ms: i64) -> Result<(), String> {
     let ts_secs = adv.ts_ms as f64 / 1000.0;
+    if adv.ts_ms < MIN_TS_MS {
+        return Err(format!(
+            "ts: {ts_secs} is before 2015 (epoch seconds are expected; a clock left at 1970?)"
+        ));
+    }
     if adv.ts_ms > now_ms.saturating_add(MAX_AHEAD_MS) {
         return Err(format!(
             "ts: {ts_secs} is more than a day ahead of this clock (epoch seconds are expected; milliseconds?)"
@@ -258,7 +267,12 @@ mod tests {
         };
         assert_eq!(line("1763719200.5", 11), Ok(()));
         assert_eq!(line("1763805500", 252), Ok(()), "a clock a little ahead");
-        for (ts, why) in [("1e20", "ahead"), ("1763719200500", "milliseconds?")] {
+        for (ts, why) in [
+            ("1e20", "ahead"),
+            ("1763719200500", "milliseconds?"),
+            ("1763719.2", "before 2015"),
+            ("0", "before 2015"),
+        ] {
             let err = line(ts, 11).unwrap_err();
             assert!(err.starts_with("ts: ") && err.contains(why), "{ts}: {err}");
         }

@@ -14,6 +14,10 @@ use tapegate::record::{hex_upper, Advertisement, Mac};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_tapegate");
 
+/// A capture time to build traces on (2025-11-21 10:00 UTC): replay refuses times
+/// before 2015 as no radio's.
+pub const T0_MS: i64 = 1_763_719_200_000;
+
 /// A temp dir holding `config.toml` and `state/`.
 pub struct Gateway {
     pub dir: tempfile::TempDir,
