@@ -40,7 +40,7 @@ use crate::outbox::{LockError, Outbox, OutboxError, StateLock, Store, StoreOptio
 use crate::products::Products;
 use crate::source::SourceHealth;
 use crate::source::{self, Source, SourceError, SourceReport};
-use crate::systemd::{self, Liveness, Notifier};
+use crate::systemd::{self, Beat, Liveness, Notifier};
 
 /// Advertisements in flight between the source and the ingest stage.
 const ADVERT_CHANNEL: usize = 4096;
@@ -207,7 +207,7 @@ async fn run_in(
     {
         let stop = stop_source.clone();
         let run = async move { source.run(adverts_tx, stop).await.map_err(RunError::from) };
-        stages.spawn("source", run, Ended::Source);
+        stages.spawn("source", run, Ended::Source, None);
     }
     let ingest_beat = liveness.stage("ingest", INGEST_ALLOWANCE);
     stages.spawn(
@@ -228,8 +228,8 @@ async fn run_in(
             abandon.clone(),
         ),
         Ended::Ingest,
+        Some(ingest_beat),
     );
-    let mut flush_beat = None;
     if let (Some(client), Some(service)) = (client, &config.service) {
         tracing::info!(
             environment = %service.environment,
@@ -241,7 +241,7 @@ async fn run_in(
             "flush",
             service.request_timeout + config.flush.backoff_max + FLUSH_SLACK,
         );
-        flush_beat = Some(beat.clone());
+        let flush_beat = beat.clone();
         let flusher = Flusher {
             client,
             outbox: outbox.clone(),
@@ -257,7 +257,7 @@ async fn run_in(
             abandon: abandon.clone(),
             until_drained: options.until_drained,
         });
-        stages.spawn("flush", flusher, Ended::Flush);
+        stages.spawn("flush", flusher, Ended::Flush, Some(flush_beat));
     }
 
     // The outbox is open and checked and the source has started.
@@ -322,18 +322,8 @@ async fn run_in(
                         failure.get_or_insert(e);
                         stopper.begin();
                     }
-                    // A finished stage is not a stuck one: the watchdog stops expecting
-                    // its beat (a replay that ended leaves the flusher running).
-                    Ok(Ended::Ingest(report)) => {
-                        ingest_beat.done();
-                        ingest_report = Some(report);
-                    }
-                    Ok(Ended::Flush(report)) => {
-                        if let Some(b) = &flush_beat {
-                            b.done();
-                        }
-                        flush_report = Some(report);
-                    }
+                    Ok(Ended::Ingest(report)) => ingest_report = Some(report),
+                    Ok(Ended::Flush(report)) => flush_report = Some(report),
                     Err(source) => {
                         tracing::error!(stage, error = %source, "the {stage} stage died; stopping the daemon (exit 1) so that it is restarted");
                         failure.get_or_insert(RunError::Stage { stage, source });
@@ -402,17 +392,25 @@ struct Stages {
 }
 
 impl Stages {
-    /// Spawns `stage` as a task named `name`; its end is reported as `ended` of its output.
+    /// Spawns `stage` as a task named `name`; its end is reported as `ended` of its
+    /// output. A stage that ends normally marks its `beat` done: a finished stage (the
+    /// ingest after a replay reached its end) is not a stuck one, and the watchdog goes
+    /// on pinging for the stages still running.
     fn spawn<T: Send + 'static>(
         &mut self,
         name: &'static str,
         stage: impl Future<Output = T> + Send + 'static,
         ended: fn(T) -> Ended,
+        beat: Option<Beat>,
     ) {
         let task = tokio::spawn(
             async move {
                 debug_hook::panic_if_asked(name);
-                stage.await
+                let out = stage.await;
+                if let Some(beat) = beat {
+                    beat.done();
+                }
+                out
             }
             .in_current_span(),
         );
@@ -486,5 +484,54 @@ async fn reload_on_hangup(
                 tracing::error!(path = %path.display(), error = %e, "SIGHUP: new config refused; the running one stays in force");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stage_that_ends_normally_leaves_the_watchdog_satisfied() {
+        let mut liveness = Liveness::default();
+        let beat = liveness.stage("ingest", Duration::from_secs(30));
+        let still_running = liveness.stage("flush", Duration::from_secs(30));
+        let mut stages = Stages::default();
+        stages.spawn(
+            "ingest",
+            async { IngestReport::default() },
+            Ended::Ingest,
+            Some(beat),
+        );
+        let (name, ended) = stages.running.next().await.unwrap();
+        assert_eq!(name, "ingest");
+        assert!(matches!(ended, Ok(Ended::Ingest(_))));
+        // Long after the ingest stage ended, only a stage still running must beat.
+        tokio::time::advance(Duration::from_secs(120)).await;
+        still_running.touch();
+        assert_eq!(liveness.check(tokio::time::Instant::now()), Ok(()));
+    }
+
+    #[tokio::test]
+    async fn a_stage_that_panics_is_reported_with_its_name_and_message() {
+        let mut stages = Stages::default();
+        stages.spawn(
+            "flush",
+            async {
+                if true {
+                    panic!("boom in flush");
+                }
+                FlushReport::default()
+            },
+            Ended::Flush,
+            None,
+        );
+        let (name, ended) = stages.running.next().await.unwrap();
+        assert_eq!(name, "flush");
+        let err = ended.err().expect("a panic");
+        assert!(
+            err.is_panic() && err.to_string().contains("boom in flush"),
+            "{err}"
+        );
     }
 }
