@@ -85,6 +85,10 @@ pub enum Command {
         /// Keep the state database in this directory (default: a temporary one, removed at the end).
         #[arg(long)]
         state_dir: Option<PathBuf>,
+        /// Serve /metrics, /healthz and the status page on this address (`[http] listen`),
+        /// e.g. 127.0.0.1:9464.
+        #[arg(long)]
+        http: Option<std::net::SocketAddr>,
     },
     /// Run the mock tracking service on its own (to try a gateway without an account).
     #[cfg(feature = "mock")]

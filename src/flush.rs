@@ -24,6 +24,7 @@ so that one capture the service chokes on cannot hold back the others forever.
 */
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -34,6 +35,7 @@ use crate::api::{ApiError, BulkAnswerItem, BulkItem, ServiceClient};
 use crate::backoff::Backoff;
 use crate::clock::{now_ms, rfc3339};
 use crate::config::{FlushSettings, MacFormat};
+use crate::metrics::Metrics;
 use crate::outbox::{Outbox, Outcome, PendingCapture, Reading};
 use crate::systemd::Beat;
 
@@ -138,6 +140,8 @@ pub struct Flusher {
     pub retention: Duration,
     /// Touched on every turn, for the watchdog.
     pub beat: Beat,
+    /// Request latency, batch sizes, failures by cause, for `/metrics` and `/healthz`.
+    pub metrics: Arc<Metrics>,
 }
 
 /// How the flusher is told to end.
@@ -238,6 +242,7 @@ impl Flusher {
                 .collect();
 
             let started = Instant::now();
+            let request = self.metrics.request();
             let answer = tokio::select! {
                 a = self.client.decode_bulk(&items, &correlation_id) => a,
                 _ = ctl.abandon.cancelled() => {
@@ -245,6 +250,7 @@ impl Flusher {
                     break;
                 }
             };
+            request.answered(&batch, &answer);
             report.batches += 1;
             match classify(&mac_ids, answer) {
                 Action::Settle(outcomes) => {

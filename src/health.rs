@@ -3,6 +3,12 @@ What the running daemon keeps of its health for operators: the one-line `STATUS=
 `systemctl status` shows (pending, last flush, last error), refreshed every
 `STATUS_EVERY`, and the BLE scanner's ladder counts, moved into the state database so
 that `tapegate status` shows them accumulated across restarts.
+
+[`verdict`] is what `/healthz` answers: the watchdog's truth (every running stage has
+turned within its allowance, [`Liveness`]) and, beyond it, delivery's: a flusher that
+turns but whose requests keep failing (a hanging or failing service) is not making
+progress either. The watchdog leaves that second part out on purpose: restarting the
+daemon does not bring a service back, so systemd is not asked to.
 */
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,13 +18,43 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{age, now_ms};
+use crate::metrics::{Metrics, FAILING_AFTER};
 use crate::outbox::{Outbox, ScannerCounts};
 use crate::record::EpochMillis;
 use crate::source::SourceHealth;
-use crate::systemd::Notifier;
+use crate::systemd::{Liveness, Notifier};
 
 /// How often `STATUS=` is refreshed for `systemctl status`.
 const STATUS_EVERY: Duration = Duration::from_secs(10);
+
+/// Why the daemon is not healthy: the stage, and a sentence for the operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unhealthy {
+    pub stage: &'static str,
+    pub reason: String,
+}
+
+/// `Ok` while every stage makes progress (see the module doc).
+pub fn verdict(liveness: &Liveness, metrics: &Metrics) -> Result<(), Unhealthy> {
+    if let Some(stall) = liveness.stalled(tokio::time::Instant::now()) {
+        return Err(Unhealthy {
+            stage: stall.stage,
+            reason: format!(
+                "no progress for {} s (allowed {} s)",
+                stall.silent.as_secs(),
+                stall.allowance.as_secs()
+            ),
+        });
+    }
+    let (failed, cause) = metrics.failing();
+    if failed >= FAILING_AFTER {
+        return Err(Unhealthy {
+            stage: "flush",
+            reason: format!("{failed} requests to the service failed in a row (last: {cause})"),
+        });
+    }
+    Ok(())
+}
 
 /// Moves what the source has been through into the state database, as increments, so
 /// that `status` shows the counts accumulated across restarts of the daemon.
@@ -117,5 +153,59 @@ pub async fn report_status(
             }
         }
         notifier.status(&text);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::api::ApiError;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_stage_is_unhealthy_naming_the_stage_and_how_long() {
+        let mut liveness = Liveness::default();
+        let ingest = liveness.stage("ingest", Duration::from_secs(30));
+        let metrics = Metrics::new();
+        assert_eq!(verdict(&liveness, &metrics), Ok(()));
+        tokio::time::advance(Duration::from_secs(31)).await;
+        let u = verdict(&liveness, &metrics).unwrap_err();
+        assert_eq!(u.stage, "ingest");
+        assert_eq!(u.reason, "no progress for 31 s (allowed 30 s)");
+        ingest.touch();
+        assert_eq!(verdict(&liveness, &metrics), Ok(()));
+    }
+
+    #[test]
+    fn requests_failing_in_a_row_make_the_flusher_unhealthy_until_one_is_answered() {
+        let liveness = Liveness::default();
+        let metrics = Metrics::new();
+        let fail = || {
+            let answer = Err(ApiError::transient("server error 503", None));
+            metrics.request().answered(&[], &answer);
+        };
+        for _ in 1..FAILING_AFTER {
+            fail();
+        }
+        assert_eq!(
+            verdict(&liveness, &metrics),
+            Ok(()),
+            "a blip is not a stall"
+        );
+        fail();
+        let u = verdict(&liveness, &metrics).unwrap_err();
+        assert_eq!(u.stage, "flush");
+        assert!(
+            u.reason.ends_with("failed in a row (last: http_5xx)"),
+            "{}",
+            u.reason
+        );
+        let answered = Ok(vec![crate::api::BulkAnswerItem {
+            mac_id: "C0FFEE000001".into(),
+            result: Err("device not found".into()),
+        }]);
+        metrics.request().answered(&[], &answered);
+        assert_eq!(verdict(&liveness, &metrics), Ok(()));
     }
 }

@@ -13,6 +13,7 @@ The stage ends when its input closes (the source ended or was stopped), after ad
 what dedup still holds and committing the last group.
 */
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
@@ -22,6 +23,8 @@ use tokio_util::sync::CancellationToken;
 use crate::backoff::Backoff;
 use crate::clock::now_ms;
 use crate::dedup::{Dedup, DedupSettings};
+use crate::heard_now::HeardNow;
+use crate::metrics::Metrics;
 use crate::outbox::{Outbox, GROUP_MAX};
 use crate::products::Products;
 use crate::record::{Capture, EpochMillis};
@@ -63,6 +66,10 @@ pub struct IngestSettings {
     pub reload_products: Option<watch::Receiver<Products>>,
     /// New dedup settings (SIGHUP); dedup keeps its per-MAC state.
     pub reload_dedup: Option<watch::Receiver<DedupSettings>>,
+    /// Counts every advertisement for `/metrics`.
+    pub metrics: Arc<Metrics>,
+    /// Keeps each tape's last RSSI for the status page.
+    pub tapes_heard: Arc<HeardNow>,
 }
 
 /// Runs the stage until `input` closes. `committed` is bumped after every commit so the
@@ -97,8 +104,11 @@ pub async fn run(
                 clock = clock.max(heard.advert.ts_ms);
                 let Some(capture) = heard.capture.map(|c| *c).or_else(|| products.capture(&heard.advert)) else {
                     report.unmatched += 1;
+                    settings.metrics.advert(false);
                     continue;
                 };
+                settings.metrics.advert(true);
+                settings.tapes_heard.heard(capture.mac, capture.rssi, now_ms());
                 dedup.offer(capture, &mut admitted);
                 group.append(&mut admitted);
                 if group.len() >= GROUP_MAX {

@@ -33,6 +33,10 @@ tapes into decoded readings in the tracking service.
   at once (a stage that dies ends the daemon non-zero), wires SIGHUP and orders shutdown. [`health`] keeps `STATUS=` and the scanner's counts current;
   [`systemd`] is sd_notify, the watchdog that pings only while every stage makes
   progress, and the stop signals.
+- [`http`]: the read-only HTTP server of `[http] listen`: `/metrics` (every metric
+  defined in [`metrics`]), `/healthz` ([`health::verdict`]) and the status page
+  (`http/page.rs`), which joins the tapes the ingest stage heard ([`heard_now`]) with
+  what the state database knows of them.
 - [`cmd`]: the commands a person runs beside the daemon: `status`, `tapes`,
   `dead-letters` (`state.rs`), `decode`, `check` (for installers), `scan` (the live
   view and recorder) and `demo`. [`cli`] is the command line; [`clock`] is wall-clock
@@ -53,7 +57,10 @@ pub mod config;
 pub mod dedup;
 pub mod flush;
 pub mod health;
+pub mod heard_now;
+pub mod http;
 pub mod ingest;
+pub mod metrics;
 #[cfg(feature = "mock")]
 pub mod mock;
 pub mod outbox;

@@ -210,12 +210,14 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             duration,
             tapes,
             state_dir,
+            http,
         } => {
             init_logging("warn");
             let options = tapegate::cmd::demo::DemoOptions {
                 duration: duration.map(std::time::Duration::from_secs_f64),
                 tapes: *tapes,
                 state_dir: state_dir.clone(),
+                http: *http,
             };
             let mut out = std::io::stdout();
             runtime()?.block_on(async {

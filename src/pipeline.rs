@@ -35,7 +35,10 @@ use crate::config::Config;
 use crate::dedup::DedupSettings;
 use crate::flush::{FlushControl, FlushReport, Flusher};
 use crate::health::{self, HealthKeeper};
+use crate::heard_now::HeardNow;
+use crate::http::{self, BindError, HttpState};
 use crate::ingest::{self, IngestReport, IngestSettings};
+use crate::metrics::Metrics;
 use crate::outbox::{LockError, Outbox, OutboxError, StateLock, Store, StoreOptions};
 use crate::products::Products;
 use crate::source::SourceHealth;
@@ -97,6 +100,8 @@ pub enum RunError {
     OutboxThread(#[source] std::io::Error),
     #[error("cannot set up the service client: {0}")]
     Client(#[source] ApiError),
+    #[error(transparent)]
+    Http(#[from] BindError),
     #[error("cannot listen for {signal}: {source}")]
     Signal {
         signal: &'static str,
@@ -169,10 +174,18 @@ async fn run_in(
         tracing::warn!("no [service] configured: captures accumulate in the outbox until one is");
     }
 
+    let metrics = Arc::new(Metrics::new());
+    let tapes_heard = Arc::new(HeardNow::default());
+    // Bound before anything runs, so that a port in use stops the daemon at once.
+    let http_listener = match config.http.listen {
+        Some(addr) => Some(http::bind(addr).await?),
+        None => None,
+    };
+
     let client = config
         .service
         .as_ref()
-        .map(ServiceClient::new)
+        .map(|s| ServiceClient::new(s).map(|c| c.with_metrics(metrics.clone())))
         .transpose()
         .map_err(RunError::Client)?;
 
@@ -221,6 +234,8 @@ async fn run_in(
                 beat: ingest_beat.clone(),
                 reload_products: Some(products_rx),
                 reload_dedup: Some(dedup_rx),
+                metrics: metrics.clone(),
+                tapes_heard: tapes_heard.clone(),
             },
             adverts_rx,
             outbox.clone(),
@@ -250,6 +265,7 @@ async fn run_in(
             gateway_id: config.gateway.id.clone(),
             retention: config.readings.retention,
             beat,
+            metrics: metrics.clone(),
         }
         .run(FlushControl {
             committed: committed_rx,
@@ -272,6 +288,20 @@ async fn run_in(
         )
         .in_current_span(),
     );
+    let http_task = http_listener.map(|listener| {
+        let state = HttpState {
+            gateway_id: config.gateway.id.clone(),
+            source: config.scanner.source.name().to_string(),
+            outbox: outbox.clone(),
+            liveness: liveness.clone(),
+            metrics: metrics.clone(),
+            heard: tapes_heard.clone(),
+            source_health: health.clone(),
+        };
+        tokio::spawn(
+            http::serve(listener, Arc::new(state), service_tasks.clone()).in_current_span(),
+        )
+    });
     if let Some(interval) = notifier.watchdog_interval() {
         let notifier = notifier.clone();
         let stop = service_tasks.clone();
@@ -348,6 +378,9 @@ async fn run_in(
     service_tasks.cancel();
     // The status task keeps the scanner's last counts before the database closes.
     let _ = status_task.await;
+    if let Some(task) = http_task {
+        let _ = task.await;
+    }
     drop(outbox);
     // The owner thread closes the database (checkpointing the WAL) once every handle is gone.
     let _ = tokio::task::spawn_blocking(move || owner.join()).await;

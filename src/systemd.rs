@@ -78,15 +78,34 @@ impl Liveness {
     /// `Ok` when every running stage beat within its allowance at `now`; otherwise the
     /// name of a stage that did not.
     pub fn check(&self, now: Instant) -> Result<(), &'static str> {
-        let now_ms = now.saturating_duration_since(self.epoch).as_millis() as u64;
-        for b in &self.beats {
-            let last = b.last.load(Ordering::Relaxed);
-            if last != DONE && now_ms.saturating_sub(last) > b.allowance.as_millis() as u64 {
-                return Err(b.name);
-            }
+        match self.stalled(now) {
+            Some(stall) => Err(stall.stage),
+            None => Ok(()),
         }
-        Ok(())
     }
+
+    /// The first running stage that has not beaten within its allowance at `now`.
+    pub fn stalled(&self, now: Instant) -> Option<Stall> {
+        let now_ms = now.saturating_duration_since(self.epoch).as_millis() as u64;
+        self.beats.iter().find_map(|b| {
+            let last = b.last.load(Ordering::Relaxed);
+            let silent = Duration::from_millis(now_ms.saturating_sub(last));
+            (last != DONE && silent > b.allowance).then_some(Stall {
+                stage: b.name,
+                silent,
+                allowance: b.allowance,
+            })
+        })
+    }
+}
+
+/// A stage that has stopped making progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stall {
+    pub stage: &'static str,
+    /// Since its last turn.
+    pub silent: Duration,
+    pub allowance: Duration,
 }
 
 /// Talks to systemd when started by it.

@@ -136,8 +136,13 @@ fn a_stage_that_panics_ends_the_daemon_non_zero_and_the_log_names_the_stage() {
         log.contains("asked the flush stage to panic"),
         "the panic's message: {log}"
     );
-    // What was heard is still accepted: the other stages stopped in order.
-    assert_eq!(g.stats().pending, 5);
+    // The other stages stopped in order: what was accepted stays pending, the file whole.
+    let s = g.stats();
+    assert_eq!(s.pending, s.admitted);
+    assert_eq!(
+        common::integrity_check(&g.state_dir().join("outbox.db")),
+        "ok"
+    );
 }
 
 #[test]
@@ -431,7 +436,7 @@ fn a_wire_mistake_is_an_item_error_the_operator_sees_not_a_silent_success() {
 #[test]
 fn a_missing_permission_is_401_even_with_a_fresh_token_and_reported_as_such() {
     let (rt, mock) = mock_on_own_runtime();
-    mock.set_permission(false);
+    mock.set_decode_permission(false);
     let settings = mock
         .service_settings("ppe", Duration::from_secs(5))
         .unwrap();

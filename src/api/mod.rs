@@ -57,6 +57,8 @@ const FALLBACK_TOKEN_LIFETIME: Duration = Duration::from_secs(300);
 #[derive(Clone)]
 pub struct ServiceClient {
     inner: Arc<Inner>,
+    /// Counts token grants for `/metrics` (the daemon's client only).
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 struct Inner {
@@ -207,7 +209,16 @@ impl ServiceClient {
                 tokens: TokenCache::new(),
                 clock_skew: std::sync::Mutex::new(None),
             }),
+            metrics: None,
         })
+    }
+
+    /// This client, counting its token grants in `metrics`.
+    pub fn with_metrics(self, metrics: Arc<crate::metrics::Metrics>) -> ServiceClient {
+        ServiceClient {
+            metrics: Some(metrics),
+            ..self
+        }
     }
 
     /// Name of the environment this client talks to.
@@ -370,6 +381,9 @@ impl ServiceClient {
         let code = status.as_u16();
         if status.is_success() {
             let grant = parse_token_answer(&body)?;
+            if let Some(m) = &self.metrics {
+                m.token_granted();
+            }
             tracing::debug!(
                 environment = %self.inner.environment,
                 expires_in_secs = grant.expires_in.as_secs(),

@@ -28,6 +28,8 @@ pub struct DemoOptions {
     pub tapes: usize,
     /// Keep the state directory here instead of a temporary one.
     pub state_dir: Option<PathBuf>,
+    /// Serve /metrics, /healthz and the status page here.
+    pub http: Option<std::net::SocketAddr>,
 }
 
 /// Runs the demo until `stop` resolves or the duration ends.
@@ -47,7 +49,10 @@ pub async fn run(
         ),
     };
     let unregistered = (options.tapes / 60).clamp(1, 10);
-    let text = demo_config(&service, &state_dir, options.tapes, unregistered);
+    let mut text = demo_config(&service, &state_dir, options.tapes, unregistered);
+    if let Some(addr) = options.http {
+        text.push_str(&format!("\n[http]\nlisten = \"{addr}\"\n"));
+    }
     let config = config::from_toml(&text, Path::new("(demo)"), std::iter::empty())?;
 
     let _ = writeln!(
@@ -58,6 +63,12 @@ pub async fn run(
         service.base_url("ppe"),
         state_dir.display()
     );
+    if let Some(addr) = options.http {
+        let _ = writeln!(
+            out,
+            "status page: http://{addr}/ (also /metrics and /healthz)\n"
+        );
+    }
 
     let daemon_stop = tokio_util::sync::CancellationToken::new();
     let daemon = {
@@ -207,28 +218,15 @@ fn demo_config(
     tapes: usize,
     unregistered: usize,
 ) -> String {
-    let env = mock::MockEnvironment::demo();
+    // The demo mock always serves "ppe"; were it not so, the demo would only collect.
+    let service_toml = service.service_toml("ppe", 5).unwrap_or_default();
     format!(
         r#"
 [gateway]
 id = "demo"
 state_dir = "{state}"
 shutdown_grace_secs = 5
-
-[service]
-environment = "ppe"
-request_timeout_secs = 5
-
-[service.environments.ppe]
-base_url = "{base}"
-auth_url = "{auth}"
-client_id = "{client}"
-audience = "{audience}"
-username = "{user}"
-password = "{password}"
-customer_id = "{customer}"
-authorized_groups = "{groups}"
-
+{service_toml}
 [scanner]
 source = "sim"
 sim_tapes = {tapes}
@@ -250,13 +248,5 @@ backoff_max_secs = 4
 level = "warn"
 "#,
         state = state_dir.display(),
-        base = service.base_url("ppe"),
-        auth = service.auth_url("ppe"),
-        client = env.client_id,
-        audience = env.audience,
-        user = env.username,
-        password = env.password.expose(),
-        customer = env.customer_id,
-        groups = env.authorized_groups,
     )
 }

@@ -62,6 +62,8 @@ pub const DEFAULTS: Defaults = Defaults {
         retention_hours: 168,
     },
     log: Log { level: "info" },
+    // No listener unless one is asked for: a gateway opens no port by surprise.
+    http: Http { listen: None },
 };
 
 // The shapes of the table: one struct per section, a field per key with the type of
@@ -80,6 +82,7 @@ pub struct Defaults {
     pub flush: Flush,
     pub readings: Readings,
     pub log: Log,
+    pub http: Http,
 }
 
 /// `[gateway]`
@@ -156,6 +159,13 @@ pub struct Readings {
 #[cfg_attr(test, derive(serde::Serialize))]
 pub struct Log {
     pub level: &'static str,
+}
+
+/// `[http]`
+#[cfg_attr(test, derive(serde::Serialize))]
+pub struct Http {
+    /// `None`: no listener (the key is absent from the file).
+    pub listen: Option<&'static str>,
 }
 
 #[cfg(test)]

@@ -56,6 +56,7 @@ pub struct Config {
     pub flush: FlushSettings,
     pub readings: ReadingsSettings,
     pub log: LogSettings,
+    pub http: HttpSettings,
 }
 
 #[derive(Debug, Clone)]
@@ -132,6 +133,17 @@ pub enum SourceKind {
     Sim,
 }
 
+impl SourceKind {
+    /// As `scanner.source` names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SourceKind::Ble => "ble",
+            SourceKind::Replay => "replay",
+            SourceKind::Sim => "sim",
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ScannerSettings {
     pub source: SourceKind,
@@ -175,6 +187,12 @@ pub struct ReadingsSettings {
 pub struct LogSettings {
     /// A tracing filter (`info`, `tapegate=debug`); `RUST_LOG` wins when set.
     pub level: String,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct HttpSettings {
+    /// Where /metrics, /healthz and the status page are served; `None`: nowhere.
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 /// The default config path (`--config` and `TAPEGATE_CONFIG` override it).

@@ -81,6 +81,7 @@ pub struct RawConfig {
     pub flush: RawFlush,
     pub readings: RawReadings,
     pub log: RawLog,
+    pub http: RawHttp,
 }
 
 /// `[gateway]`
@@ -271,8 +272,19 @@ pub struct RawLog {
     pub level: Option<String>,
 }
 
+/// `[http]`
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RawHttp {
+    /// Address and port of the read-only HTTP server (/metrics, /healthz, the status
+    /// page); absent: no listener.
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub listen: Option<String>,
+}
+
 const SECTIONS: &[&str] = &[
     "gateway", "service", "products", "scanner", "dedup", "outbox", "flush", "readings", "log",
+    "http",
 ];
 
 impl RawConfig {
@@ -320,6 +332,7 @@ impl RawConfig {
         raw.flush = section(take("flush"), "flush", problems).unwrap_or_default();
         raw.readings = section(take("readings"), "readings", problems).unwrap_or_default();
         raw.log = section(take("log"), "log", problems).unwrap_or_default();
+        raw.http = section(take("http"), "http", problems).unwrap_or_default();
         raw
     }
 

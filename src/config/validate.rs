@@ -15,9 +15,9 @@ use url::Url;
 use super::host::{CaFileRead, Host, PasswordFile};
 use super::raw::{RawConfig, RawProduct, RawService};
 use super::{
-    CaFile, Config, EnvironmentSettings, FlushSettings, GatewaySettings, LogSettings, MacFormat,
-    OutboxSettings, Problem, ReadingsSettings, ScannerSettings, ServiceSettings, SourceKind,
-    DEFAULTS,
+    CaFile, Config, EnvironmentSettings, FlushSettings, GatewaySettings, HttpSettings, LogSettings,
+    MacFormat, OutboxSettings, Problem, ReadingsSettings, ScannerSettings, ServiceSettings,
+    SourceKind, DEFAULTS,
 };
 use crate::dedup::DedupSettings;
 use crate::outbox::Durability;
@@ -442,6 +442,24 @@ pub fn validate(
         );
     }
 
+    let http = HttpSettings {
+        listen: raw
+            .http
+            .listen
+            .or(DEFAULTS.http.listen.map(String::from))
+            .and_then(|text| match text.trim().parse() {
+                Ok(addr) => Some(addr),
+                Err(_) => {
+                    c.bad(
+                        "http.listen",
+                        format!("{text:?}"),
+                        "an IP address and port such as \"0.0.0.0:9464\", \"127.0.0.1:9464\" or \"[::]:9464\"",
+                    );
+                    None
+                }
+            }),
+    };
+
     let service = match service {
         Some(Some(s)) => Some(s),
         Some(None) => return None,
@@ -457,6 +475,7 @@ pub fn validate(
         flush,
         readings,
         log: LogSettings { level },
+        http,
     })
 }
 
@@ -843,5 +862,36 @@ mod tests {
             p[0].to_string(),
             "service.environments.ppe.password_file = /nonexistent/pw: expected a file holding the password (it is empty)"
         );
+    }
+}
+
+#[cfg(test)]
+mod http_tests {
+    use std::net::SocketAddr;
+
+    use crate::config::test_support::{parse, problems};
+
+    #[test]
+    fn no_http_listener_unless_one_is_configured() {
+        assert_eq!(parse("", &[]).unwrap().http.listen, None);
+        let c = parse("[http]\nlisten = \"0.0.0.0:9464\"\n", &[]).unwrap();
+        assert_eq!(c.http.listen, Some(SocketAddr::from(([0, 0, 0, 0], 9464))));
+        let c = parse("", &[("TAPEGATE_HTTP__LISTEN", "[::1]:9000")]).unwrap();
+        assert_eq!(c.http.listen, Some("[::1]:9000".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_listen_address_without_a_port_is_refused_naming_key_and_value() {
+        for bad in ["9464", "localhost:9464", "0.0.0.0"] {
+            let p = problems(&format!("[http]\nlisten = \"{bad}\"\n"), &[]);
+            let shown: Vec<String> = p.iter().map(|p| p.to_string()).collect();
+            assert_eq!(p.len(), 1, "{shown:?}");
+            assert!(
+                shown[0].starts_with(&format!(
+                    "http.listen = \"{bad}\": expected an IP address and port"
+                )),
+                "{shown:?}"
+            );
+        }
     }
 }

@@ -73,7 +73,7 @@ mod store;
 
 pub use handle::Outbox;
 pub use lock::{LockError, StateLock, LOCK_FILE};
-pub use operator::{DeadLetter, ScannerCounts, Stats, TapeRow};
+pub use operator::{DeadLetter, ScannerCounts, Stats, TapeKnown, TapeRow};
 pub use queue::{Outcome, PendingCapture, Reading};
 pub use store::{OpenReport, Store, StoreOptions};
 

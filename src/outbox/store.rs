@@ -250,6 +250,15 @@ impl Store {
         )?;
         conn.busy_timeout(Duration::from_secs(5))?;
         let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if version == 0 {
+            // The daemon has created the file but not yet committed its schema (it is
+            // starting right now), or the file is empty: either way nothing is stored yet.
+            let tables: i64 =
+                conn.query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get(0))?;
+            if tables == 0 {
+                return Ok(None);
+            }
+        }
         if version != SCHEMA_VERSION {
             return Err(OutboxError::Unusable {
                 path,

@@ -176,20 +176,8 @@ pub fn mock_with(
 /// (password inline), short timeouts and quick backoff.
 #[cfg(feature = "mock")]
 pub fn mock_service_section(mock: &tapegate::mock::MockHandle) -> String {
-    let e = mock
-        .environment_settings("ppe")
-        .expect("the mock serves ppe");
-    format!(
-        "[service]\nenvironment = \"ppe\"\nrequest_timeout_secs = 5\n\n[service.environments.ppe]\nbase_url = \"{}\"\nauth_url = \"{}\"\nclient_id = \"{}\"\naudience = \"{}\"\nusername = \"{}\"\npassword = \"{}\"\ncustomer_id = \"{}\"\nauthorized_groups = \"{}\"\n\n[flush]\nmax_delay_secs = 0.05\nbackoff_initial_ms = 50\nbackoff_max_secs = 1\n",
-        e.base_url,
-        e.auth_url,
-        e.client_id,
-        e.audience,
-        e.username,
-        e.password.expose(),
-        e.customer_id,
-        e.authorized_groups
-    )
+    let service = mock.service_toml("ppe", 5).expect("the mock serves ppe");
+    format!("{service}\n[flush]\nmax_delay_secs = 0.05\nbackoff_initial_ms = 50\nbackoff_max_secs = 1\n")
 }
 
 /// `tapegate run` as a child process fed through its stdin, its stderr collected as it
