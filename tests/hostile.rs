@@ -478,3 +478,15 @@ fn a_server_error_text_quoting_the_token_is_scrubbed_before_it_is_stored_or_show
         assert!(!shown.contains("tok-SECRET-4242"), "{shown}");
     }
 }
+
+#[test]
+fn a_host_that_does_not_resolve_is_an_unknown_host_not_just_unreachable() {
+    let (_rt, mock) = mock_on_own_runtime();
+    // `.invalid` never resolves (RFC 6761), with or without a network.
+    let g = reaching(&mock, "https://tapegate-test.invalid", "");
+    let out = g.run(&["check"]);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("unknown host"), "{said}");
+    assert_eq!(mock.token_requests(), 0);
+}
