@@ -82,10 +82,17 @@ fn a_token_lifetime_of_1e20_seconds_is_clamped_and_everything_is_delivered() {
     let (_rt, mock) = mock_on_own_runtime();
     mock.set_answered_expires_in(Some(serde_json::json!(1e20)));
     let g = replaying(&mock, 20);
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(g.config_path(), std::fs::Permissions::from_mode(0o644)).unwrap();
     let (status, log) = run_until_drained(&g, &[]);
     assert!(status.success(), "{status}:\n{log}");
     assert!(!log.contains("panicked"), "{log}");
     assert!(log.contains("expires_in is out of range"), "{log}");
+    // The config, readable by all, holds the mock's password inline: said at start.
+    assert!(
+        log.contains("WARN") && log.contains("is readable by every user"),
+        "{log}"
+    );
     let s = g.stats();
     assert_eq!((s.admitted, s.delivered, s.pending), (20, 20, 0));
     assert_eq!(mock.token_grants(), 1, "one grant serves the whole run");
