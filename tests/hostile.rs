@@ -294,7 +294,8 @@ fn reaching(mock: &MockHandle, base: &str, service_extra: &str) -> Gateway {
 }
 
 #[test]
-fn tls_to_a_server_of_an_unknown_ca_fails_as_unknown_issuer_and_works_with_ca_file() {
+fn tls_to_a_server_of_an_unknown_ca_fails_as_unknown_issuer_works_with_ca_file_and_names_a_name_mismatch(
+) {
     let (rt, mock) = mock_on_own_runtime();
     let (port, ca_pem) = tls_front(&rt, &mock);
     let base = format!("https://localhost:{port}");
@@ -329,6 +330,15 @@ fn tls_to_a_server_of_an_unknown_ca_fails_as_unknown_issuer_and_works_with_ca_fi
     let said = text(&out.stdout);
     assert!(out.status.success(), "{said}{}", text(&out.stderr));
     assert!(mock.token_grants() >= 1);
+
+    // The same server by address: the CA is trusted, but the certificate names another host.
+    let by_address = format!("https://127.0.0.1:{port}");
+    let ca_file = format!("ca_file = \"{}\"\n", ca.display());
+    let g = reaching(&mock, &by_address, &ca_file);
+    let out = g.run(&["check"]);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("name mismatch"), "{said}");
 }
 
 #[test]
