@@ -232,19 +232,21 @@ fn a_password_override_of_1e3_reaches_the_grant_as_the_string_1e3() {
 }
 
 /// An HTTPS front for the mock: TLS for `localhost` with a certificate signed by a CA
-/// made here, each connection relayed to the mock's plain port. Returns its port and
-/// the CA's PEM.
-fn tls_front(rt: &tokio::runtime::Runtime, mock: &MockHandle) -> (u16, String) {
+/// made here (one that expired in 2020 when `expired`), each connection relayed to the
+/// mock's plain port. Returns its port and the CA's PEM.
+fn tls_front(rt: &tokio::runtime::Runtime, mock: &MockHandle, expired: bool) -> (u16, String) {
     use tokio_rustls::rustls;
     let ca_key = rcgen::KeyPair::generate().unwrap();
     let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
     let ca = ca_params.self_signed(&ca_key).unwrap();
     let key = rcgen::KeyPair::generate().unwrap();
-    let leaf = rcgen::CertificateParams::new(vec!["localhost".to_string()])
-        .unwrap()
-        .signed_by(&key, &ca, &ca_key)
-        .unwrap();
+    let mut leaf = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    if expired {
+        leaf.not_before = rcgen::date_time_ymd(2019, 1, 1);
+        leaf.not_after = rcgen::date_time_ymd(2020, 1, 1);
+    }
+    let leaf = leaf.signed_by(&key, &ca, &ca_key).unwrap();
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -297,7 +299,7 @@ fn reaching(mock: &MockHandle, base: &str, service_extra: &str) -> Gateway {
 fn tls_to_a_server_of_an_unknown_ca_fails_as_unknown_issuer_works_with_ca_file_and_names_a_name_mismatch(
 ) {
     let (rt, mock) = mock_on_own_runtime();
-    let (port, ca_pem) = tls_front(&rt, &mock);
+    let (port, ca_pem) = tls_front(&rt, &mock, false);
     let base = format!("https://localhost:{port}");
 
     let g = reaching(&mock, &base, "");
@@ -506,4 +508,19 @@ fn a_host_that_does_not_resolve_is_an_unknown_host_not_just_unreachable() {
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains("unknown host"), "{said}");
     assert_eq!(mock.token_requests(), 0);
+}
+
+#[test]
+fn tls_with_an_expired_certificate_says_certificate_expired() {
+    let (rt, mock) = mock_on_own_runtime();
+    let (port, ca_pem) = tls_front(&rt, &mock, true);
+    let g = Gateway::new("");
+    let ca = g.path("ca.pem");
+    std::fs::write(&ca, ca_pem).unwrap();
+    let ca_file = format!("ca_file = \"{}\"\n", ca.display());
+    let g = reaching(&mock, &format!("https://localhost:{port}"), &ca_file);
+    let out = g.run(&["check"]);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("certificate expired"), "{said}");
 }
