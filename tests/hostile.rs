@@ -410,9 +410,15 @@ fn check_sends_the_oldest_waiting_capture_and_warns_about_a_doubled_base_url() {
 
     let config = mock_service_section(&mock) + &replay_section(&g, 2);
     g.write_config(&config);
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(g.config_path(), std::fs::Permissions::from_mode(0o644)).unwrap();
     let out = g.run(&["check"]);
     let said = text(&out.stdout);
-    assert!(out.status.success(), "{said}");
+    assert!(out.status.success(), "a warning fails nothing: {said}");
+    assert!(
+        said.contains("warn password") && said.contains("readable by every user"),
+        "{said}"
+    );
     assert!(
         said.contains(&format!(
             "decoded the oldest capture waiting in the outbox (tape {})",
