@@ -77,6 +77,8 @@ fn under_systemd_it_notifies_ready_status_watchdog_and_stopping() {
         receive_until(&sock, &mut seen, |m| m.starts_with("STATUS=pending ")),
         "no STATUS: {seen:?}"
     );
+    // The capture is committed before the stop, so the count below cannot race it.
+    wait_pending(&g, 1);
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(
         receive_until(&sock, &mut seen, |m| m == "STOPPING=1"),
