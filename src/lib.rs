@@ -20,16 +20,18 @@ tapes into decoded readings in the tracking service.
 - [`products`]: which advertisements are tapes, and the `ble_packet` sent for them.
 - [`dedup`]: per-MAC deduplication on capture time (pure, time passed in).
 - [`ingest`]: the stage from advertisements to committed groups in the outbox.
-- [`outbox`]: the durable, bounded SQLite store (`store.rs` open, migrate, quarantine;
-  `queue.rs` enqueue, next batch, settle; `operator.rs` the reads and changes of
-  `status`, `tapes`, `dead-letters`; `clock.rs` boots and held rows); its module doc
-  is the design document.
+- [`outbox`]: the durable, bounded SQLite store (`store.rs` open, migrate, quarantine,
+  reopen a file deleted under the daemon; `queue.rs` enqueue, next batch, settle;
+  `operator.rs` the reads and changes of `status`, `tapes`, `dead-letters`; `clock.rs`
+  boots and held rows; `lock.rs` one daemon per state directory); its module doc is the
+  design document.
 - [`flush`]: batching, answer handling and backoff towards the bulk decode endpoint;
   [`backoff`] is the one retry delay (flusher, token cache, ingest).
-- [`api`]: the tracking service client (`auth.rs` the token cache, `decode.rs` bulk and
-  single decode, `error.rs` answers mapped to what to do).
-- [`pipeline`]: the only place that creates channels, spawns stages, wires SIGHUP and
-  orders shutdown. [`health`] keeps `STATUS=` and the scanner's counts current;
+- [`api`]: the tracking service client (`auth.rs` the token cache and its lifetime
+  bounds, `decode.rs` bulk and single decode, `error.rs` answers and transport failures
+  mapped to what to do). [`secret`] keeps the password and token out of every text.
+- [`pipeline`]: the only place that creates channels, spawns stages, watches them all
+  at once (a stage that dies ends the daemon non-zero), wires SIGHUP and orders shutdown. [`health`] keeps `STATUS=` and the scanner's counts current;
   [`systemd`] is sd_notify, the watchdog that pings only while every stage makes
   progress, and the stop signals.
 - [`http`]: the read-only HTTP server of `[http] listen`: `/metrics` (every metric

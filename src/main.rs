@@ -116,6 +116,9 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Run { until_drained } => {
             let config = load(&cli)?;
             let level = init_logging(&config.log.level);
+            if let Some(warning) = config::world_readable_password(&cli.config) {
+                tracing::warn!("{warning}");
+            }
             let options = RunOptions {
                 until_drained: *until_drained,
                 reload: Some(Reload {

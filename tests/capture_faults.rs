@@ -72,7 +72,7 @@ impl Drop for Tmpfs {
     }
 }
 
-const FULL_DISK_T0: i64 = 9_000_000;
+const FULL_DISK_T0: i64 = common::T0_MS + 9_000_000;
 
 /// Capture `i` of the disk-full test: its capture time says where it was sent.
 fn nth_advert(i: u32) -> Advertisement {

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{mock_on_own_runtime, text, wait_for, Gateway};
+use common::{mock_with as mock_on_own_runtime, text, wait_for, Gateway};
 use tapegate::mock::{MockConfig, MockEnvironment, MockHandle, ReceivedItem};
 use tapegate::outbox::Stats;
 use tapegate::tape::TapeReading;

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use common::{mock_on_own_runtime, text, write_records, Gateway};
+use common::{mock_with as mock_on_own_runtime, text, write_records, Gateway};
 use tapegate::config::{self, Config};
 use tapegate::mock::{
     self, DecodeKind, Fault, MockConfig, MockEnvironment, MockHandle, Received, ReceivedItem, Storm,

@@ -61,7 +61,12 @@ fn under_systemd_it_notifies_ready_status_watchdog_and_stopping() {
         receive_until(&sock, &mut seen, |m| m == "READY=1"),
         "no READY: {seen:?}"
     );
-    writeln!(stdin, "{}", tape_advert(tape_mac(1), 1_000, 1).to_record()).unwrap();
+    writeln!(
+        stdin,
+        "{}",
+        tape_advert(tape_mac(1), T0_MS + 1_000, 1).to_record()
+    )
+    .unwrap();
     stdin.flush().unwrap();
     // Every stage is alive: pings arrive at half of WatchdogSec.
     assert!(
@@ -72,6 +77,8 @@ fn under_systemd_it_notifies_ready_status_watchdog_and_stopping() {
         receive_until(&sock, &mut seen, |m| m.starts_with("STATUS=pending ")),
         "no STATUS: {seen:?}"
     );
+    // The capture is committed before the stop, so the count below cannot race it.
+    wait_pending(&g, 1);
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(
         receive_until(&sock, &mut seen, |m| m == "STOPPING=1"),
@@ -119,7 +126,7 @@ fn outside_systemd_nothing_is_notified_and_it_runs_the_same() {
     let mut daemon = Daemon::start_with(&g, |c| {
         c.env_remove("NOTIFY_SOCKET");
     });
-    daemon.send(&[tape_advert(tape_mac(1), 1_000, 1)]);
+    daemon.send(&[tape_advert(tape_mac(1), T0_MS + 1_000, 1)]);
     wait_pending(&g, 1);
     let (status, log) = daemon.terminate(Duration::from_secs(15));
     assert!(status.success(), "{log}");
@@ -144,7 +151,7 @@ fn sighup_reloads_products_and_refuses_a_bad_config_without_dropping_anything() 
         |id: &str| format!("{STDIN_REPLAY}[[products]]\nid = \"{id}\"\nmanufacturer_id = 0x0EF7\n");
     let g = Gateway::new(&product("tape-v1"));
     let mut daemon = Daemon::start(&g);
-    let advert = |i: u32| tape_advert(tape_mac(i), 1_000 + i64::from(i), 1);
+    let advert = |i: u32| tape_advert(tape_mac(i), T0_MS + 1_000 + i64::from(i), 1);
     daemon.send(&[advert(1)]);
     wait_pending(&g, 1);
     let last_product = |g: &Gateway, mac| {

@@ -36,13 +36,13 @@ use serde_json::Value;
 use url::Url;
 
 use crate::config::{EnvironmentSettings, ServiceSettings};
-use crate::secret::Secret;
+use crate::secret::{scrub, Secret};
 
 pub use decode::{BulkAnswerItem, BulkItem, Decoded};
 pub use error::{parse_retry_after, ApiError, Transport, TransportKind};
 
 use auth::{Grant, TokenCache};
-use error::{answer_message, scrub};
+use error::answer_message;
 
 /// Largest success answer read; a bigger one is [`ApiError::BadAnswer`]. 250 decoded
 /// items are a few tens of KiB, so this only stops a broken or hostile server.
@@ -178,7 +178,18 @@ impl ServiceClient {
             ));
         }
         let bulk_url = join(&e.base_url, &["external", "v1", "devices", "decode"])?;
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        if let Some(ca) = &settings.ca_file {
+            // Checked when the config was loaded; a failure here is a file changed since.
+            let certs = reqwest::Certificate::from_pem_bundle(&ca.pem).map_err(|e| {
+                ApiError::Setup(format!("ca_file {} cannot be used: {e}", ca.path.display()))
+            })?;
+            for cert in certs {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        // HTTPS_PROXY, HTTP_PROXY and NO_PROXY are honoured (reqwest reads them).
+        let http = builder
             .use_rustls_tls()
             .timeout(settings.request_timeout)
             .connect_timeout(settings.request_timeout)
@@ -227,6 +238,14 @@ impl ServiceClient {
     /// and token validity; `tapegate check` reports it.
     pub fn clock_skew_secs(&self) -> Option<i64> {
         self.inner.clock_skew.lock().ok().and_then(|g| *g)
+    }
+
+    /// `text` from a server answer (an item's `error`, an error body) with the password
+    /// and the current token taken out, for anything that stores or shows it.
+    pub fn scrub(&self, text: &str) -> String {
+        let token = self.inner.tokens.current();
+        let token = token.as_ref().map_or("", Secret::expose);
+        scrub(text, &[token, self.inner.endpoint.password.expose()])
     }
 
     /// Drops the cached token; the next request fetches a new one.
@@ -389,8 +408,9 @@ impl ServiceClient {
     }
 }
 
-/// Reads the token answer: `access_token` required, `expires_in` as an integer (or a
-/// numeric string), `token_type` expected to be Bearer.
+/// Reads the token answer: `access_token` required (and able to travel in a header),
+/// `expires_in` as a number (or a numeric string) clamped to a sane lifetime,
+/// `token_type` expected to be Bearer.
 fn parse_token_answer(body: &[u8]) -> Result<Grant, ApiError> {
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::BadAnswer(format!("token answer is not JSON: {e}")))?;
@@ -399,6 +419,13 @@ fn parse_token_answer(body: &[u8]) -> Result<Grant, ApiError> {
         .and_then(Value::as_str)
         .filter(|t| !t.is_empty())
         .ok_or_else(|| ApiError::BadAnswer("token answer has no access_token".into()))?;
+    // A token that cannot go into `Authorization` would fail every request for its whole
+    // life; refused here, it is not cached and the grant backs off like any failure.
+    if HeaderValue::from_str(&format!("Bearer {token}")).is_err() {
+        return Err(ApiError::BadAnswer(
+            "token answer's access_token holds characters an HTTP header cannot carry".into(),
+        ));
+    }
     if let Some(t) = v.get("token_type").and_then(Value::as_str) {
         if !t.eq_ignore_ascii_case("bearer") {
             tracing::warn!(
@@ -407,20 +434,30 @@ fn parse_token_answer(body: &[u8]) -> Result<Grant, ApiError> {
             );
         }
     }
-    let expires_in = match v.get("expires_in") {
+    let secs = match v.get("expires_in") {
         Some(Value::Number(n)) => n.as_f64(),
         Some(Value::String(s)) => s.trim().parse::<f64>().ok(),
         _ => None,
-    }
-    .filter(|s| s.is_finite() && *s >= 0.0)
-    .map(Duration::from_secs_f64);
-    let expires_in = expires_in.unwrap_or_else(|| {
-        tracing::warn!(
-            fallback_secs = FALLBACK_TOKEN_LIFETIME.as_secs(),
-            "token answer has no usable expires_in"
-        );
-        FALLBACK_TOKEN_LIFETIME
-    });
+    };
+    let expires_in = match secs.and_then(auth::clamp_lifetime) {
+        Some(d) => {
+            if secs != Some(d.as_secs_f64()) {
+                tracing::warn!(
+                    expires_in = secs.unwrap_or_default(),
+                    used_secs = d.as_secs(),
+                    "token answer's expires_in is out of range; using the nearest sane lifetime"
+                );
+            }
+            d
+        }
+        None => {
+            tracing::warn!(
+                fallback_secs = FALLBACK_TOKEN_LIFETIME.as_secs(),
+                "token answer has no usable expires_in"
+            );
+            FALLBACK_TOKEN_LIFETIME
+        }
+    };
     Ok(Grant {
         token: Secret::new(token),
         expires_in,
@@ -477,5 +514,45 @@ mod tests {
             parse_token_answer(b"nope"),
             Err(ApiError::BadAnswer(_))
         ));
+    }
+
+    #[test]
+    fn a_hostile_expires_in_is_clamped_not_a_panic() {
+        for (body, want) in [
+            (
+                r#"{"access_token":"t","expires_in":1e19}"#,
+                auth::MAX_LIFETIME,
+            ),
+            (
+                r#"{"access_token":"t","expires_in":1e20}"#,
+                auth::MAX_LIFETIME,
+            ),
+            (
+                r#"{"access_token":"t","expires_in":"1e400"}"#,
+                auth::MAX_LIFETIME,
+            ),
+            (
+                r#"{"access_token":"t","expires_in":-5}"#,
+                auth::MIN_LIFETIME,
+            ),
+            (
+                r#"{"access_token":"t","expires_in":"NaN"}"#,
+                FALLBACK_TOKEN_LIFETIME,
+            ),
+        ] {
+            assert_eq!(
+                parse_token_answer(body.as_bytes()).unwrap().expires_in,
+                want,
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_token_a_header_cannot_carry_is_refused_without_echoing_it() {
+        let err =
+            parse_token_answer(br#"{"access_token":"abc\ndef","expires_in":60}"#).unwrap_err();
+        assert!(matches!(err, ApiError::BadAnswer(_)), "{err:?}");
+        assert!(!err.to_string().contains("abc"), "{err}");
     }
 }

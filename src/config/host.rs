@@ -59,6 +59,48 @@ impl PasswordFile {
     }
 }
 
+/// The CA file as it was read: where, and its bytes (or why it could not be read).
+#[derive(Debug)]
+pub struct CaFileRead {
+    pub path: PathBuf,
+    pub contents: std::io::Result<Vec<u8>>,
+}
+
+impl CaFileRead {
+    pub fn read(path: &Path) -> CaFileRead {
+        CaFileRead {
+            path: path.to_path_buf(),
+            contents: std::fs::read(path),
+        }
+    }
+}
+
+/// A warning when the config file at `path` holds a password inline (any
+/// `[service.environments.*]` with `password`) and every user of the machine may read
+/// it; `None` otherwise, or when the file cannot be read.
+pub fn world_readable_password(path: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path).ok()?.permissions().mode();
+    if mode & 0o004 == 0 {
+        return None;
+    }
+    let table: toml::Table = std::fs::read_to_string(path).ok()?.parse().ok()?;
+    let envs = table.get("service")?.get("environments")?.as_table()?;
+    let inline: Vec<&String> = envs
+        .iter()
+        .filter(|(_, e)| e.get("password").is_some())
+        .map(|(name, _)| name)
+        .collect();
+    (!inline.is_empty()).then(|| {
+        format!(
+            "{} is readable by every user (mode {:o}) and holds a password inline (environment {}): use password_file, or chmod o-r it",
+            path.display(),
+            mode & 0o777,
+            inline.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,6 +146,28 @@ mod tests {
         // An absolute path is taken as written.
         let absolute = Path::new("/etc/tapegate/password");
         assert_eq!(host.credential_path(absolute), absolute);
+    }
+
+    #[test]
+    fn an_inline_password_in_a_world_readable_file_is_warned_about() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.toml");
+        std::fs::write(&file, SERVICE).unwrap();
+        let chmod = |mode| std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode));
+        chmod(0o644).unwrap();
+        let warning = world_readable_password(&file).expect("a warning");
+        assert!(
+            warning.contains("ppe") && warning.contains("644"),
+            "{warning}"
+        );
+        assert!(!warning.contains("s3cr3t-value"), "{warning}");
+        chmod(0o640).unwrap();
+        assert_eq!(world_readable_password(&file), None);
+        let by_file = SERVICE.replace("password = \"s3cr3t-value\"", "password_file = \"pw\"");
+        std::fs::write(&file, by_file).unwrap();
+        chmod(0o644).unwrap();
+        assert_eq!(world_readable_password(&file), None);
     }
 
     #[test]

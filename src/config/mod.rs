@@ -40,7 +40,8 @@ mod test_support;
 mod validate;
 
 pub use defaults::DEFAULTS;
-use host::{Host, PasswordFile};
+pub use host::world_readable_password;
+use host::{CaFileRead, Host, PasswordFile};
 use raw::RawConfig;
 
 /// The validated configuration.
@@ -93,8 +94,26 @@ pub struct ServiceSettings {
     pub environment: String,
     pub mac_format: MacFormat,
     pub request_timeout: Duration,
+    /// `[service] ca_file`: CA certificates trusted besides the system's.
+    pub ca_file: Option<CaFile>,
     /// The selected environment's settings.
     pub endpoint: EnvironmentSettings,
+}
+
+/// A PEM file of CA certificates, as read and checked when the config was loaded.
+#[derive(Clone)]
+pub struct CaFile {
+    pub path: PathBuf,
+    /// The PEM text (one or more certificates).
+    pub pem: Vec<u8>,
+}
+
+impl fmt::Debug for CaFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CaFile")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Everything onboarding hands out for one environment.
@@ -266,7 +285,7 @@ fn from_toml_on(
         text.parse()
             .map_err(|e: toml::de::Error| ConfigError::Syntax {
                 path: path.to_path_buf(),
-                message: e.to_string(),
+                message: syntax_message(text, &e),
             })?;
     let mut problems = Vec::new();
     env::apply(&mut table, env, &mut problems);
@@ -274,7 +293,12 @@ fn from_toml_on(
     let password_file = raw
         .password_file()
         .map(|file| PasswordFile::read(host.credential_path(file)));
-    let config = validate::validate(raw, host, password_file.as_ref(), &mut problems);
+    let ca_file = raw.ca_file().map(CaFileRead::read);
+    let files = validate::Files {
+        password_file: password_file.as_ref(),
+        ca_file: ca_file.as_ref(),
+    };
+    let config = validate::validate(raw, host, files, &mut problems);
     match config {
         Some(c) if problems.is_empty() => Ok(c),
         _ => Err(ConfigError::Invalid {
@@ -284,9 +308,59 @@ fn from_toml_on(
     }
 }
 
+/// Where a TOML syntax error is and what is wrong, without the text of the line: the
+/// parser's own message quotes the line, and that line may hold the password. The key
+/// of the line is named when there is one; the parser's words are left out too when
+/// that key holds a secret (they can quote a character of the value).
+fn syntax_message(text: &str, e: &toml::de::Error) -> String {
+    let Some(at) = e.span().map(|s| s.start.min(text.len())) else {
+        return "a syntax error (position unknown)".into();
+    };
+    let before = text.get(..at).unwrap_or("");
+    let line_no = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before[line_start..].chars().count() + 1;
+    let line = text[line_start..].lines().next().unwrap_or("");
+    let key = line
+        .split_once('=')
+        .map(|(k, _)| k.trim().trim_matches('"').trim())
+        .filter(|k| {
+            !k.is_empty()
+                && k.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+        });
+    let what = e.message().lines().next().unwrap_or("").trim();
+    match key {
+        Some(k) if crate::secret::is_secret_key(k) => {
+            format!("line {line_no}, column {column}, in the value of `{k}` (not shown: it is a secret)")
+        }
+        Some(k) => format!("line {line_no}, column {column}, key `{k}`: {what}"),
+        None => format!("line {line_no}, column {column}: {what}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::test_support::{problems, SERVICE};
+
+    #[test]
+    fn a_syntax_error_on_the_password_line_names_the_place_but_never_the_value() {
+        let text = SERVICE.replace("password = \"s3cr3t-value\"", "password = \"s3cr3t-value");
+        let err = super::test_support::parse(&text, &[]).unwrap_err();
+        let shown = format!("{err} {err:?}");
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+        assert!(
+            shown.contains("line 10") && shown.contains("`password`"),
+            "{shown}"
+        );
+        // Elsewhere the parser's words help and are kept.
+        let err = super::test_support::parse("[flush]\nmax_batch = = 3\n", &[]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("line 2, column 13, key `max_batch`: "),
+            "{err}"
+        );
+    }
 
     #[test]
     fn every_problem_is_reported_at_once_naming_key_value_and_expectation() {

@@ -114,6 +114,9 @@ pub struct RawService {
     pub mac_format: Option<String>,
     /// Timeout of one request to the service.
     pub request_timeout_secs: Option<u64>,
+    /// A PEM file of CA certificates trusted besides the system's (a private CA, or a
+    /// TLS-inspecting proxy's).
+    pub ca_file: Option<PathBuf>,
     /// What onboarding hands out, per environment.
     pub environments: Option<BTreeMap<String, RawEnvironment>>,
 }
@@ -348,6 +351,13 @@ impl RawConfig {
             (None, Some(file)) => Some(file),
             _ => None,
         }
+    }
+}
+
+impl RawConfig {
+    /// `[service] ca_file`, if set.
+    pub fn ca_file(&self) -> Option<&Path> {
+        self.service.as_ref()?.ca_file.as_deref()
     }
 }
 

@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use url::Url;
 
-use super::host::{Host, PasswordFile};
+use super::host::{CaFileRead, Host, PasswordFile};
 use super::raw::{RawConfig, RawProduct, RawService};
 use super::{
-    Config, EnvironmentSettings, FlushSettings, GatewaySettings, HttpSettings, LogSettings,
+    CaFile, Config, EnvironmentSettings, FlushSettings, GatewaySettings, HttpSettings, LogSettings,
     MacFormat, OutboxSettings, Problem, ReadingsSettings, ScannerSettings, ServiceSettings,
     SourceKind, DEFAULTS,
 };
@@ -126,6 +126,18 @@ impl Check<'_> {
     fn url(&mut self, key: &str, v: Option<String>) -> Option<Url> {
         let s = self.text(key, v, "an http(s) URL")?;
         match Url::parse(&s) {
+            // Credentials in a URL end up in logs, `check` and proxies' records; the value
+            // shown has them taken out.
+            Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
+                let _ = u.set_username("");
+                let _ = u.set_password(None);
+                self.bad(
+                    key,
+                    format!("{:?} (its user name and password not shown)", u.as_str()),
+                    "a URL without credentials in it: they go in username and password",
+                );
+                None
+            }
             Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Some(u),
             _ => {
                 self.bad(
@@ -139,13 +151,21 @@ impl Check<'_> {
     }
 }
 
+/// The files a config points to, as the caller read them.
+#[derive(Default, Clone, Copy)]
+pub struct Files<'a> {
+    /// The file [`RawConfig::password_file`] names.
+    pub password_file: Option<&'a PasswordFile>,
+    /// The file [`RawConfig::ca_file`] names.
+    pub ca_file: Option<&'a CaFileRead>,
+}
+
 /// Turns `raw` into a [`Config`], adding a problem for each thing wrong; `None` when
-/// something is too wrong to build one (the problems say what). `password_file` is the
-/// file [`RawConfig::password_file`] names, as the caller read it.
+/// something is too wrong to build one (the problems say what).
 pub fn validate(
     raw: RawConfig,
     host: &Host,
-    password_file: Option<&PasswordFile>,
+    files: Files<'_>,
     problems: &mut Vec<Problem>,
 ) -> Option<Config> {
     let mut c = Check { problems };
@@ -207,7 +227,7 @@ pub fn validate(
 
     let service = raw
         .service
-        .map(|s| validate_service(s, host, password_file, &mut c));
+        .map(|s| validate_service(s, host, files, &mut c));
 
     let products = match raw.products {
         None => Products(vec![Product::tape()]),
@@ -482,9 +502,11 @@ pub fn validate(
 fn validate_service(
     s: RawService,
     host: &Host,
-    password_file: Option<&PasswordFile>,
+    files: Files<'_>,
     c: &mut Check,
 ) -> Option<ServiceSettings> {
+    let password_file = files.password_file;
+    let ca_file = files.ca_file.and_then(|read| ca_file(read, c));
     let environment = s.environment().to_string();
     let mac_format = c.choice(
         "service.mac_format",
@@ -568,6 +590,7 @@ fn validate_service(
         environment: environment.clone(),
         mac_format,
         request_timeout,
+        ca_file,
         endpoint: EnvironmentSettings {
             base_url: base_url?,
             auth_url: auth_url?,
@@ -579,6 +602,29 @@ fn validate_service(
             authorized_groups: authorized_groups?,
         },
     })
+}
+
+/// The CA certificates of `[service] ca_file`: a readable PEM file holding at least one.
+fn ca_file(read: &CaFileRead, c: &mut Check) -> Option<CaFile> {
+    let key = "service.ca_file";
+    let path = read.path.display();
+    let expected = "a PEM file of CA certificates (-----BEGIN CERTIFICATE-----)";
+    match &read.contents {
+        Ok(pem) => match reqwest::Certificate::from_pem_bundle(pem) {
+            Ok(certs) if !certs.is_empty() => Some(CaFile {
+                path: read.path.clone(),
+                pem: pem.clone(),
+            }),
+            _ => {
+                c.bad(key, path, &format!("{expected}; it holds none"));
+                None
+            }
+        },
+        Err(e) => {
+            c.bad(key, path, &format!("{expected} that can be read ({e})"));
+            None
+        }
+    }
 }
 
 /// The password a password file holds; one trailing newline is dropped.
@@ -722,6 +768,45 @@ mod tests {
     }
 
     #[test]
+    fn a_url_with_credentials_is_refused_naming_the_key_without_the_secret() {
+        let text = SERVICE.replace(
+            "https://api.example.com/",
+            "https://gw:hunter2@api.example.com/",
+        );
+        let p = problems(&text, &[]);
+        assert_eq!(p[0].key, "service.environments.ppe.base_url");
+        let shown = p[0].to_string();
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("gw:"),
+            "{shown}"
+        );
+        assert!(shown.contains("without credentials"), "{shown}");
+    }
+
+    #[test]
+    fn a_ca_file_must_be_a_readable_pem_file_of_certificates() {
+        let dir = tempfile::tempdir().unwrap();
+        let not_pem = dir.path().join("ca.pem");
+        std::fs::write(&not_pem, "not a certificate\n").unwrap();
+        for (path, why) in [
+            (not_pem.display().to_string(), "it holds none"),
+            ("/nonexistent/ca.pem".to_string(), "that can be read"),
+        ] {
+            let text = SERVICE.replace(
+                "environment = \"ppe\"",
+                &format!("environment = \"ppe\"\nca_file = \"{path}\""),
+            );
+            let p = problems(&text, &[]);
+            let shown = p[0].to_string();
+            assert!(
+                shown.starts_with(&format!("service.ca_file = {path}: expected a PEM file")),
+                "{shown}"
+            );
+            assert!(shown.contains(why), "{shown}");
+        }
+    }
+
+    #[test]
     fn the_selected_environment_must_exist() {
         let text = SERVICE.replace("environment = \"ppe\"", "environment = \"production\"");
         let p = problems(&text, &[]);
@@ -779,7 +864,11 @@ mod tests {
             contents: Ok(Secret::new("from-memory\n")),
         };
         let mut p = Vec::new();
-        let c = validate(raw(&mut p), &test_host(), Some(&read), &mut p).unwrap();
+        let files = |pw| Files {
+            password_file: Some(pw),
+            ca_file: None,
+        };
+        let c = validate(raw(&mut p), &test_host(), files(&read), &mut p).unwrap();
         assert!(p.is_empty(), "{p:?}");
         assert_eq!(c.service.unwrap().endpoint.password.expose(), "from-memory");
 
@@ -788,7 +877,7 @@ mod tests {
             contents: Ok(Secret::new("\n")),
         };
         let mut p = Vec::new();
-        assert!(validate(raw(&mut p), &test_host(), Some(&empty), &mut p).is_none());
+        assert!(validate(raw(&mut p), &test_host(), files(&empty), &mut p).is_none());
         assert_eq!(
             p[0].to_string(),
             "service.environments.ppe.password_file = /nonexistent/pw: expected a file holding the password (it is empty)"

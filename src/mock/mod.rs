@@ -37,23 +37,30 @@ the module docs of those files.
 # Where the mock had to choose
 - A body that is not valid JSON gets 401 `Unauthorized access` (spec section 7 lists
   it under 401); valid JSON that is not an array gets 400.
-- Checks run in this order: fault injection, bearer token (401), `customer_id` and
-  `authorized_groups` present (400), body JSON (401), array (400), item count (413),
-  every item has the four string fields (400 naming the item index), duplicate
-  `mac_id` (400), poison MAC (400); then each item is answered on its own.
+- Checks run in this order: fault injection, bearer token (401; also with a fresh token
+  when the permission is withdrawn, [`MockHandle::set_decode_permission`]), `customer_id` and
+  `authorized_groups` present (400), `Content-Type: application/json` (400, bulk), body
+  JSON (401), array (400), item count (413), every item has the four string fields and
+  no `mac_id` twice (400 `Validation failed` with `errors`, one per problem, naming the
+  item index: spec section 7's body), poison MAC (400); then each item is answered on
+  its own.
 - A `customer_id` or `authorized_groups` that differs from the environment's is not a
   request error: the devices are simply not associated with that customer, so every
   item gets the "device not found" error (404 on single decode).
 - The bulk answer carries exactly the fields the spec lists for it (`mac_id, qr_code,
   cts, ts, bat, temp`, or `mac_id, error`); the single decode answer carries all the
   fields of spec 2.3.
-- `mac_id` is accepted as `AABBCCDDEEFF` or `AA:BB:CC:DD:EE:FF` (any case) and echoed
-  back exactly as received; a `mac_id` that is no MAC is "device not found".
+- What an item may look like is [`WireRules`]: by default `mac_id` only as
+  `AABBCCDDEEFF`, `ble_packet` only as upper-case hex, `product_id` only `tape`
+  (tapegate's defaults; the spec fixes none of them). Another form is an item error
+  (`invalid mac_id format`, `invalid ble_packet encoding`, `unknown product_id`), so a
+  wire mistake cannot pass unseen. `mac_id` is echoed back exactly as received.
 - `scan_time` must be a number in a string (`ts` echoes it); anything else is an
   item error `invalid scan_time`.
 
 # The simulated tape packet
-`ble_packet` is hex (any case) or base64 of either the 13-byte manufacturer data
+`ble_packet` is upper-case hex (or, with [`WireRules::any_packet_encoding`], hex of any
+case or base64) of either the 13-byte manufacturer data
 (`F7 0E`, company identifier 0x0EF7 little-endian, then the payload) or the 11-byte
 payload alone. The layout is the one the simulated fleet writes ([`crate::tape`] has
 the table and the code for both); the mock answers:
@@ -104,7 +111,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use url::Url;
 
-use crate::config::{EnvironmentSettings, MacFormat, ServiceSettings};
+pub use crate::config::MacFormat;
+use crate::config::{EnvironmentSettings, ServiceSettings};
 use crate::record::hex_upper;
 use crate::secret::Secret;
 use crate::tape::UNREGISTERED_PREFIX;
@@ -230,6 +238,44 @@ impl Default for Registry {
     }
 }
 
+/// What the mock accepts in a decode item beyond the spec's shape. The spec leaves the
+/// form of `mac_id` and the encoding of `ble_packet` open, and a real account knows its
+/// own `product_id`s; a real service takes one of each, not all. So by default the mock
+/// takes exactly tapegate's defaults (`mac_id` as 12 upper-case hex digits, `ble_packet`
+/// as upper-case hex, the product `tape`), and a wire mistake becomes an item error a
+/// test sees instead of passing. A test that means to send another form says so here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WireRules {
+    /// The `mac_id` forms accepted.
+    pub mac_formats: Vec<MacFormat>,
+    /// Also accept `ble_packet` as lower-case hex or base64 (the encodings a product can
+    /// be configured with), not only upper-case hex.
+    pub any_packet_encoding: bool,
+    /// The `product_id`s accepted; empty: any.
+    pub product_ids: Vec<String>,
+}
+
+impl Default for WireRules {
+    fn default() -> Self {
+        WireRules {
+            mac_formats: vec![MacFormat::Plain],
+            any_packet_encoding: false,
+            product_ids: vec!["tape".to_string()],
+        }
+    }
+}
+
+impl WireRules {
+    /// Every form the mock can read: both `mac_id` forms, every encoding, any product.
+    pub fn lenient() -> Self {
+        WireRules {
+            mac_formats: vec![MacFormat::Plain, MacFormat::Colon],
+            any_packet_encoding: true,
+            product_ids: Vec::new(),
+        }
+    }
+}
+
 /// What the mock serves.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MockConfig {
@@ -237,6 +283,8 @@ pub struct MockConfig {
     pub registry: Registry,
     /// Items per bulk request; more gets 413.
     pub max_items: usize,
+    /// What a decode item may look like.
+    pub wire: WireRules,
     /// Requests per rate window of the label, status and config calls (spec 8).
     pub rate_limit: u32,
     /// Length of that window (tests shorten it rather than wait a minute).
@@ -251,6 +299,7 @@ impl MockConfig {
             environments: vec![MockEnvironment::demo()],
             registry: Registry::default(),
             max_items: DEFAULT_MAX_ITEMS,
+            wire: WireRules::default(),
             rate_limit: DEFAULT_RATE_LIMIT,
             rate_window: DEFAULT_RATE_WINDOW,
         }
@@ -503,6 +552,7 @@ authorized_groups = "{groups}"
             environment: env.to_string(),
             mac_format: MacFormat::Plain,
             request_timeout,
+            ca_file: None,
             endpoint: self.environment_settings(env)?,
         })
     }
@@ -513,6 +563,22 @@ authorized_groups = "{groups}"
 
     pub fn set_registry(&self, registry: Registry) {
         self.shared.with(|s| s.registry = registry);
+    }
+
+    pub fn set_wire_rules(&self, wire: WireRules) {
+        self.shared.with(|s| s.wire = wire);
+    }
+
+    /// Whether item errors quote the request's `Authorization` header, as a careless
+    /// server might: what the gateway stores and shows must not.
+    pub fn set_echo_token_in_errors(&self, on: bool) {
+        self.shared.with(|s| s.echo_token_in_errors = on);
+    }
+
+    /// Whether the API identity has the decode permission (spec 5.7). Without it every
+    /// decode is 401 `Unauthorized access`, however fresh the token.
+    pub fn set_decode_permission(&self, granted: bool) {
+        self.shared.with(|s| s.permission_denied = !granted);
     }
 
     /// Whether received requests are recorded (counters always run).

@@ -20,7 +20,7 @@ use super::fault::{Fault, Storm};
 use super::token::IssuedToken;
 use super::{
     decode, token, DecodeKind, MockConfig, MockEnvironment, MockStats, Received, Registry,
-    DEFAULT_RECORD_LIMIT,
+    WireRules, DEFAULT_RECORD_LIMIT,
 };
 use crate::record::Mac;
 
@@ -46,12 +46,22 @@ pub(super) struct State {
     pub envs: Vec<MockEnvironment>,
     pub registry: Registry,
     pub max_items: usize,
+    pub wire: WireRules,
+    /// The API identity lacks the decode permission: 401 with any token.
+    pub permission_denied: bool,
+    /// Item errors quote the request's bearer token (a careless server).
+    pub echo_token_in_errors: bool,
     pub tokens: HashMap<String, IssuedToken>,
     pub faults: VecDeque<Fault>,
     pub storm: Option<(Storm, fastrand::Rng)>,
     /// Plain form of the poison MAC.
     pub poison: Option<String>,
     pub received: VecDeque<Received>,
+    /// What the token answer says in `expires_in` instead of the environment's lifetime
+    /// (any JSON, such as 1e20); the tokens stay valid for the environment's lifetime.
+    pub answered_expires_in: Option<Value>,
+    /// The `access_token` text granted instead of a generated one.
+    pub token_text: Option<String>,
     pub recording: bool,
     pub record_limit: usize,
     pub stats: MockStats,
@@ -66,11 +76,16 @@ impl State {
             envs: config.environments,
             registry: config.registry,
             max_items: config.max_items,
+            wire: config.wire,
+            permission_denied: false,
+            echo_token_in_errors: false,
             tokens: HashMap::new(),
             faults: VecDeque::new(),
             storm: None,
             poison: None,
             received: VecDeque::new(),
+            answered_expires_in: None,
+            token_text: None,
             recording: true,
             record_limit: DEFAULT_RECORD_LIMIT,
             stats: MockStats::default(),
@@ -149,6 +164,15 @@ pub(super) fn status_of(code: u16) -> StatusCode {
 /// The spec's error body `{message, code}`.
 pub(super) fn error_answer(code: u16, message: &str) -> Answer {
     json_answer(status_of(code), &json!({"message": message, "code": code}))
+}
+
+/// The spec's validation failure (section 7): `Validation failed`, code 400, and one
+/// entry in `errors` per problem.
+pub(super) fn validation_failed(errors: &[String]) -> Answer {
+    json_answer(
+        StatusCode::BAD_REQUEST,
+        &json!({"message": "Validation failed", "code": 400, "errors": errors}),
+    )
 }
 
 pub(super) fn unauthorized() -> Answer {

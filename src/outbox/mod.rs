@@ -48,6 +48,13 @@ oldest first). `tapegate dead-letters retry` moves dead letters back to `pending
   while the daemon runs.
 - **A write that fails** (disk full, I/O error) rolls its transaction back; nothing
   already committed is lost and the caller keeps the group and retries later.
+- **One daemon per state directory.** `tapegate run` holds an exclusive `flock` on
+  `tapegate.lock` beside the database (`lock.rs`); a second one is refused at start.
+- **A database deleted or replaced under the daemon** (its path no longer names the
+  file we write to) is noticed before the next job, logged at ERROR, and a fresh one is
+  started there: what was not yet committed goes into it. What the old file held is
+  gone with it; new rows take ids above the old file's, so a batch in flight from it
+  settles nothing of theirs.
 - **A corrupt database** (fails to open or fails `quick_check`) is moved aside with an
   ERROR log naming both paths, and a fresh one is started, so the daemon never
   crash-loops on it.
@@ -67,12 +74,14 @@ and holds and releases captures for the clock keeper. `handle.rs` is the owner t
 
 mod clock;
 mod handle;
+mod lock;
 mod operator;
 mod queue;
 mod store;
 
 pub use clock::{BootStart, ClockChange, ClockStatus, Released};
 pub use handle::Outbox;
+pub use lock::{LockError, StateLock, LOCK_FILE};
 pub use operator::{DeadLetter, ScannerCounts, Stats, TapeKnown, TapeRow};
 pub use queue::{Outcome, PendingCapture, Reading};
 pub use store::{OpenReport, Store, StoreOptions};

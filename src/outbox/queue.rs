@@ -7,7 +7,10 @@ use std::collections::HashSet;
 use rusqlite::{params, Transaction};
 
 use super::clock::first_held;
-use super::store::{int_to_mac, mac_to_int, read_counters, write_counters, write_tx, Counters};
+use super::store::{
+    hold_id_floor, int_to_mac, mac_to_int, read_counters, release_id_floor, write_counters,
+    write_tx, Counters,
+};
 use super::{OutboxError, Store, MAX_DEAD_LETTERS};
 use crate::record::{Capture, EpochMillis};
 
@@ -49,6 +52,7 @@ impl Store {
             let current = read_counters(&tx)?;
             let mut next = current;
             let mut held_from = clock.first_held;
+            hold_id_floor(&tx, self.id_floor)?;
             {
                 let mut insert = tx.prepare_cached(
                     "INSERT INTO pending(mac, captured_at, product_id, packet, rssi, boot, boot_ms, held) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -62,6 +66,7 @@ impl Store {
                     }
                 }
             }
+            release_id_floor(&tx, self.id_floor)?;
             next.admitted += group.len() as u64;
             let excess = next.pending().saturating_sub(self.options.max_pending);
             let evicted = if excess > 0 {
@@ -83,6 +88,7 @@ impl Store {
         tx.commit().map_err(OutboxError::WriteFailed)?;
         self.counters = next;
         self.clock.first_held = held_from;
+        self.id_floor = 0;
         Ok(evicted)
     }
 
