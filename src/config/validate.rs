@@ -16,8 +16,8 @@ use super::host::{Host, PasswordFile};
 use super::raw::{RawConfig, RawProduct, RawService};
 use super::{
     Config, EnvironmentSettings, FlushSettings, GatewaySettings, LogSettings, MacFormat,
-    OutboxSettings, Problem, ReadingsSettings, ScannerSettings, ServiceSettings, SourceKind,
-    DEFAULTS,
+    OperatorSettings, OutboxSettings, Problem, ReadingsSettings, ScannerSettings, ServiceSettings,
+    SourceKind, DEFAULTS,
 };
 use crate::dedup::DedupSettings;
 use crate::outbox::Durability;
@@ -422,10 +422,10 @@ pub fn validate(
         );
     }
 
-    let service = match service {
-        Some(Some(s)) => Some(s),
+    let (service, operator) = match service {
+        Some(Some((s, o))) => (Some(s), Some(o)),
         Some(None) => return None,
-        None => None,
+        None => (None, None),
     };
     Some(Config {
         gateway,
@@ -437,6 +437,7 @@ pub fn validate(
         flush,
         readings,
         log: LogSettings { level },
+        operator,
     })
 }
 
@@ -445,8 +446,15 @@ fn validate_service(
     host: &Host,
     password_file: Option<&PasswordFile>,
     c: &mut Check,
-) -> Option<ServiceSettings> {
+) -> Option<(ServiceSettings, OperatorSettings)> {
     let environment = s.environment().to_string();
+    let rate_window = Duration::from_secs(c.int(
+        "service.rate_window_secs",
+        s.rate_window_secs,
+        DEFAULTS.service.rate_window_secs,
+        1,
+        3600,
+    ));
     let mac_format = c.choice(
         "service.mac_format",
         s.mac_format.as_deref(),
@@ -494,6 +502,42 @@ fn validate_service(
         e.authorized_groups,
         "the authorized groups from onboarding",
     );
+    let historical_base_url = match e.historical_base_url {
+        None => None,
+        some => c.url(&k("historical_base_url"), some),
+    };
+    let operator_text = |c: &mut Check, key: &str, v: Option<String>, what: &str| match v {
+        None => None,
+        some => c.text(&k(key), some, what),
+    };
+    let history_operation_id = operator_text(
+        c,
+        "history_operation_id",
+        e.history_operation_id,
+        "the fixed UUID that ends the history path",
+    );
+    if let Some(id) = history_operation_id.as_deref() {
+        if uuid::Uuid::parse_str(id).is_err() {
+            c.bad(
+                k("history_operation_id"),
+                format!("{id:?}"),
+                "a UUID such as \"3f2a9c4e-8b1d-4e6f-a7c2-5d9e0b1f6a38\"",
+            );
+        }
+    }
+    let default_app_id = operator_text(
+        c,
+        "default_app_id",
+        e.default_app_id,
+        "an application id from the operator",
+    );
+    let default_tape_type = operator_text(
+        c,
+        "default_tape_type",
+        e.default_tape_type,
+        "a tape type such as Green or Black",
+    )
+    .unwrap_or_else(|| DEFAULTS.environment.default_tape_type.to_string());
     // The password's value never appears in a problem.
     let password = match (e.password, e.password_file) {
         (Some(_), Some(_)) => {
@@ -525,7 +569,7 @@ fn validate_service(
             }
         },
     };
-    Some(ServiceSettings {
+    let service = ServiceSettings {
         environment: environment.clone(),
         mac_format,
         request_timeout,
@@ -539,7 +583,15 @@ fn validate_service(
             customer_id: customer_id?,
             authorized_groups: authorized_groups?,
         },
-    })
+    };
+    let operator = OperatorSettings {
+        historical_base_url,
+        history_operation_id,
+        default_app_id,
+        default_tape_type,
+        rate_window,
+    };
+    Some((service, operator))
 }
 
 /// The password a password file holds; one trailing newline is dropped.

@@ -7,7 +7,7 @@ token expires or the power is cut. Every admitted capture is written here first;
 flusher delivers from here, and a row leaves only in the transaction that records its
 outcome (a decoded reading or a dead letter). Delivery is therefore at-least-once.
 
-# Schema (`PRAGMA user_version` = 1)
+# Schema (`PRAGMA user_version` = 2)
 | table | holds |
 |---|---|
 | `pending` | captures not yet delivered: `id` (admission order), `mac` (48-bit integer), `captured_at` (epoch ms), `product_id`, `packet` (the `ble_packet` as sent), `rssi` |
@@ -15,6 +15,8 @@ outcome (a decoded reading or a dead letter). Delivery is therefore at-least-onc
 | `readings` | decoded readings (history, bounded by `readings.retention_hours`) |
 | `tapes` | the latest reading of each tape |
 | `counters` | `admitted`, `delivered`, `dead_lettered`, `evicted`, `dead_letters_dropped` |
+| `rate_window` | per API identity, the service's shared rate window (spec 8): when it began and how many requests it took; shared by every CLI run |
+| `heard` | per tape heard in the last [`HEARD_KEEP_MS`]: last capture time, strongest recent RSSI, and whether the service knows it (decoded, or refused as not found); written in the commit groups and settlements the daemon already makes, read by `device add --nearest` |
 | `meta` | `last_flush_ok_at`, `last_error`, `last_error_at`; the BLE scanner's ladder counts (`scanner_*`) |
 
 A row's life: admitted → `pending` → delivered (row deleted, reading stored) | dead
@@ -52,17 +54,20 @@ oldest first). `tapegate dead-letters retry` moves dead letters back to `pending
   one MAC are delivered in admission order, which is capture order.
 
 # Code
-[`Store`] is one type in three files, by seam: `store.rs` opens, migrates and
+[`Store`] is one type in four files, by seam: `store.rs` opens, migrates and
 quarantines; `queue.rs` is the daemon's path (enqueue, next batch, settle); `operator.rs`
-is what `status`, `tapes` and `dead-letters` read and change. `handle.rs` is the owner
+is what `status`, `tapes` and `dead-letters` read and change; `dock.rs` the rate window
+and the tapes heard, for the operator commands of the service interface. `handle.rs` is the owner
 thread.
 */
 
+mod dock;
 mod handle;
 mod operator;
 mod queue;
 mod store;
 
+pub use dock::{HeardTape, WindowState, HEARD_BEST_MS, HEARD_KEEP_MS};
 pub use handle::Outbox;
 pub use operator::{DeadLetter, ScannerCounts, Stats, TapeRow};
 pub use queue::{Outcome, PendingCapture, Reading};

@@ -19,7 +19,7 @@ use crate::record::Mac;
 /// The schema, as the steps that build it: `MIGRATIONS[i]` takes a database from
 /// `user_version` `i` to `i + 1`. Steps are only ever appended, and each adds (tables,
 /// columns, indexes) rather than rewrites, so an older database upgrades in place.
-const MIGRATIONS: &[&str] = &[MIGRATION_1];
+const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_OPERATOR];
 
 /// The `user_version` of a database this tapegate has fully migrated.
 const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -70,6 +70,25 @@ INSERT INTO counters(name, value) VALUES
     ('admitted', 0), ('delivered', 0), ('dead_lettered', 0), ('evicted', 0),
     ('dead_letters_dropped', 0);
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+";
+
+/// The operator interface (issue 11): the service's shared rate window, kept here so
+/// that separate CLI runs share it, and the tapes heard lately, written by the daemon for
+/// `device add --nearest`.
+const MIGRATION_OPERATOR: &str = "
+CREATE TABLE rate_window (
+    identity    TEXT PRIMARY KEY,
+    started_at  INTEGER NOT NULL,
+    used        INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE heard (
+    mac         INTEGER PRIMARY KEY,
+    last_at     INTEGER NOT NULL,
+    best_rssi   INTEGER,
+    best_at     INTEGER NOT NULL,
+    known       INTEGER
+);
+CREATE INDEX heard_by_last_at ON heard(last_at);
 ";
 
 /// How the store is opened.
