@@ -63,8 +63,15 @@ long demos. Expired tokens are forgotten at every grant.
 */
 
 mod decode;
+mod devices;
 mod fault;
+mod history;
+mod locations;
+mod messages;
+mod ops;
 mod packet;
+mod rate;
+pub mod seed;
 mod service;
 mod token;
 
@@ -88,7 +95,18 @@ use crate::record::hex_upper;
 use crate::secret::Secret;
 use crate::tape::UNREGISTERED_PREFIX;
 
+pub use devices::{
+    fleet_qrcode, Device, DeviceStatus, Label, ALREADY_IN_TARGET_STATE, ALREADY_LABELLED,
+    DEVICE_NOT_FOUND, INVALID_TRANSITION, MAX_LABEL_DEVICES, MAX_STATUS_DEVICES, QRMAC_NOT_FOUND,
+};
 pub use fault::{Fault, Storm};
+pub use history::{
+    HISTORY_OPERATION_ID, HISTORY_VERSION, LAG_SECS, MAX_AGE_DAYS, MAX_EVENTS, MAX_SPAN_DAYS,
+};
+pub use locations::{LOCATION_UUID, LOCATION_VERSION, SENSORS, VENDOR_ID};
+pub use messages::MESSAGE_TYPES;
+pub use ops::{Endpoint, OperatorReceived};
+pub use rate::{DEFAULT_RATE_LIMIT, DEFAULT_RATE_WINDOW};
 
 use service::Shared;
 
@@ -98,6 +116,9 @@ pub const DEFAULT_MAX_ITEMS: usize = 250;
 pub const DEFAULT_RECORD_LIMIT: usize = 10_000;
 /// `fw_ver` of every decoded packet.
 pub const FW_VER: &str = "1.4.2";
+/// The application ids the operator issued to the mock's account (`appId` of
+/// add-device, `application_id` of labels); the first is the demo's default.
+pub const APP_IDS: [&str; 2] = ["demo-app", "cold-chain"];
 
 /// One environment: what onboarding would hand out for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,6 +167,8 @@ pub enum Registry {
     Only(HashSet<String>),
     /// Every MAC except those whose plain form starts with the prefix.
     AllExceptPrefix(String),
+    /// The first, and these MACs too (tapes added with add-device).
+    Plus(Box<Registry>, HashSet<String>),
 }
 
 impl Registry {
@@ -161,6 +184,28 @@ impl Registry {
             Registry::AllExcept(set) => !set.contains(plain_mac),
             Registry::Only(set) => set.contains(plain_mac),
             Registry::AllExceptPrefix(prefix) => !plain_mac.starts_with(prefix.as_str()),
+            Registry::Plus(base, extra) => {
+                extra.contains(plain_mac) || base.is_registered(plain_mac)
+            }
+        }
+    }
+
+    /// Makes the MAC (plain form) known from now on.
+    pub fn register(&mut self, plain_mac: &str) {
+        if self.is_registered(plain_mac) {
+            return;
+        }
+        match self {
+            Registry::AllExcept(set) => {
+                set.remove(plain_mac);
+            }
+            Registry::Only(set) | Registry::Plus(_, set) => {
+                set.insert(plain_mac.to_string());
+            }
+            Registry::All | Registry::AllExceptPrefix(_) => {
+                let base = std::mem::replace(self, Registry::All);
+                *self = Registry::Plus(Box::new(base), [plain_mac.to_string()].into());
+            }
         }
     }
 }
@@ -178,6 +223,10 @@ pub struct MockConfig {
     pub registry: Registry,
     /// Items per bulk request; more gets 413.
     pub max_items: usize,
+    /// Requests per rate window of the label, status and config calls (spec 8).
+    pub rate_limit: u32,
+    /// Length of that window (tests shorten it rather than wait a minute).
+    pub rate_window: Duration,
 }
 
 impl MockConfig {
@@ -188,6 +237,8 @@ impl MockConfig {
             environments: vec![MockEnvironment::demo()],
             registry: Registry::default(),
             max_items: DEFAULT_MAX_ITEMS,
+            rate_limit: DEFAULT_RATE_LIMIT,
+            rate_window: DEFAULT_RATE_WINDOW,
         }
     }
 }
@@ -298,6 +349,10 @@ pub async fn serve_forever(addr: SocketAddr, config: MockConfig) -> io::Result<(
     for env in handle.environments() {
         println!("{env} base_url {}", handle.base_url(&env));
         println!("{env} auth_url {}", handle.auth_url(&env));
+        println!(
+            "{env} historical_base_url {}",
+            handle.historical_base_url(&env)
+        );
     }
     tokio::signal::ctrl_c().await?;
     handle.shutdown().await;

@@ -55,11 +55,14 @@ pub(super) struct State {
     pub recording: bool,
     pub record_limit: usize,
     pub stats: MockStats,
+    /// The operator endpoints' state: devices, seeds, rate windows, their record.
+    pub ops: super::ops::OpsState,
 }
 
 impl State {
     pub(super) fn new(config: MockConfig) -> Self {
         State {
+            ops: super::ops::OpsState::new(&config),
             envs: config.environments,
             registry: config.registry,
             max_items: config.max_items,
@@ -191,6 +194,16 @@ pub(super) async fn handle(
 ) -> Result<Answer, CloseConnection> {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
+    if let Some(op) = super::ops::route(&parts.method, &path) {
+        let (env_name, endpoint, arg) = match op {
+            Ok(r) => r,
+            Err(answer) => return Ok(answer),
+        };
+        let Some(env) = shared.environment(&env_name) else {
+            return Ok(error_answer(404, "Not found"));
+        };
+        return super::ops::handle(shared, env, endpoint, arg, parts, body).await;
+    }
     let Some(route) = route(&path) else {
         return Ok(error_answer(404, "Not found"));
     };
