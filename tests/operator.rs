@@ -593,3 +593,37 @@ async fn a_message_payload_is_checked_before_it_is_sent() {
     let sent = mock.operator_received().pop().unwrap();
     assert_eq!(sent.header("message_type"), Some("DEVICE_DATA"));
 }
+
+#[test]
+fn the_demo_activates_the_unknown_tapes_and_delivers_their_dead_letters() {
+    // The demo runs on its own clock: outage at 1/3 of the run (8 s long), activation
+    // 2 s after it, the rest of the run to deliver what was re-queued.
+    let out = std::process::Command::new(common::BIN)
+        .args(["demo", "--duration", "28", "--tapes", "60"])
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let added = stdout
+        .lines()
+        .find(|l| l.contains("tapegate device add --qr TTC0DEAD"))
+        .unwrap_or_else(|| panic!("no activation: {stdout}"));
+    assert!(
+        added.contains("HTTP 201") && added.contains("dead letter(s) re-queued"),
+        "{added}"
+    );
+    let delivered = stdout
+        .split("now delivered:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no delivered tapes: {stdout}"));
+    assert!(
+        delivered
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.contains("C0:DE:AD") && l.contains("decoded")),
+        "{delivered}"
+    );
+    assert!(stdout.contains("--- tapegate locate ASSET-0001 --sensor ---"));
+    assert!(stdout.contains("humidity 61 %"), "{stdout}");
+    assert!(stdout.contains("event(s) in 1 request(s)"), "{stdout}");
+}
