@@ -22,18 +22,23 @@ tapes into decoded readings in the tracking service.
 - [`ingest`]: the stage from advertisements to committed groups in the outbox.
 - [`outbox`]: the durable, bounded SQLite store (`store.rs` open, migrate, quarantine;
   `queue.rs` enqueue, next batch, settle; `operator.rs` the reads and changes of
-  `status`, `tapes`, `dead-letters`); its module doc is the design document.
+  `status`, `tapes`, `dead-letters`; `dock.rs` the rate window and the tapes heard); its
+  module doc is the design document.
 - [`flush`]: batching, answer handling and backoff towards the bulk decode endpoint;
   [`backoff`] is the one retry delay (flusher, token cache, ingest).
 - [`api`]: the tracking service client (`auth.rs` the token cache, `decode.rs` bulk and
-  single decode, `error.rs` answers mapped to what to do).
+  single decode, `error.rs` answers mapped to what to do) and the operator's client
+  (`devices.rs` add, label, relabel, show, deactivate, configure with their rules;
+  `locate.rs`, `history.rs`, `messages.rs`; `rate.rs` the shared rate window kept in the
+  state database; `assumed.rs` the request shapes the spec does not show).
 - [`pipeline`]: the only place that creates channels, spawns stages, wires SIGHUP and
   orders shutdown. [`health`] keeps `STATUS=` and the scanner's counts current;
   [`systemd`] is sd_notify, the watchdog that pings only while every stage makes
   progress, and the stop signals.
 - [`cmd`]: the commands a person runs beside the daemon: `status`, `tapes`,
   `dead-letters` (`state.rs`), `decode`, `check` (for installers), `scan` (the live
-  view and recorder) and `demo`. [`cli`] is the command line; [`clock`] is wall-clock
+  view and recorder), `demo`, and the operator's `device`, `locate`, `history` and
+  `message`. [`cli`] is the command line; [`clock`] is wall-clock
   time and its formatting.
 - `mock` (cargo feature `mock`, on by default): the spec-faithful mock tracking service
   used by tests, `tapegate demo` and `tapegate mock`, one file per endpoint; not part

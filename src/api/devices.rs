@@ -38,6 +38,8 @@ use crate::outbox::OutboxError;
 /// Sends of one request at most (the first and the repeats after 429, 5xx or a lost
 /// answer).
 const MAX_ATTEMPTS: u32 = 6;
+/// Sends of a read at most (a read is safe to repeat after a 5xx or a lost answer).
+const READ_ATTEMPTS: u32 = 4;
 /// First wait after a 5xx or a lost answer, doubling with full jitter...
 const RETRY_INITIAL: Duration = Duration::from_secs(1);
 /// ...up to this.
@@ -245,6 +247,44 @@ impl Operator {
             delay.as_secs_f64()
         ));
         tokio::time::sleep(delay).await;
+    }
+
+    /// A request that is safe to repeat (a read): sent again with backoff after a 5xx
+    /// or a lost answer, [`READ_ATTEMPTS`] times at most. Returns the last answer (a
+    /// 5xx only when every attempt got one).
+    pub(super) async fn send_safe(
+        &self,
+        what: &str,
+        method: Method,
+        url: &url::Url,
+        body: Option<Bytes>,
+    ) -> Result<Answer, OperatorError> {
+        let mut backoff = Backoff::new(RETRY_INITIAL, RETRY_MAX);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let correlation_id = self.correlation_id(what);
+            let answer = self
+                .client
+                .call(
+                    method.clone(),
+                    url,
+                    Account::Headers,
+                    &[],
+                    body.clone(),
+                    &correlation_id,
+                )
+                .await;
+            let why = match answer {
+                Ok(a) if server_error(a.status) && attempt < READ_ATTEMPTS => {
+                    format!("the service answered {}", a.status.as_u16())
+                }
+                Ok(a) => return Ok(a),
+                Err(e) if answer_lost(&e) && attempt < READ_ATTEMPTS => e.operator_cause(),
+                Err(e) => return Err(e.into()),
+            };
+            self.back_off(&mut backoff, &format!("{what}: {why}")).await;
+        }
     }
 
     /// One multi-device call over `entries`, split and repeated as the rules say.

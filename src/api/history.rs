@@ -20,8 +20,7 @@ use serde_json::{json, Map, Value};
 use super::assumed;
 use super::devices::{Operator, OperatorError};
 use super::locate::SensorReading;
-use super::{join, Account, ApiError};
-use crate::backoff::Backoff;
+use super::{join, ApiError};
 
 /// Events one request returns at most (spec 4.2).
 pub const MAX_EVENTS_PER_REQUEST: usize = 1000;
@@ -234,48 +233,23 @@ impl Operator {
             "filters": filters,
         }});
         let body = Bytes::from(body.to_string());
-        let mut backoff = Backoff::new(
-            std::time::Duration::from_secs(1),
-            std::time::Duration::from_secs(10),
-        );
-        for attempt in 1.. {
-            let correlation_id = self.correlation_id("history");
-            let answer = self
-                .client
-                .call(
-                    Method::POST,
-                    &url,
-                    Account::Headers,
-                    &[],
-                    Some(body.clone()),
-                    &correlation_id,
-                )
-                .await;
-            let why = match answer {
-                Ok(a) if a.status == StatusCode::OK => return parse_events(&a.body),
-                Ok(a) if a.status == StatusCode::BAD_REQUEST => {
-                    let m = assumed::history_error_message(&a.body).unwrap_or(a.message);
-                    return Err(OperatorError::Refused(format!(
-                        "the service refused the history request: {m}"
-                    )));
-                }
-                Ok(a) if a.status.is_server_error() && attempt < 4 => {
-                    format!("the service answered {}", a.status.as_u16())
-                }
-                Ok(a) => {
-                    return Err(OperatorError::Refused(format!(
-                        "history: HTTP {}: {}",
-                        a.status.as_u16(),
-                        a.message
-                    )))
-                }
-                Err(e @ ApiError::Transient { .. }) if attempt < 4 => e.operator_cause(),
-                Err(e) => return Err(e.into()),
-            };
-            self.back_off(&mut backoff, &format!("history: {why}"))
-                .await;
+        let a = self
+            .send_safe("history", Method::POST, &url, Some(body))
+            .await?;
+        match a.status {
+            StatusCode::OK => parse_events(&a.body),
+            StatusCode::BAD_REQUEST => {
+                let m = assumed::history_error_message(&a.body).unwrap_or(a.message);
+                Err(OperatorError::Refused(format!(
+                    "the service refused the history request: {m}"
+                )))
+            }
+            s => Err(OperatorError::Refused(format!(
+                "history: HTTP {}: {}",
+                s.as_u16(),
+                a.message
+            ))),
         }
-        unreachable!("the loop returns")
     }
 }
 

@@ -9,8 +9,7 @@ use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use super::devices::{Operator, OperatorError};
-use super::{Account, ApiError};
-use crate::backoff::Backoff;
+use super::ApiError;
 
 /// The location event of spec 2.1.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -65,8 +64,6 @@ pub const SENSORS: [(&str, &str); 6] = [
 
 /// Wait before the one retry of an AWB 404.
 const AWB_RETRY_AFTER: Duration = Duration::from_secs(1);
-/// Reads of a 5xx or a lost answer at most (a read is safe to repeat).
-const READ_ATTEMPTS: u32 = 4;
 
 impl Operator {
     /// The latest event of `asset_id` (an AWB, or with `sensor` a device's asset
@@ -81,25 +78,11 @@ impl Operator {
         if sensor {
             url.query_pairs_mut().append_pair("event", "sensor");
         }
-        let mut backoff = Backoff::new(AWB_RETRY_AFTER, Duration::from_secs(10));
         let mut awb_retried = false;
-        let mut attempts = 0;
         loop {
-            attempts += 1;
-            let correlation_id = self.correlation_id("locate");
-            let answer = self
-                .client
-                .call(
-                    Method::GET,
-                    &url,
-                    Account::Headers,
-                    &[],
-                    None,
-                    &correlation_id,
-                )
-                .await;
-            let why = match answer {
-                Ok(a) if a.status == StatusCode::OK => {
+            let a = self.send_safe("locate", Method::GET, &url, None).await?;
+            match a.status {
+                StatusCode::OK => {
                     let event: LocationEvent = serde_json::from_slice(&a.body).map_err(|e| {
                         ApiError::BadAnswer(format!(
                             "the location answer is not the event of spec 2.1: {e}"
@@ -107,10 +90,8 @@ impl Operator {
                     })?;
                     return Ok((!event.assets.is_empty()).then_some(event));
                 }
-                Ok(a) if a.status == StatusCode::NOT_FOUND && !sensor => {
-                    if awb_retried {
-                        return Ok(None);
-                    }
+                StatusCode::NOT_FOUND if !sensor && awb_retried => return Ok(None),
+                StatusCode::NOT_FOUND if !sensor => {
                     // Spec 4.1.5: a temporary fault also reads as 404; once more.
                     awb_retried = true;
                     (self.on_retry)(&format!(
@@ -118,25 +99,15 @@ impl Operator {
                         AWB_RETRY_AFTER.as_secs()
                     ));
                     tokio::time::sleep(AWB_RETRY_AFTER).await;
-                    continue;
                 }
-                Ok(a) if a.status.is_server_error() && attempts < READ_ATTEMPTS => {
-                    format!("the service answered {}", a.status.as_u16())
-                }
-                Ok(a) => {
+                s => {
                     return Err(OperatorError::Refused(format!(
                         "locate {asset_id}: HTTP {}: {}",
-                        a.status.as_u16(),
+                        s.as_u16(),
                         a.message
                     )))
                 }
-                Err(e @ ApiError::Transient { .. }) if attempts < READ_ATTEMPTS => {
-                    e.operator_cause()
-                }
-                Err(e) => return Err(e.into()),
-            };
-            self.back_off(&mut backoff, &format!("locate {asset_id}: {why}"))
-                .await;
+            }
         }
     }
 }

@@ -535,14 +535,6 @@ const CONFIG_COLUMNS: &[&str] = &[
     "tape_displayname",
 ];
 
-fn source(s: &crate::cli::DeviceSource, template: DeviceEntry) -> Devices<'_> {
-    Devices {
-        qr: &s.qr,
-        csv: s.csv.as_deref(),
-        template,
-    }
-}
-
 /// `tapegate device ...` from its command line.
 pub async fn run(
     config: &Config,
@@ -554,7 +546,7 @@ pub async fn run(
         .operator
         .as_ref()
         .and_then(|o| o.default_app_id.clone());
-    match device {
+    let (op, columns, devices, template) = match device {
         D::Add(a) => {
             let mac = a.tape_id.as_deref().and_then(|t| t.parse::<Mac>().ok());
             let args = AddArgs {
@@ -572,80 +564,60 @@ pub async fn run(
                 nearest: a.nearest,
                 json: a.json,
             };
-            add(config, args, out).await
+            return add(config, args, out).await;
         }
-        D::Label(l) => {
-            let template = DeviceEntry {
+        D::Label(l) => (
+            DeviceOp::Label {
+                override_label: l.override_label,
+            },
+            LABEL_COLUMNS,
+            &l.devices,
+            DeviceEntry {
                 asset_barcode: l.asset.clone(),
                 application_id: l.app.clone().or(default_app),
                 shipment: json_arg("--shipment", l.shipment.as_deref())?,
                 ..DeviceEntry::default()
-            };
-            let op = DeviceOp::Label {
-                override_label: l.override_label,
-            };
-            let from = source(&l.devices, template);
-            run_devices(config, op, LABEL_COLUMNS, from, l.devices.json, out).await
-        }
-        D::Relabel(l) => {
-            let template = DeviceEntry {
+            },
+        ),
+        D::Relabel(l) => (
+            DeviceOp::Relabel,
+            LABEL_COLUMNS,
+            &l.devices,
+            DeviceEntry {
                 asset_barcode: l.asset.clone(),
                 shipment: json_arg("--shipment", l.shipment.as_deref())?,
                 ..DeviceEntry::default()
-            };
-            let from = source(&l.devices, template);
-            run_devices(
-                config,
-                DeviceOp::Relabel,
-                LABEL_COLUMNS,
-                from,
-                l.devices.json,
-                out,
-            )
-            .await
-        }
-        D::Show(l) => {
-            let from = source(&l.devices, DeviceEntry::default());
-            run_devices(
-                config,
-                DeviceOp::Show,
-                LIST_COLUMNS,
-                from,
-                l.devices.json,
-                out,
-            )
-            .await
-        }
-        D::Deactivate(l) => {
-            let from = source(&l.devices, DeviceEntry::default());
-            run_devices(
-                config,
-                DeviceOp::Deactivate,
-                LIST_COLUMNS,
-                from,
-                l.devices.json,
-                out,
-            )
-            .await
-        }
-        D::Configure(c) => {
-            let template = DeviceEntry {
+            },
+        ),
+        D::Show(l) => (
+            DeviceOp::Show,
+            LIST_COLUMNS,
+            &l.devices,
+            DeviceEntry::default(),
+        ),
+        D::Deactivate(l) => (
+            DeviceOp::Deactivate,
+            LIST_COLUMNS,
+            &l.devices,
+            DeviceEntry::default(),
+        ),
+        D::Configure(c) => (
+            DeviceOp::Configure,
+            CONFIG_COLUMNS,
+            &c.devices,
+            DeviceEntry {
                 firmware: c.firmware.clone(),
                 metadata: json_arg("--metadata", c.metadata.as_deref())?,
                 ..DeviceEntry::default()
-            };
-            let from = source(&c.devices, template);
-            run_devices(
-                config,
-                DeviceOp::Configure,
-                CONFIG_COLUMNS,
-                from,
-                c.devices.json,
-                out,
-            )
-            .await
-        }
-    }
+            },
+        ),
+    };
+    let from = Devices {
+        qr: &devices.qr,
+        csv: devices.csv.as_deref(),
+        template,
+    };
+    run_devices(config, op, columns, from, devices.json, out).await
 }
 
 #[cfg(test)]
