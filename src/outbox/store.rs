@@ -21,6 +21,11 @@ use crate::record::Mac;
 /// columns, indexes) rather than rewrites, so an older database upgrades in place.
 const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_OPERATOR];
 
+/// How long `open_existing` waits for a database being created or migrated beside it
+/// (steps of this, this many times): migrating takes milliseconds.
+const MIGRATION_WAIT_STEP: Duration = Duration::from_millis(20);
+const MIGRATION_WAIT_STEPS: u32 = 100;
+
 /// The `user_version` of a database this tapegate has fully migrated.
 const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
@@ -259,7 +264,17 @@ impl Store {
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
         conn.busy_timeout(Duration::from_secs(5))?;
-        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        // A daemon starting beside us may be creating or migrating it, one step a
+        // transaction: give it the moment that takes before calling the version wrong.
+        let read_version = || conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0));
+        let mut version = read_version()?;
+        for _ in 0..MIGRATION_WAIT_STEPS {
+            if version >= SCHEMA_VERSION {
+                break;
+            }
+            std::thread::sleep(MIGRATION_WAIT_STEP);
+            version = read_version()?;
+        }
         if version != SCHEMA_VERSION {
             return Err(OutboxError::Unusable {
                 path,
