@@ -154,6 +154,37 @@ async fn the_eleventh_label_request_waits_across_two_cli_runs() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_anyway_waits_for_the_next_window_and_sends_again() {
+    let mock = start_mock().await;
+    let g = gateway(&mock, "");
+    // Another client of the same identity filled the window: the service says 429.
+    mock.push_operator_fault(
+        Endpoint::Deactivate,
+        Fault::Status {
+            status: 429,
+            retry_after: None,
+        },
+    );
+    let out = run(&g, &with_qrs(&["device", "deactivate"], &fleet(2)));
+    assert_eq!(
+        code(&out),
+        0,
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert_eq!(
+        statuses(&mock, Endpoint::Deactivate),
+        [Some(429), Some(200)]
+    );
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("(429)") && stderr.contains("s for the service's rate window"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_45_device_deactivate_is_one_request_and_already_in_target_state_exits_0() {
     let mock = start_mock().await;
     let g = gateway(&mock, "");

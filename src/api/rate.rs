@@ -13,11 +13,12 @@
 //! step) marks the window full from now: the service's window ends within a window
 //! length of any request it refused.
 
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::clock::now_ms;
-use crate::outbox::{OutboxError, Store, WindowState};
+use crate::outbox::{OutboxError, Store, StoreOptions, WindowState};
 use crate::record::EpochMillis;
 
 /// Requests per window (spec 8).
@@ -78,9 +79,20 @@ pub fn after_refusal(now: EpochMillis) -> WindowState {
     }
 }
 
-/// The rate window of one API identity, in the state database.
+/// The state database of `state_dir`: the daemon's, or a new one when the daemon has
+/// not run yet (the window must be shared all the same).
+pub fn open_state(state_dir: &Path) -> Result<Store, OutboxError> {
+    match Store::open_existing(state_dir)? {
+        Some(s) => Ok(s),
+        None => Ok(Store::open(state_dir, StoreOptions::default())?.0),
+    }
+}
+
+/// The rate window of one API identity, in the state database (opened at the first
+/// request that needs it, so that `locate` or `history` never touch it).
 pub struct RateGate {
-    store: Mutex<Store>,
+    state_dir: PathBuf,
+    store: Mutex<Option<Store>>,
     identity: String,
     window: Duration,
     /// Told each wait before it starts ("waiting 41 s for the service's rate window").
@@ -91,13 +103,14 @@ impl RateGate {
     /// `identity` names the API identity (environment and user): windows of different
     /// identities are separate.
     pub fn new(
-        store: Store,
+        state_dir: PathBuf,
         identity: String,
         window: Duration,
         on_wait: Box<dyn Fn(Duration) + Send + Sync>,
     ) -> RateGate {
         RateGate {
-            store: Mutex::new(store),
+            state_dir,
+            store: Mutex::new(None),
             identity,
             window,
             on_wait,
@@ -109,7 +122,11 @@ impl RateGate {
         decide: impl FnOnce(Option<WindowState>) -> (Option<WindowState>, R),
     ) -> Result<R, OutboxError> {
         // No lock is held across an await, so a poisoned store is still consistent.
-        let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        let store = match slot.take() {
+            Some(s) => slot.insert(s),
+            None => slot.insert(open_state(&self.state_dir)?),
+        };
         store.rate_window(&self.identity, decide)
     }
 
@@ -195,10 +212,7 @@ mod tests {
     #[tokio::test]
     async fn two_gates_on_one_database_share_the_window() {
         let dir = tempfile::tempdir().unwrap();
-        let open = || {
-            let (store, _) = Store::open(dir.path(), Default::default()).unwrap();
-            RateGate::new(store, "ppe/gw".into(), MINUTE, Box::new(|_| {}))
-        };
+        let open = || RateGate::new(dir.path().into(), "ppe/gw".into(), MINUTE, Box::new(|_| {}));
         let (a, b) = (open(), open());
         for _ in 0..5 {
             a.acquire().await.unwrap();

@@ -12,13 +12,13 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::CmdError;
-use crate::api::rate::RateGate;
+use crate::api::rate::{open_state, RateGate};
 use crate::api::{
     AddDevice, DeviceEntry, DeviceOp, DeviceReport, Operator, OperatorError, ServiceClient,
 };
 use crate::clock::now_ms;
 use crate::config::Config;
-use crate::outbox::{HeardTape, OutboxError, Store, StoreOptions};
+use crate::outbox::{HeardTape, OutboxError, Store};
 use crate::record::Mac;
 
 /// `--nearest` considers tapes heard in this window...
@@ -37,13 +37,9 @@ pub const CSV_COLUMNS: &[&str] = &[
     "tape_displayname",
 ];
 
-/// The state database for the operator commands: the daemon's, or a new one when the
-/// daemon has not run yet (the rate window must be shared all the same).
+/// The state database for the operator commands: the daemon's, or a new one.
 pub fn state(config: &Config) -> Result<Store, OutboxError> {
-    match Store::open_existing(&config.gateway.state_dir)? {
-        Some(s) => Ok(s),
-        None => Ok(Store::open(&config.gateway.state_dir, StoreOptions::default())?.0),
-    }
+    open_state(&config.gateway.state_dir)
 }
 
 /// The operator's client for `config`: waits and retries are told on stderr.
@@ -56,7 +52,7 @@ pub fn operator(config: &Config) -> Result<Operator, CmdError> {
         service.environment, service.endpoint.client_id, service.endpoint.username
     );
     let gate = RateGate::new(
-        state(config)?,
+        config.gateway.state_dir.clone(),
         identity,
         settings.rate_window,
         Box::new(|d: Duration| {

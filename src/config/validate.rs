@@ -735,6 +735,41 @@ mod tests {
     }
 
     #[test]
+    fn the_operator_keys_are_optional_and_a_bad_one_is_named_with_its_value() {
+        let c = parse(SERVICE, &[]).unwrap();
+        let o = c.operator.unwrap();
+        assert_eq!(o.historical_base_url, None);
+        assert_eq!(o.default_tape_type, "Green");
+        assert_eq!(o.rate_window, Duration::from_secs(60));
+        let text = format!(
+            "{SERVICE}historical_base_url = \"ftp://h/\"\nhistory_operation_id = \"not-a-uuid\"\ndefault_app_id = \"\"\n"
+        );
+        let p = problems(
+            &text.replace("[service]\n", "[service]\nrate_window_secs = 0\n"),
+            &[],
+        );
+        let keys: Vec<(&str, Option<&str>)> = p
+            .iter()
+            .map(|p| (p.key.as_str(), p.value.as_deref()))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                ("service.rate_window_secs", Some("0")),
+                (
+                    "service.environments.ppe.historical_base_url",
+                    Some("\"ftp://h/\"")
+                ),
+                (
+                    "service.environments.ppe.history_operation_id",
+                    Some("\"not-a-uuid\"")
+                ),
+                ("service.environments.ppe.default_app_id", Some("\"\"")),
+            ]
+        );
+    }
+
+    #[test]
     fn the_selected_environment_must_exist() {
         let text = SERVICE.replace("environment = \"ppe\"", "environment = \"production\"");
         let p = problems(&text, &[]);
