@@ -388,13 +388,22 @@ impl Operator {
             if !op.repeat_is_safe() {
                 // The label may have been applied: look before sending again.
                 let looked = self.lookup(&remaining, requests).await?;
-                let (applied, rest): (Vec<_>, Vec<_>) = remaining
-                    .into_iter()
-                    .partition(|d| carries_label(d, looked.get(&d.qrcode)));
-                done.extend(applied.iter().map(|d| DeviceOutcome {
-                    note: Some("labelled (the answer was lost; the lookup confirms it)".into()),
-                    ..DeviceOutcome::ok(&d.qrcode)
-                }));
+                let mut rest = Vec::new();
+                for d in remaining {
+                    match looked.get(&d.qrcode) {
+                        Some(r) if carries_label(&d, Some(r)) => done.push(DeviceOutcome {
+                            note: Some("labelled (the answer was lost; the lookup confirms it)".into()),
+                            ..DeviceOutcome::ok(&d.qrcode)
+                        }),
+                        Some(_) => rest.push(d),
+                        // Not even the lookup answered: sending again could label twice.
+                        None => done.push(DeviceOutcome::failed(
+                            &d.qrcode,
+                            "NO_ANSWER",
+                            Some("the label may or may not be applied; check with `device show`".into()),
+                        )),
+                    }
+                }
                 remaining = rest;
                 if remaining.is_empty() {
                     return Ok(done);
