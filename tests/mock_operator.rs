@@ -46,6 +46,11 @@ struct Got {
 
 async fn op() -> Op {
     let mock = mock::start(MockConfig::demo()).await.expect("mock starts");
+    with_token_of(mock, "ppe").await
+}
+
+/// An `Op` on `mock` holding a token granted by environment `env`.
+async fn with_token_of(mock: MockHandle, env: &str) -> Op {
     let http = reqwest::Client::new();
     let form = [
         ("grant_type", "password"),
@@ -55,7 +60,7 @@ async fn op() -> Op {
         ("audience", "https://api.example/decode"),
     ];
     let v: Value = http
-        .post(mock.auth_url("ppe"))
+        .post(mock.auth_url(env))
         .form(&form)
         .send()
         .await
@@ -1007,6 +1012,10 @@ async fn add_device_requires_customer_id_and_authorized_groups_and_does_not_read
         );
     }
     assert!(op.mock.device(UNKNOWN).is_none());
+    let other = [("customer_id", "someone-else"), ACCOUNT[1]];
+    let got = op.add(&p, &other).await;
+    assert_eq!(got.status, 404, "another account: {:?}", got.body);
+    assert!(op.mock.device(UNKNOWN).is_none());
 }
 
 #[tokio::test]
@@ -1636,4 +1645,167 @@ async fn the_record_keeps_each_operator_request_without_its_token() {
     );
     assert!(r.header("authorization").is_none());
     assert!(r.headers.iter().all(|(_, v)| !v.contains(&op.token)));
+}
+
+#[tokio::test]
+async fn a_temporary_fault_of_a_location_read_is_reported_as_awb_not_found_or_no_assets() {
+    let op = op().await;
+    let fault = || Fault::Status {
+        status: 500,
+        retry_after: None,
+    };
+    op.mock.push_operator_fault(Endpoint::Locate, fault());
+    let got = op.locate(seed::AWB, false, &ACCOUNT).await;
+    assert_eq!(got.status, 404);
+    assert_eq!(got.body, json!({"message": "AWB not found", "code": 404}));
+    assert_eq!(
+        op.locate(seed::AWB, false, &ACCOUNT).await.status,
+        200,
+        "a retry finds it"
+    );
+    op.mock.push_operator_fault(Endpoint::Locate, fault());
+    let got = op.locate(seed::SENSOR_ASSET, true, &ACCOUNT).await;
+    assert_eq!((got.status, got.body["assets"].clone()), (200, json!([])));
+    assert_eq!(op.mock.operator_requests(Endpoint::Locate), 3);
+}
+
+#[tokio::test]
+async fn a_request_refused_with_401_for_a_missing_permission_counts_in_the_window() {
+    let op = op().await;
+    op.mock.set_permission(Endpoint::Label, false);
+    for _ in 0..10 {
+        let got = op
+            .label(
+                json!([label_item(seeded(DeviceStatus::NotActivated), "A")]),
+                false,
+            )
+            .await;
+        assert_eq!(got.status, 401);
+        assert_eq!(
+            got.body,
+            json!({"message": "Unauthorized access", "code": 401})
+        );
+    }
+    assert_eq!(
+        op.status_of(seeded(DeviceStatus::NotActivated)),
+        DeviceStatus::NotActivated
+    );
+    assert_eq!(op.show(&[UNKNOWN]).await.status, 429);
+}
+
+#[tokio::test]
+async fn a_token_of_another_environment_is_refused_by_every_operator_endpoint() {
+    let mock = mock::start(MockConfig {
+        environments: vec![
+            mock::MockEnvironment::named("ppe"),
+            mock::MockEnvironment::named("prod"),
+        ],
+        ..MockConfig::demo()
+    })
+    .await
+    .unwrap();
+    // "ppe" is where every request goes; the token comes from "prod".
+    let op = with_token_of(mock, "prod").await;
+    assert_eq!(op.show(&[UNKNOWN]).await.status, 401);
+    assert_eq!(op.locate(seed::AWB, false, &ACCOUNT).await.status, 401);
+    assert_eq!(
+        op.history(json!({"trk_asset_id": seed::SENSOR_TAPE}))
+            .await
+            .status,
+        401
+    );
+    assert_eq!(
+        op.add(&parcel(UNKNOWN, "C0DEAD000001"), &ACCOUNT)
+            .await
+            .status,
+        401
+    );
+}
+
+#[tokio::test]
+async fn a_connection_closed_by_fault_applies_nothing() {
+    let op = op().await;
+    let qr = seeded(DeviceStatus::NotActivated);
+    op.mock.push_operator_fault(Endpoint::Label, Fault::Close);
+    let sent = op
+        .http
+        .post(op.url(LABEL))
+        .bearer_auth(&op.token)
+        .json(&json!({"devices": [label_item(qr, "A")]}))
+        .send()
+        .await;
+    assert!(sent.is_err(), "no answer");
+    assert_eq!(op.status_of(qr), DeviceStatus::NotActivated);
+    assert_eq!(op.mock.operator_received()[0].status, None);
+}
+
+#[tokio::test]
+async fn a_message_for_another_account_is_404() {
+    let op = op().await;
+    let headers = [
+        ("customer_id", "someone-else"),
+        ACCOUNT[1],
+        ("message_type", "MANIFEST_DATA"),
+    ];
+    let body = json!({"message_type": "MANIFEST_DATA", "data": manifest()});
+    let got = op
+        .send(Method::POST, op.url(MESSAGES), &headers, Some(&body))
+        .await;
+    assert_eq!(got.status, 404);
+    assert!(got.body["message"].is_string() && got.body["code"] == 404);
+}
+
+#[tokio::test]
+async fn relabel_with_nothing_to_change_is_a_validation_failure() {
+    let op = op().await;
+    let qr = seeded(DeviceStatus::Activated);
+    let got = op.relabel(json!([{"qrcode": qr}])).await;
+    assert_eq!(got.status, 400);
+    assert_eq!(got.body["errors"][0]["field"], "devices[0]");
+    let got = op
+        .relabel(json!([{"qrcode": qr, "override": true, "asset_barcode": "A"}]))
+        .await;
+    assert_eq!(got.status, 400, "relabel has no override");
+    assert_eq!(op.asset_of(qr).as_deref(), Some("ASSET-1002"));
+}
+
+#[tokio::test]
+async fn history_from_alone_runs_to_now_and_to_alone_starts_a_month_before() {
+    let op = op().await;
+    let from = days_ago(2);
+    let got = op
+        .history(json!({"trk_asset_id": seed::SENSOR_TAPE, "from": rfc3339(from)}))
+        .await;
+    let t = times(&got.body);
+    assert!(t[0] >= from && t[0].duration_since(from) <= jiff::SignedDuration::from_mins(30));
+    let newest = jiff::Timestamp::now().duration_since(*t.last().unwrap());
+    assert!(
+        newest <= jiff::SignedDuration::from_hours(3),
+        "runs to now: {newest:?}"
+    );
+
+    let to = days_ago(300);
+    let got = op
+        .history(json!({"trk_asset_id": seed::UNPLACED_TAPE, "to": rfc3339(to)}))
+        .await;
+    let t = times(&got.body);
+    // Every 6 hours for 31 days.
+    assert!((123..=125).contains(&t.len()), "{}", t.len());
+    assert!(*t.last().unwrap() <= to);
+    assert!(to.duration_since(t[0]) <= jiff::SignedDuration::from_hours(24 * 31));
+}
+
+#[tokio::test]
+async fn history_refuses_a_reversed_range_a_bad_date_time_and_an_unknown_filter() {
+    let op = op().await;
+    for filters in [
+        json!({"trk_asset_id": seed::SENSOR_TAPE, "from": rfc3339(days_ago(1)), "to": rfc3339(days_ago(2))}),
+        json!({"trk_asset_id": seed::SENSOR_TAPE, "from": "yesterday"}),
+        json!({"trk_asset_id": seed::SENSOR_TAPE, "from": 1763719200}),
+        json!({"trk_asset_id": seed::SENSOR_TAPE, "asset": "x"}),
+    ] {
+        let got = op.history(filters.clone()).await;
+        assert_eq!(got.status, 400, "{filters}");
+        assert!(got.body["data"]["message"].is_string(), "{filters}");
+    }
 }

@@ -392,7 +392,9 @@ impl Operator {
                 for d in remaining {
                     match looked.get(&d.qrcode) {
                         Some(r) if carries_label(&d, Some(r)) => done.push(DeviceOutcome {
-                            note: Some("labelled (the answer was lost; the lookup confirms it)".into()),
+                            note: Some(
+                                "labelled (the answer was lost; the lookup confirms it)".into(),
+                            ),
                             ..DeviceOutcome::ok(&d.qrcode)
                         }),
                         Some(_) => rest.push(d),
@@ -400,7 +402,10 @@ impl Operator {
                         None => done.push(DeviceOutcome::failed(
                             &d.qrcode,
                             "NO_ANSWER",
-                            Some("the label may or may not be applied; check with `device show`".into()),
+                            Some(
+                                "the label may or may not be applied; check with `device show`"
+                                    .into(),
+                            ),
                         )),
                     }
                 }

@@ -277,6 +277,15 @@ impl Problems {
             .push(json!({"field": field, "message": message.into()}));
     }
 
+    /// `Ok` when nothing was found, else the 400 `Validation failed` answer.
+    fn verdict(self) -> Result<(), Reply> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(validation_failed(self.0))
+        }
+    }
+
     /// Checks `obj` against `rules`, naming fields under `prefix`; unknown keys too.
     fn check(&mut self, obj: &Map<String, Value>, rules: &[Rule], prefix: &str) {
         for (name, kind, required) in rules {
@@ -353,11 +362,7 @@ fn parse_batch(
             devices.push(obj.clone());
         }
     }
-    if problems.0.is_empty() {
-        Ok(Batch { top, devices })
-    } else {
-        Err(validation_failed(problems.0))
-    }
+    problems.verdict().map(|()| Batch { top, devices })
 }
 
 /// Whether an `application_id` is one the operator issued; a problem if not.
@@ -373,11 +378,7 @@ fn check_app_ids(batch: &Batch) -> Result<(), Reply> {
             }
         }
     }
-    if problems.0.is_empty() {
-        Ok(())
-    } else {
-        Err(validation_failed(problems.0))
-    }
+    problems.verdict()
 }
 
 /// One outcome per device, in request order: `None` is success.
@@ -533,11 +534,7 @@ fn require_a_change(
             }
         }
     }
-    if problems.0.is_empty() {
-        Ok(batch)
-    } else {
-        Err(validation_failed(problems.0))
-    }
+    problems.verdict().map(|()| batch)
 }
 
 /// `GET /external/v1/devices/label?qrcode=A&qrcode=B`: look up 1-20 labels.
@@ -562,8 +559,8 @@ pub(super) fn show(s: &mut State, req: &OpRequest<'_>) -> Reply {
             ),
         );
     }
-    if !problems.0.is_empty() {
-        return validation_failed(problems.0);
+    if let Err(answer) = problems.verdict() {
+        return answer;
     }
     let mut outcomes = Outcomes::new();
     let mut entries = Vec::new();

@@ -15,6 +15,9 @@ The spec's limits and where the mock had to choose them:
 - "no time frame: the latest event"; `from` alone runs to now, `to` alone starts a
   month before it;
 - "lags by about 15 minutes": events newer than [`LAG_SECS`] are not yet visible.
+- `context.customer_id` and `context.authorized_groups` are typed uuid by the spec; the
+  mock does not check their form (its demo account's ids are not uuids) but requires
+  them equal to the headers.
 
 Refusals are 400 in the shape of 4.2, `{data: {message, status}}`.
 */

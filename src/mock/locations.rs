@@ -171,6 +171,24 @@ pub(super) fn locate(s: &mut State, req: &OpRequest<'_>) -> Reply {
     if !sensor && assets.is_empty() {
         return Reply::error(404, "AWB not found");
     }
+    located(assets)
+}
+
+/// The answer of a location read during a temporary server fault (spec 4.1 AWB rule 5,
+/// sensor rule 4): what the service says when it finds nothing.
+pub(super) fn temporary_fault(parts: &hyper::http::request::Parts) -> Reply {
+    let sensor = parts.uri.query().is_some_and(|q| {
+        url::form_urlencoded::parse(q.as_bytes()).any(|(k, v)| k == "event" && v == "sensor")
+    });
+    if sensor {
+        located(Vec::new())
+    } else {
+        Reply::error(404, "AWB not found")
+    }
+}
+
+/// A 200 answer of spec 2.1 with these asset entries.
+fn located(assets: Vec<Value>) -> Reply {
     Reply::json(
         200,
         &json!({

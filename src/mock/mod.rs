@@ -1,6 +1,8 @@
 /*!
 A spec-faithful mock of the tracking service: the token endpoint (spec section 5), bulk
-and single decode (4.4, 4.3) with the error answers of section 7, on a loopback port.
+and single decode (4.4, 4.3) with the error answers of section 7, and the operator
+endpoints (4.1, 4.2, 4.5-4.7) with the device state machine of section 3 and the limits
+of section 8, on a loopback port.
 
 Why it exists: the daemon's promises (nothing lost, batches split on 400, one token
 refresh on 401, backoff on 429/5xx) can only be tested against a service that answers
@@ -13,12 +15,24 @@ Each environment lives under its own path prefix, so one port serves several:
 - `POST /{env}/external/v1/devices/decode`: bulk decode.
 - `POST /{env}/external/v1/devices/{mac_id}/decode`: single decode.
 
-[`MockHandle::base_url`] and [`MockHandle::auth_url`] give the URLs, and
+- The operator endpoints under the same prefix: `POST devices/v1/parcel`,
+  `POST|PUT|GET external/v1/devices/label`, `POST external/v1/devices/status`,
+  `POST external/v1/devices/config`, `GET external/locations/{asset_id}`,
+  `POST external/messages`; and history under its own address,
+  `POST /{env}/historical/agent-service/v1/agent/exec/{HISTORY_OPERATION_ID}`.
+
+[`MockHandle::base_url`], [`MockHandle::auth_url`] and
+[`MockHandle::historical_base_url`] give the URLs, and
 [`MockHandle::environment_settings`] a ready [`EnvironmentSettings`].
 
 In the code, `service.rs` routes requests and holds the state the endpoints share;
 each endpoint is a file (`token.rs`, `decode.rs`), and `fault.rs` injects faults, so
-a new endpoint is a new file and a route.
+a new endpoint is a new file and a route. The operator endpoints go through `ops.rs`
+(their common steps: fault, token, rate window, permission, record) to `devices.rs`
+(add, label, status, config and the state machine), `locations.rs`, `history.rs` and
+`messages.rs`; `rate.rs` is the shared window and `seed.rs` what the account holds at
+start. The request shapes the spec does not show are the project's choice, listed in
+the module docs of those files.
 
 # Where the mock had to choose
 - A body that is not valid JSON gets 401 `Unauthorized access` (spec section 7 lists
@@ -342,8 +356,9 @@ pub async fn start_on(addr: SocketAddr, config: MockConfig) -> io::Result<MockHa
     })
 }
 
-/// Runs the demo mock on `addr` until Ctrl-C, printing each environment's base and
-/// auth URL on stdout (one line each), for `tapegate mock`.
+/// Runs the demo mock on `addr` until Ctrl-C, printing each environment's base, auth
+/// and historical URL on stdout (one line each) and then what the account holds, for
+/// `tapegate mock`.
 pub async fn serve_forever(addr: SocketAddr, config: MockConfig) -> io::Result<()> {
     let handle = start_on(addr, config).await?;
     for env in handle.environments() {
@@ -354,6 +369,22 @@ pub async fn serve_forever(addr: SocketAddr, config: MockConfig) -> io::Result<(
             handle.historical_base_url(&env)
         );
     }
+    println!(
+        "history_operation_id {HISTORY_OPERATION_ID}\napplication ids {}\n\
+         seeded devices (one per status) {}\n\
+         AWB {} (tags {}), AWB {} (404)\n\
+         sensor asset {} (tape {}, a year of history), sensor asset {} (no reading)",
+        APP_IDS.join(" "),
+        seed::STATUS_DEVICES
+            .map(|(qr, s)| format!("{qr}={}", s.as_str()))
+            .join(" "),
+        seed::AWB,
+        seed::AWB_TAGS.join(" "),
+        seed::AWB_UNPLACED,
+        seed::SENSOR_ASSET,
+        seed::SENSOR_TAPE,
+        seed::UNPLACED_ASSET,
+    );
     tokio::signal::ctrl_c().await?;
     handle.shutdown().await;
     Ok(())
@@ -539,5 +570,25 @@ mod tests {
         let only = Registry::Only(["AABBCCDDEEFF".to_string()].into());
         assert!(only.is_registered("AABBCCDDEEFF"));
         assert!(!only.is_registered("C0FFEE000001"));
+    }
+
+    #[test]
+    fn a_registered_mac_is_known_from_then_on_whatever_the_registry_was() {
+        let registries = [
+            Registry::All,
+            Registry::AllExcept(["C0DEAD000001".to_string()].into()),
+            Registry::Only(HashSet::new()),
+            Registry::simulated_fleet(),
+        ];
+        for mut r in registries {
+            let before = r.clone();
+            r.register("C0DEAD000001");
+            assert!(r.is_registered("C0DEAD000001"), "{before:?}");
+            assert_eq!(
+                r.is_registered("C0DEAD000002"),
+                before.is_registered("C0DEAD000002"),
+                "{before:?}: no other MAC changes"
+            );
+        }
     }
 }

@@ -4,12 +4,15 @@ steps every one of them takes, and the record of what they received.
 
 Every operator request goes through the same steps, in this order:
 1. a fault queued for its endpoint ([`MockHandle::push_operator_fault`]): `Close` and
-   `Status` answer before anything is applied; `Delay` applies the request and then
-   holds the answer (the service did the work, the client's answer is lost);
+   `Status` answer before anything is applied (a 5xx on a location read is answered
+   the way spec 4.1 says the service reports it: 404 `AWB not found`, or `assets: []`
+   in sensor mode); `Delay` applies the request and then holds the answer (the service
+   did the work, the client's answer is lost);
 2. the bearer token (401, not counted in the rate window: the identity is unknown);
 3. for label, relabel, show, deactivate and configure, the shared rate window (429 with
    only `message`; every request with a valid token counts, refused ones included);
-4. the endpoint itself (`devices`, `locations`, `history`, `messages`), under the
+4. a permission the identity lacks ([`MockHandle::set_permission`]): 401;
+5. the endpoint itself (`devices`, `locations`, `history`, `messages`), under the
    state's lock, then the record.
 
 History is served only under the environment's historical prefix
@@ -17,7 +20,7 @@ History is served only under the environment's historical prefix
 `historical_base_url` gets 404.
 */
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -119,6 +122,8 @@ pub(super) struct OpsState {
     pub(super) rate_limit: u32,
     pub(super) rate_window: Duration,
     faults: HashMap<Endpoint, VecDeque<Fault>>,
+    /// Endpoints the API identity has no permission for.
+    denied: HashSet<Endpoint>,
     received: VecDeque<OperatorReceived>,
     counts: HashMap<Endpoint, u64>,
 }
@@ -139,6 +144,7 @@ impl OpsState {
             rate_limit: config.rate_limit,
             rate_window: config.rate_window,
             faults: HashMap::new(),
+            denied: HashSet::new(),
             received: VecDeque::new(),
             counts: HashMap::new(),
         }
@@ -341,6 +347,16 @@ pub(super) async fn handle(
         status: None,
         fault: fault.clone(),
     };
+    if let (Some(Fault::Status { status, .. }), Endpoint::Locate) = (&fault, endpoint) {
+        if *status >= 500 {
+            // Spec 4.1: the service itself reports a temporary fault of the location
+            // read as "nothing found" (404 in AWB mode, `assets: []` in sensor mode).
+            let reply = locations::temporary_fault(&parts);
+            record.status = Some(reply.status);
+            shared.with(|s| s.ops.record(record));
+            return Ok(reply.render());
+        }
+    }
     if let Some(outcome) = outcome_now(fault.as_ref()) {
         record.status = outcome.as_ref().ok().map(|a| a.status().as_u16());
         shared.with(|s| s.ops.record(record));
@@ -382,7 +398,7 @@ pub(super) async fn handle(
     Ok(answer)
 }
 
-/// Steps 3 and 4: the rate window, then the endpoint.
+/// Steps 3 to 5: the rate window, the permission, then the endpoint.
 fn serve(s: &mut State, endpoint: Endpoint, req: &OpRequest<'_>) -> Reply {
     if endpoint.rate_limited() {
         let (limit, length) = (s.ops.rate_limit, s.ops.rate_window);
@@ -397,6 +413,11 @@ fn serve(s: &mut State, endpoint: Endpoint, req: &OpRequest<'_>) -> Reply {
         if let Err(answer) = token_account(req) {
             return answer;
         }
+    }
+    if s.ops.denied.contains(&endpoint) {
+        // A permission the identity lacks: 401 even with a fresh token (spec 5.7),
+        // and it has counted in the window above (spec 8).
+        return Reply::unauthorized();
     }
     match endpoint {
         Endpoint::AddDevice => devices::add(s, req),
@@ -432,6 +453,18 @@ impl MockHandle {
     pub fn push_operator_fault(&self, endpoint: Endpoint, fault: Fault) {
         self.shared
             .with(|s| s.ops.faults.entry(endpoint).or_default().push_back(fault));
+    }
+
+    /// Whether the API identity has the permission for `endpoint` (spec 5.7); without
+    /// it, requests with a valid token get 401.
+    pub fn set_permission(&self, endpoint: Endpoint, granted: bool) {
+        self.shared.with(|s| {
+            if granted {
+                s.ops.denied.remove(&endpoint);
+            } else {
+                s.ops.denied.insert(endpoint);
+            }
+        });
     }
 
     /// Requests to `endpoint` so far, whatever their answer.

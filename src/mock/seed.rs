@@ -8,7 +8,7 @@ before the one the mock started in), so "an hour ago" is an hour ago.
 The seeded tapes' MACs start `D0:5E:ED`; QR codes are `TT` + the plain MAC, as the
 decode answer's `qr_code`. The demo's fleet (sim seed 1) keeps its other tapes as the
 decode registry says: its `C0:DE:AD` tapes are unknown until `device add`, the rest
-exist ACTIVATED without a label ([`super::devices`]).
+exist ACTIVATED without a label (see `devices.rs`).
 */
 
 use std::time::SystemTime;

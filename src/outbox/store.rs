@@ -264,12 +264,21 @@ impl Store {
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
         conn.busy_timeout(Duration::from_secs(5))?;
-        // A daemon starting beside us may be creating or migrating it, one step a
-        // transaction: give it the moment that takes before calling the version wrong.
         let read_version = || conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0));
         let mut version = read_version()?;
+        if version == 0 {
+            // The daemon has created the file but not yet committed its schema (it is
+            // starting right now), or the file is empty: either way nothing is stored yet.
+            let tables: i64 =
+                conn.query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get(0))?;
+            if tables == 0 {
+                return Ok(None);
+            }
+        }
+        // A daemon starting beside us may be migrating it, one step a transaction:
+        // give it the moment that takes before calling the version wrong.
         for _ in 0..MIGRATION_WAIT_STEPS {
-            if version >= SCHEMA_VERSION {
+            if version == 0 || version >= SCHEMA_VERSION {
                 break;
             }
             std::thread::sleep(MIGRATION_WAIT_STEP);
