@@ -63,6 +63,13 @@ default_app_id = "demo-app"
     g
 }
 
+/// The mock and a gateway speaking to it.
+async fn setup() -> (MockHandle, Gateway) {
+    let mock = start_mock().await;
+    let g = gateway(&mock, "");
+    (mock, g)
+}
+
 /// QR codes of fleet tapes the mock knows (ACTIVATED, no label).
 fn fleet(n: usize) -> Vec<String> {
     (1..=n).map(|i| format!("TTC0FFEE{i:06X}")).collect()
@@ -106,8 +113,7 @@ fn statuses(mock: &MockHandle, endpoint: Endpoint) -> Vec<Option<u16>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_eleventh_label_request_in_a_window_waits_instead_of_earning_a_429() {
-    let mock = start_mock().await;
-    let g = gateway(&mock, "");
+    let (mock, g) = setup().await;
     // 220 devices: 11 requests of 20, one more than a window takes.
     let out = run(
         &g,
@@ -131,8 +137,7 @@ async fn the_eleventh_label_request_in_a_window_waits_instead_of_earning_a_429()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_eleventh_label_request_waits_across_two_cli_runs() {
-    let mock = start_mock().await;
-    let g = gateway(&mock, "");
+    let (mock, g) = setup().await;
     let qrs = fleet(220);
     let first = run(
         &g,
@@ -155,8 +160,7 @@ async fn the_eleventh_label_request_waits_across_two_cli_runs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_429_anyway_waits_for_the_next_window_and_sends_again() {
-    let mock = start_mock().await;
-    let g = gateway(&mock, "");
+    let (mock, g) = setup().await;
     // Another client of the same identity filled the window: the service says 429.
     mock.push_operator_fault(
         Endpoint::Deactivate,
@@ -186,8 +190,7 @@ async fn a_429_anyway_waits_for_the_next_window_and_sends_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_45_device_deactivate_is_one_request_and_already_in_target_state_exits_0() {
-    let mock = start_mock().await;
-    let g = gateway(&mock, "");
+    let (mock, g) = setup().await;
     let deactivated = seed::STATUS_DEVICES
         .iter()
         .find(|(_, s)| *s == DeviceStatus::Deactivated)
@@ -223,8 +226,7 @@ async fn a_45_device_deactivate_is_one_request_and_already_in_target_state_exits
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_45_device_label_is_three_requests() {
-    let mock = start_mock().await;
-    let g = gateway(&mock, "");
+    let (mock, g) = setup().await;
     let qrs = fleet(45);
     let out = run(
         &g,
@@ -249,8 +251,7 @@ async fn a_45_device_label_is_three_requests() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_label_timed_out_after_the_mock_applied_it_is_not_repeated() {
-    let mock = start_mock().await;
-    let g = gateway(&mock, "");
+    let (mock, g) = setup().await;
     // The mock applies the label, then holds the answer past the client's 1 s timeout.
     mock.push_operator_fault(Endpoint::Label, Fault::Delay(Duration::from_secs(3)));
     let qrs = fleet(3);
@@ -282,8 +283,7 @@ async fn a_label_timed_out_after_the_mock_applied_it_is_not_repeated() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_label_lost_before_the_mock_applied_it_is_sent_again_for_those_not_labelled() {
-    let mock = start_mock().await;
-    let g = gateway(&mock, "");
+    let (mock, g) = setup().await;
     // A 503: nothing applied; the lookup shows no label, so the label goes again.
     mock.push_operator_fault(
         Endpoint::Label,
@@ -313,8 +313,7 @@ async fn a_label_lost_before_the_mock_applied_it_is_sent_again_for_those_not_lab
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relabel_of_an_unknown_qr_reports_device_not_found() {
-    let mock = start_mock().await;
-    let g = gateway(&mock, "");
+    let (_mock, g) = setup().await;
     let out = run(
         &g,
         &[
@@ -337,8 +336,7 @@ async fn relabel_of_an_unknown_qr_reports_device_not_found() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deactivated_then_labelled_with_override_stays_deactivated() {
-    let mock = start_mock().await;
-    let g = gateway(&mock, "");
+    let (mock, g) = setup().await;
     let qr = fleet(1).remove(0);
     let label = |extra: &[&str]| {
         let mut a = vec!["device", "label", "--qr", &qr, "--asset", "AWB-NEW"];
@@ -374,8 +372,7 @@ async fn deactivated_then_labelled_with_override_stays_deactivated() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn awb_404_is_retried_once_then_reported_not_found() {
-    let mock = start_mock().await;
-    let g = gateway(&mock, "");
+    let (mock, g) = setup().await;
     let out = g.run(&["locate", seed::AWB_UNPLACED]);
     assert_eq!(code(&out), 1);
     assert!(
@@ -391,8 +388,7 @@ async fn awb_404_is_retried_once_then_reported_not_found() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sensor_mode_prints_six_readings_with_units_and_no_reading_exits_1() {
-    let mock = start_mock().await;
-    let g = gateway(&mock, "");
+    let (mock, g) = setup().await;
     let out = g.run(&["locate", seed::SENSOR_ASSET, "--sensor"]);
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
@@ -421,8 +417,7 @@ fn days_ago(days: i64) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_over_14_months_is_refused_before_anything_is_sent() {
-    let mock = start_mock().await;
-    let g = gateway(&mock, "");
+    let (mock, g) = setup().await;
     let out = g.run(&[
         "history",
         "--qr",
@@ -441,8 +436,7 @@ async fn history_over_14_months_is_refused_before_anything_is_sent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_over_3_months_is_3_or_more_requests_merged_in_order() {
-    let mock = start_mock().await;
-    let g = gateway(&mock, "");
+    let (mock, g) = setup().await;
     let from = days_ago(100);
     let out = g.run(&[
         "history",
@@ -477,8 +471,7 @@ async fn history_over_3_months_is_3_or_more_requests_merged_in_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_csv_row_names_its_line_and_nothing_is_sent_for_it() {
-    let mock = start_mock().await;
-    let g = gateway(&mock, "");
+    let (mock, g) = setup().await;
     let qrs = fleet(3);
     let csv = g.path("labels.csv");
     std::fs::write(
@@ -542,8 +535,7 @@ fn unknown_tape(i: u8, rssi: i16) -> Advertisement {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nearest_with_two_tapes_4_db_apart_refuses_and_lists_both() {
-    let mock = start_mock().await;
-    let g = gateway(&mock, "");
+    let (mock, g) = setup().await;
     hear(&g, &[unknown_tape(1, -60), unknown_tape(2, -64)]);
     let out = g.run(&["device", "add", "--qr", "TTC0DEAD000001", "--nearest"]);
     assert_eq!(code(&out), 1, "{}", text(&out.stderr));
@@ -557,8 +549,7 @@ async fn nearest_with_two_tapes_4_db_apart_refuses_and_lists_both() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nearest_activates_the_tape_10_db_louder_and_requeues_its_dead_letters() {
-    let mock = start_mock().await;
-    let g = gateway(&mock, "");
+    let (mock, g) = setup().await;
     hear(&g, &[unknown_tape(1, -50), unknown_tape(2, -64)]);
     assert_eq!(g.stats().dead_letters, 2);
     let out = g.run(&["device", "add", "--qr", "TTC0DEAD000001", "--nearest"]);
@@ -602,8 +593,7 @@ async fn nearest_activates_the_tape_10_db_louder_and_requeues_its_dead_letters()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_payload_is_checked_before_it_is_sent() {
-    let mock = start_mock().await;
-    let g = gateway(&mock, "");
+    let (mock, g) = setup().await;
     let file = g.path("payload.json");
     std::fs::write(
         &file,
@@ -657,4 +647,38 @@ fn the_demo_activates_the_unknown_tapes_and_delivers_their_dead_letters() {
     assert!(stdout.contains("--- tapegate locate ASSET-0001 --sensor ---"));
     assert!(stdout.contains("humidity 61 %"), "{stdout}");
     assert!(stdout.contains("event(s) in 1 request(s)"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configure_rows_with_different_changes_go_in_separate_requests() {
+    let (mock, g) = setup().await;
+    let qrs = fleet(3);
+    let csv = g.path("config.csv");
+    std::fs::write(
+        &csv,
+        format!(
+            "qrcode,firmware,tape_displayname\n{},1.5.0,Pallet 1\n{},1.6.0,\n{},1.5.0,\n",
+            qrs[0], qrs[1], qrs[2]
+        ),
+    )
+    .unwrap();
+    let out = g.run(&["device", "configure", "--csv", csv.to_str().unwrap()]);
+    assert_eq!(
+        code(&out),
+        0,
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    // One shared firmware per request (spec 4.7): two changes, two requests.
+    assert_eq!(mock.operator_requests(Endpoint::Configure), 2);
+    let firmware: Vec<String> = qrs
+        .iter()
+        .map(|q| mock.device(q).unwrap().firmware)
+        .collect();
+    assert_eq!(firmware, ["1.5.0", "1.6.0", "1.5.0"]);
+    assert_eq!(
+        mock.device(&qrs[0]).unwrap().tape_displayname.as_deref(),
+        Some("Pallet 1")
+    );
 }

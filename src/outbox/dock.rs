@@ -141,39 +141,82 @@ mod tests {
         }
     }
 
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        (dir, store)
+    }
+
+    /// Commits one group of one capture.
+    fn hear(store: &mut Store, mac: &str, ts_ms: EpochMillis, rssi: i16) {
+        store.enqueue(&[capture(mac, ts_ms, rssi)]).unwrap();
+    }
+
     #[test]
     fn heard_keeps_the_loudest_recent_rssi_and_forgets_an_old_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let (_dir, mut store) = store();
         let t0 = 1_000_000_000;
-        store
-            .enqueue(&[capture("C0:00:00:00:00:01", t0, -50)])
-            .unwrap();
-        store
-            .enqueue(&[capture("C0:00:00:00:00:01", t0 + 5_000, -70)])
-            .unwrap();
+        hear(&mut store, "C0:00:00:00:00:01", t0, -50);
+        hear(&mut store, "C0:00:00:00:00:01", t0 + 5_000, -70);
         let h = store.heard_since(t0).unwrap();
         assert_eq!((h[0].best_rssi, h[0].last_at), (Some(-50), t0 + 5_000));
         // Past HEARD_BEST_MS the old loud reading no longer stands.
-        store
-            .enqueue(&[capture("C0:00:00:00:00:01", t0 + 40_000, -80)])
-            .unwrap();
+        hear(&mut store, "C0:00:00:00:00:01", t0 + 40_000, -80);
         let h = store.heard_since(t0).unwrap();
         assert_eq!((h[0].best_rssi, h[0].best_at), (Some(-80), t0 + 40_000));
         assert_eq!(h[0].known, None);
     }
 
     #[test]
+    fn a_tape_is_known_once_decoded_and_unknown_once_refused_as_not_found() {
+        use crate::outbox::{Outcome, Reading};
+        let (_dir, mut store) = store();
+        hear(&mut store, "C0:00:00:00:00:01", 1_000, -50);
+        hear(&mut store, "C0:DE:AD:00:00:01", 1_000, -50);
+        hear(&mut store, "C0:00:00:00:00:02", 1_000, -50);
+        let batch = store.next_batch(10, 100).unwrap();
+        let outcome = |mac: &str| match mac {
+            "C0:00:00:00:00:01" => Outcome::Delivered(Reading {
+                qr_code: None,
+                temp: None,
+                bat: None,
+                raw: "{}".into(),
+            }),
+            "C0:DE:AD:00:00:01" => {
+                Outcome::DeadLetter("device not found or not associated with the customer".into())
+            }
+            _ => Outcome::DeadLetter("invalid packet".into()),
+        };
+        let settled: Vec<_> = batch
+            .into_iter()
+            .map(|p| {
+                let o = outcome(&p.capture.mac.to_string());
+                (p, o)
+            })
+            .collect();
+        store.settle(&settled, 2_000).unwrap();
+        let known: Vec<(String, Option<bool>)> = store
+            .heard_since(0)
+            .unwrap()
+            .iter()
+            .map(|h| (h.mac.to_string(), h.known))
+            .collect();
+        assert_eq!(
+            known,
+            [
+                ("C0:00:00:00:00:01".to_string(), Some(true)),
+                ("C0:00:00:00:00:02".to_string(), None),
+                ("C0:DE:AD:00:00:01".to_string(), Some(false)),
+            ]
+        );
+    }
+
+    #[test]
     fn heard_forgets_tapes_not_heard_for_ten_minutes() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let (_dir, mut store) = store();
         let t0 = 1_000_000_000;
-        store
-            .enqueue(&[capture("C0:00:00:00:00:01", t0, -50)])
-            .unwrap();
-        store
-            .enqueue(&[capture("C0:00:00:00:00:02", t0 + HEARD_KEEP_MS + 1, -60)])
-            .unwrap();
+        hear(&mut store, "C0:00:00:00:00:01", t0, -50);
+        hear(&mut store, "C0:00:00:00:00:02", t0 + HEARD_KEEP_MS + 1, -60);
         let macs: Vec<String> = store
             .heard_since(0)
             .unwrap()
@@ -185,8 +228,7 @@ mod tests {
 
     #[test]
     fn the_rate_window_is_read_and_written_in_one_transaction() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let (_dir, mut store) = store();
         let w = WindowState {
             started_at: 5,
             used: 1,
