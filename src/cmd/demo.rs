@@ -242,12 +242,14 @@ async fn at_the_dock(
     out: &mut (dyn Write + Send),
 ) -> Result<Vec<Mac>, CmdError> {
     let operator = device::operator(config)?;
+    // The tapes the daemon heard and the service refused as unknown, as `--nearest`
+    // sees them (the demo activates them all rather than the nearest).
     let unknown: BTreeSet<Mac> = match Store::open_existing(state_dir)? {
         Some(store) => store
-            .dead_letters(crate::outbox::MAX_DEAD_LETTERS as usize)?
+            .heard_since(0)?
             .into_iter()
-            .filter(|d| d.error.to_ascii_lowercase().contains("not found"))
-            .map(|d| d.mac)
+            .filter(|h| h.known == Some(false))
+            .map(|h| h.mac)
             .collect(),
         None => BTreeSet::new(),
     };

@@ -477,6 +477,10 @@ pub async fn add(config: &Config, mut args: AddArgs, out: &mut dyn Write) -> Res
             }
         }
     }
+    if let Some(mac) = args.mac {
+        // As the daemon sends it in mac_id, whatever separators were typed.
+        args.add.tape_id = service.mac_format.format(mac);
+    }
     let operator = operator(config)?;
     let outcome = operator.add_device(&args.add).await?;
     let requeued = match args.mac {
