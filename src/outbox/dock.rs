@@ -3,6 +3,8 @@
 //! tapes heard lately, which the daemon writes inside the commit groups it already makes
 //! and `device add --nearest` reads.
 
+use std::collections::HashMap;
+
 use rusqlite::{params, OptionalExtension, Transaction};
 
 use super::store::{int_to_mac, mac_to_int, write_tx};
@@ -94,25 +96,60 @@ impl Store {
     }
 }
 
+/// A tape's entry in `heard` as one group of captures leaves it.
+#[derive(Clone, Copy)]
+struct Heard {
+    last_at: EpochMillis,
+    best_rssi: Option<i16>,
+    best_at: EpochMillis,
+}
+
+impl Heard {
+    /// The rule of the table: a louder capture, or any after the best one has aged
+    /// past [`HEARD_BEST_MS`], becomes the best.
+    fn replaces_best(&self, ts_ms: EpochMillis, rssi: Option<i16>) -> bool {
+        ts_ms - self.best_at > HEARD_BEST_MS || self.best_rssi.is_none() || rssi >= self.best_rssi
+    }
+}
+
 /// Records the captures of a commit group in `heard`, inside the group's transaction
-/// (no transaction of its own: the daemon pays one upsert per admitted capture), and
-/// forgets tapes not heard for [`HEARD_KEEP_MS`].
+/// (no transaction of its own): the group is folded per tape first, so a tape heard
+/// often costs one upsert a group. Forgets tapes not heard for [`HEARD_KEEP_MS`].
 pub(super) fn note_heard(tx: &Transaction<'_>, group: &[Capture]) -> rusqlite::Result<()> {
+    let mut folded: HashMap<Mac, Heard> = HashMap::new();
+    for c in group {
+        let h = folded.entry(c.mac).or_insert(Heard {
+            last_at: c.ts_ms,
+            best_rssi: c.rssi,
+            best_at: c.ts_ms,
+        });
+        h.last_at = h.last_at.max(c.ts_ms);
+        if h.replaces_best(c.ts_ms, c.rssi) {
+            (h.best_rssi, h.best_at) = (c.rssi, c.ts_ms);
+        }
+    }
+    // The same rule in SQL, against what earlier groups left.
     let mut upsert = tx.prepare_cached(
-        "INSERT INTO heard(mac, last_at, best_rssi, best_at) VALUES (?1, ?2, ?3, ?2)
+        "INSERT INTO heard(mac, last_at, best_rssi, best_at) VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT(mac) DO UPDATE SET
            last_at = max(heard.last_at, excluded.last_at),
-           best_rssi = CASE WHEN excluded.last_at - heard.best_at > ?4
+           best_rssi = CASE WHEN excluded.best_at - heard.best_at > ?5
                               OR heard.best_rssi IS NULL OR excluded.best_rssi >= heard.best_rssi
                             THEN excluded.best_rssi ELSE heard.best_rssi END,
-           best_at = CASE WHEN excluded.last_at - heard.best_at > ?4
+           best_at = CASE WHEN excluded.best_at - heard.best_at > ?5
                             OR heard.best_rssi IS NULL OR excluded.best_rssi >= heard.best_rssi
-                          THEN excluded.last_at ELSE heard.best_at END",
+                          THEN excluded.best_at ELSE heard.best_at END",
     )?;
     let mut newest = EpochMillis::MIN;
-    for c in group {
-        upsert.execute(params![mac_to_int(c.mac), c.ts_ms, c.rssi, HEARD_BEST_MS])?;
-        newest = newest.max(c.ts_ms);
+    for (mac, h) in &folded {
+        upsert.execute(params![
+            mac_to_int(*mac),
+            h.last_at,
+            h.best_rssi,
+            h.best_at,
+            HEARD_BEST_MS
+        ])?;
+        newest = newest.max(h.last_at);
     }
     tx.prepare_cached("DELETE FROM heard WHERE last_at < ?1")?
         .execute([newest.saturating_sub(HEARD_KEEP_MS)])?;
@@ -163,6 +200,23 @@ mod tests {
         // Past HEARD_BEST_MS the old loud reading no longer stands.
         hear(&mut store, "C0:00:00:00:00:01", t0 + 40_000, -80);
         let h = store.heard_since(t0).unwrap();
+        assert_eq!((h[0].best_rssi, h[0].best_at), (Some(-80), t0 + 40_000));
+        // Within one group the same rule holds: the loud one, then a quiet one 5 s on.
+        store
+            .enqueue(&[
+                capture("C0:00:00:00:00:02", t0, -40),
+                capture("C0:00:00:00:00:02", t0 + 5_000, -75),
+            ])
+            .unwrap();
+        let h = store.heard_since(t0).unwrap();
+        assert_eq!(
+            (h[0].mac.to_string(), h[0].best_rssi, h[0].last_at),
+            ("C0:00:00:00:00:02".to_string(), Some(-40), t0 + 5_000)
+        );
+        let h: Vec<_> = h
+            .into_iter()
+            .filter(|h| h.mac.to_string().ends_with("01"))
+            .collect();
         assert_eq!((h[0].best_rssi, h[0].best_at), (Some(-80), t0 + 40_000));
         assert_eq!(h[0].known, None);
     }
