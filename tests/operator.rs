@@ -682,3 +682,26 @@ async fn configure_rows_with_different_changes_go_in_separate_requests() {
         Some("Pallet 1")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_password_is_reported_without_the_password() {
+    let (mock, g) = setup().await;
+    let config = std::fs::read_to_string(g.config_path()).unwrap();
+    let password = mock.environment_settings("ppe").unwrap().password;
+    let wrong = "hunter2-not-the-password";
+    std::fs::write(g.config_path(), config.replace(password.expose(), wrong)).unwrap();
+    for args in [
+        &["device", "show", "--qr", "TTC0FFEE000001"][..],
+        &["locate", seed::AWB],
+    ] {
+        let out = g.run(args);
+        assert_eq!(code(&out), 1, "{args:?}");
+        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert!(
+            all.contains("token refused") || all.contains("credentials"),
+            "{all}"
+        );
+        assert!(!all.contains(wrong), "{all}");
+    }
+    assert_eq!(mock.operator_received().len(), 0);
+}
