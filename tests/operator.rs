@@ -387,6 +387,23 @@ async fn awb_404_is_retried_once_then_reported_not_found() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_awb_404_from_a_temporary_fault_is_found_on_the_one_retry() {
+    let (mock, g) = setup().await;
+    // The service reports a temporary fault of an AWB read as 404 AWB not found.
+    mock.push_operator_fault(
+        Endpoint::Locate,
+        Fault::Status {
+            status: 500,
+            retry_after: None,
+        },
+    );
+    let out = g.run(&["locate", seed::AWB]);
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert_eq!(statuses(&mock, Endpoint::Locate), [Some(404), Some(200)]);
+    assert!(text(&out.stderr).contains("asking once more"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sensor_mode_prints_six_readings_with_units_and_no_reading_exits_1() {
     let (mock, g) = setup().await;
     let out = g.run(&["locate", seed::SENSOR_ASSET, "--sensor"]);
