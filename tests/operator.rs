@@ -722,3 +722,21 @@ async fn a_refused_password_is_reported_without_the_password() {
     }
     assert_eq!(mock.operator_received().len(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_permission_is_reported_as_credentials_or_permission() {
+    let (mock, g) = setup().await;
+    mock.set_permission(Endpoint::Label, false);
+    let out = run(
+        &g,
+        &with_qrs(&["device", "label", "--asset", "AWB-1"], &fleet(1)),
+    );
+    assert_eq!(code(&out), 1);
+    assert!(
+        text(&out.stderr).contains("credentials or permission"),
+        "{}",
+        text(&out.stderr)
+    );
+    // One retry with a fresh token (spec 5.5), then no more.
+    assert_eq!(statuses(&mock, Endpoint::Label), [Some(401), Some(401)]);
+}
