@@ -89,6 +89,13 @@ fn run(g: &Gateway, args: &[String]) -> Output {
     g.run(&args)
 }
 
+/// `tapegate device <op> --csv FILE` with `csv` as the file.
+fn csv_run(g: &Gateway, op: &str, csv: &str) -> Output {
+    let path = g.path(&format!("{op}.csv"));
+    std::fs::write(&path, csv).unwrap();
+    g.run(&["device", op, "--csv", path.to_str().unwrap()])
+}
+
 fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
@@ -490,16 +497,14 @@ async fn history_over_3_months_is_3_or_more_requests_merged_in_order() {
 async fn a_malformed_csv_row_names_its_line_and_nothing_is_sent_for_it() {
     let (mock, g) = setup().await;
     let qrs = fleet(3);
-    let csv = g.path("labels.csv");
-    std::fs::write(
-        &csv,
-        format!(
+    let out = csv_run(
+        &g,
+        "label",
+        &format!(
             "qrcode,asset_barcode,shipment\n{},AWB-1,\n{},AWB-2,{{not json\n{},AWB-3,\n",
             qrs[0], qrs[1], qrs[2]
         ),
-    )
-    .unwrap();
-    let out = g.run(&["device", "label", "--csv", csv.to_str().unwrap()]);
+    );
     assert_eq!(code(&out), 1);
     let stdout = text(&out.stdout);
     assert!(stdout.contains("line 3:"), "{stdout}");
@@ -516,8 +521,7 @@ async fn a_malformed_csv_row_names_its_line_and_nothing_is_sent_for_it() {
     assert!(mock.device(&qrs[2]).unwrap().label.is_some());
     // An unknown column: nothing at all is sent, exit 2.
     let before = mock.operator_received().len();
-    std::fs::write(&csv, format!("qrcode,colour\n{},red\n", qrs[0])).unwrap();
-    let out = g.run(&["device", "label", "--csv", csv.to_str().unwrap()]);
+    let out = csv_run(&g, "label", &format!("qrcode,colour\n{},red\n", qrs[0]));
     assert_eq!(code(&out), 2);
     assert!(
         text(&out.stderr).contains("\"colour\""),
@@ -670,16 +674,14 @@ fn the_demo_activates_the_unknown_tapes_and_delivers_their_dead_letters() {
 async fn configure_rows_with_different_changes_go_in_separate_requests() {
     let (mock, g) = setup().await;
     let qrs = fleet(3);
-    let csv = g.path("config.csv");
-    std::fs::write(
-        &csv,
-        format!(
+    let out = csv_run(
+        &g,
+        "configure",
+        &format!(
             "qrcode,firmware,tape_displayname\n{},1.5.0,Pallet 1\n{},1.6.0,\n{},1.5.0,\n",
             qrs[0], qrs[1], qrs[2]
         ),
-    )
-    .unwrap();
-    let out = g.run(&["device", "configure", "--csv", csv.to_str().unwrap()]);
+    );
     assert_eq!(
         code(&out),
         0,
