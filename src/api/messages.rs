@@ -104,7 +104,9 @@ impl Operator {
         );
         // Only a refusal before the service read it is repeated: a message is not
         // idempotent, so a lost answer is reported, not sent twice.
-        for attempt in 1.. {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
             let correlation_id = self.correlation_id("message");
             let answer = self
                 .client
@@ -159,7 +161,6 @@ impl Operator {
                 Err(e) => return Err(e.into()),
             }
         }
-        unreachable!("the loop returns")
     }
 }
 
