@@ -82,6 +82,7 @@ pub enum Command {
         asset_id: String,
         #[arg(long)]
         sensor: bool,
+        /// One JSON document on stdout.
         #[arg(long)]
         json: bool,
     },
@@ -101,6 +102,7 @@ pub enum Command {
         /// RFC 3339 or a date; default now.
         #[arg(long)]
         to: Option<String>,
+        /// One JSON document on stdout.
         #[arg(long)]
         json: bool,
     },
@@ -135,6 +137,7 @@ pub enum Command {
 pub enum DeadLetters {
     /// List stored dead letters, newest first.
     List {
+        /// One JSON document on stdout.
         #[arg(long)]
         json: bool,
         #[arg(long, default_value_t = 50)]
@@ -191,6 +194,7 @@ pub struct DeviceAdd {
     /// Delete and recreate an existing record (its label goes with it).
     #[arg(long = "override")]
     pub override_existing: bool,
+    /// One JSON document on stdout.
     #[arg(long)]
     pub json: bool,
 }
@@ -204,6 +208,7 @@ pub struct DeviceSource {
     /// A CSV file: a header row naming the columns (qrcode, asset_barcode, application_id, shipment, firmware, metadata, tape_displayname), one device a row.
     #[arg(long, conflicts_with = "qr")]
     pub csv: Option<PathBuf>,
+    /// One JSON document on stdout.
     #[arg(long)]
     pub json: bool,
 }
