@@ -23,15 +23,20 @@ tapes into decoded readings in the tracking service.
 - [`outbox`]: the durable, bounded SQLite store (`store.rs` open, migrate, quarantine,
   reopen a file deleted under the daemon; `queue.rs` enqueue, next batch, settle;
   `operator.rs` the reads and changes of `status`, `tapes`, `dead-letters`; `clock.rs`
-  boots and held rows; `lock.rs` one daemon per state directory); its module doc is the
-  design document.
+  boots and held rows; `dock.rs` the rate window and the tapes heard; `lock.rs` one
+  daemon per state directory); its module doc is the design document.
 - [`flush`]: batching, answer handling and backoff towards the bulk decode endpoint;
   [`backoff`] is the one retry delay (flusher, token cache, ingest).
 - [`api`]: the tracking service client (`auth.rs` the token cache and its lifetime
   bounds, `decode.rs` bulk and single decode, `error.rs` answers and transport failures
-  mapped to what to do). [`secret`] keeps the password and token out of every text.
+  mapped to what to do) and the operator's client (`devices.rs` add, label, relabel,
+  show, deactivate, configure with their rules; `locate.rs`, `history.rs`,
+  `messages.rs`; `rate.rs` the shared rate window kept in the state database;
+  `assumed.rs` the request shapes the spec does not show). [`secret`] keeps the
+  password and token out of every text.
 - [`pipeline`]: the only place that creates channels, spawns stages, watches them all
-  at once (a stage that dies ends the daemon non-zero), wires SIGHUP and orders shutdown. [`health`] keeps `STATUS=` and the scanner's counts current;
+  at once (a stage that dies ends the daemon non-zero), wires SIGHUP and orders
+  shutdown. [`health`] keeps `STATUS=` and the scanner's counts current;
   [`systemd`] is sd_notify, the watchdog that pings only while every stage makes
   progress, and the stop signals.
 - [`http`]: the read-only HTTP server of `[http] listen`: `/metrics` (every metric
@@ -40,7 +45,8 @@ tapes into decoded readings in the tracking service.
   what the state database knows of them.
 - [`cmd`]: the commands a person runs beside the daemon: `status`, `tapes`,
   `dead-letters` (`state.rs`), `decode`, `check` (for installers), `scan` (the live
-  view and recorder) and `demo`. [`cli`] is the command line.
+  view and recorder), `demo`, and the operator's `device`, `locate`, `history` and
+  `message`. [`cli`] is the command line.
 - [`clock`]: time on a gateway without a real-time clock: wall and boot time and the
   kernel's sync state behind one trait (`source.rs`; in debug builds a test clock
   driven by a file, `fake.rs`), the pure hold policy and repair

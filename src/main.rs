@@ -17,6 +17,8 @@ use tracing_subscriber::{reload, EnvFilter, Registry};
 /// How a command failed.
 enum Failure {
     Config(ConfigError),
+    /// The command line or its input cannot be used as given.
+    Usage(String),
     /// Our reader went away (`tapegate tapes | head`): end quietly.
     BrokenPipe,
     Other(anyhow::Error),
@@ -36,6 +38,7 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
         }
         match e.downcast::<CmdError>() {
             Ok(CmdError::Config(c)) => Failure::Config(c),
+            Ok(CmdError::Usage(m)) => Failure::Usage(m),
             Ok(other) => Failure::Other(other.into()),
             Err(e) => Failure::Other(e),
         }
@@ -48,6 +51,10 @@ fn main() -> ExitCode {
         Ok(()) | Err(Failure::BrokenPipe) => ExitCode::SUCCESS,
         Err(Failure::Config(e)) => {
             eprintln!("tapegate: {e}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Usage(m)) => {
+            eprintln!("tapegate: {m}");
             ExitCode::from(2)
         }
         Err(Failure::Other(e)) => {
@@ -231,6 +238,56 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             runtime()?.block_on(tapegate::mock::serve_forever(
                 *listen,
                 tapegate::mock::MockConfig::demo(),
+            ))?;
+        }
+        Command::Device(device) => {
+            let config = load(&cli)?;
+            init_logging("warn");
+            runtime()?.block_on(tapegate::cmd::device::run(&config, device, &mut stdout))?;
+        }
+        Command::Locate {
+            asset_id,
+            sensor,
+            json,
+        } => {
+            let config = load(&cli)?;
+            init_logging("warn");
+            runtime()?.block_on(tapegate::cmd::locate::run(
+                &config,
+                asset_id,
+                *sensor,
+                *json,
+                &mut stdout,
+            ))?;
+        }
+        Command::History {
+            qr,
+            asset,
+            event_type,
+            from,
+            to,
+            json,
+        } => {
+            let config = load(&cli)?;
+            init_logging("warn");
+            let args = tapegate::cmd::history::HistoryArgs {
+                qr: qr.as_deref(),
+                asset: asset.as_deref(),
+                event_type: event_type.as_deref(),
+                from: from.as_deref(),
+                to: to.as_deref(),
+                json: *json,
+            };
+            runtime()?.block_on(tapegate::cmd::history::run(&config, args, &mut stdout))?;
+        }
+        Command::Message { message_type, file } => {
+            let config = load(&cli)?;
+            init_logging("warn");
+            runtime()?.block_on(tapegate::cmd::message::run(
+                &config,
+                *message_type,
+                file,
+                &mut stdout,
             ))?;
         }
         Command::DeadLetters(DeadLetters::Retry(which)) => {

@@ -21,9 +21,15 @@ Why it is built this way:
   output, and answer text is scrubbed of both before it goes into an error.
 */
 
+mod assumed;
 mod auth;
 mod decode;
+mod devices;
 mod error;
+mod history;
+mod locate;
+mod messages;
+pub mod rate;
 
 use std::fmt;
 use std::sync::Arc;
@@ -38,8 +44,17 @@ use url::Url;
 use crate::config::{EnvironmentSettings, ServiceSettings};
 use crate::secret::{scrub, Secret};
 
+pub use assumed::{ConfigChange, DeviceEntry, LabelDevice, LabelRecord};
 pub use decode::{BulkAnswerItem, BulkItem, Decoded};
+pub use devices::{
+    AddDevice, AddOutcome, DeviceOp, DeviceOutcome, DeviceReport, Operator, OperatorError,
+};
 pub use error::{parse_retry_after, ApiError, Transport, TransportKind};
+pub use history::{
+    merge, month_windows, HistoricalEvent, HistoryFilter, HistoryQuery, HistoryWindow,
+};
+pub use locate::{Asset, LocationEvent, SensorReading, SENSORS};
+pub use messages::{check_payload, MessageType};
 
 use auth::{Grant, TokenCache};
 use error::answer_message;
@@ -87,11 +102,23 @@ impl fmt::Debug for ServiceClient {
     }
 }
 
+/// Where an operator call's account comes from (spec 5.8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Account {
+    /// The `customer_id` and `authorized_groups` headers: decode, locations, messages,
+    /// history, add-device.
+    Headers,
+    /// The token alone: label, status, config.
+    Token,
+}
+
 /// An HTTP answer, read (capped) into memory.
 struct Answer {
     status: StatusCode,
     retry_after: Option<Duration>,
-    /// The body of a success answer (empty otherwise).
+    /// The body of a success answer; of an error answer, its first
+    /// [`MAX_ERROR_BYTES`] (the operator calls read 207-shaped and validation bodies
+    /// from it; it is never logged or shown whole).
     body: Bytes,
     /// The message of an error answer, scrubbed of the token and password (empty on
     /// success).
@@ -266,6 +293,54 @@ impl ServiceClient {
             .header("correlation_id", correlation_id)
     }
 
+    /// An operator call (spec 4.1, 4.2, 4.5-4.7): `method` to `url` with the bearer
+    /// token, `correlation_id` (5.9), the account headers when `account` says so, the
+    /// `headers` given, and `body` as JSON; the one retry after a 401 as every call.
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        url: &Url,
+        account: Account,
+        headers: &[(&str, String)],
+        body: Option<Bytes>,
+        correlation_id: &str,
+    ) -> Result<Answer, ApiError> {
+        self.send(correlation_id, |token| {
+            let mut r = self
+                .inner
+                .http
+                .request(method.clone(), url.clone())
+                .bearer_auth(token.expose())
+                .header(CONTENT_TYPE, "application/json")
+                .header(ACCEPT, "application/json")
+                .header("correlation_id", correlation_id);
+            if account == Account::Headers {
+                r = r
+                    .header("customer_id", self.inner.customer_id.clone())
+                    .header("authorized_groups", self.inner.authorized_groups.clone());
+            }
+            for (name, value) in headers {
+                r = r.header(*name, value.as_str());
+            }
+            match &body {
+                Some(b) => r.body(b.clone()),
+                None => r,
+            }
+        })
+        .await
+    }
+
+    /// `{base_url}` with `segments` appended.
+    fn url(&self, segments: &[&str]) -> Result<Url, ApiError> {
+        join(&self.inner.endpoint.base_url, segments)
+    }
+
+    /// The account the client's configuration names, for bodies that carry it (4.2).
+    fn account_ids(&self) -> (&str, &str) {
+        let e = &self.inner.endpoint;
+        (&e.customer_id, &e.authorized_groups)
+    }
+
     /// Sends a request built by `build` with the cached token; on 401 drops that
     /// token, gets one new token and sends once more.
     async fn send<F>(&self, correlation_id: &str, build: F) -> Result<Answer, ApiError>
@@ -318,20 +393,23 @@ impl ServiceClient {
                 message: String::new(),
             });
         }
-        let message = match read_capped(resp, MAX_ERROR_BYTES)
+        let (body, message) = match read_capped(resp, MAX_ERROR_BYTES)
             .await
             .map_err(transport)?
         {
-            Some(body) => scrub(
-                &answer_message(&body),
-                &[token.expose(), self.inner.endpoint.password.expose()],
-            ),
-            None => "(error body too large)".to_string(),
+            Some(body) => {
+                let message = scrub(
+                    &answer_message(&body),
+                    &[token.expose(), self.inner.endpoint.password.expose()],
+                );
+                (body, message)
+            }
+            None => (Bytes::new(), "(error body too large)".to_string()),
         };
         Ok(Answer {
             status,
             retry_after,
-            body: Bytes::new(),
+            body,
             message,
         })
     }

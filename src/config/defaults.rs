@@ -24,6 +24,10 @@ pub const DEFAULTS: Defaults = Defaults {
         environment: "ppe",
         mac_format: "plain",
         request_timeout_secs: 30,
+        rate_window_secs: 60,
+    },
+    environment: Environment {
+        default_tape_type: "Green",
     },
     products: Product {
         packet: "manufacturer_data",
@@ -76,6 +80,8 @@ pub const DEFAULTS: Defaults = Defaults {
 pub struct Defaults {
     pub gateway: Gateway,
     pub service: Service,
+    /// Of each `[service.environments.<name>]` table.
+    pub environment: Environment,
     /// Of each `[[products]]` entry.
     pub products: Product,
     pub scanner: Scanner,
@@ -102,6 +108,14 @@ pub struct Service {
     pub environment: &'static str,
     pub mac_format: &'static str,
     pub request_timeout_secs: u64,
+    /// The service's shared rate window (spec 8).
+    pub rate_window_secs: u64,
+}
+
+/// Of each `[service.environments.<name>]`.
+#[cfg_attr(test, derive(serde::Serialize))]
+pub struct Environment {
+    pub default_tape_type: &'static str,
 }
 
 /// `[[products]]`
@@ -255,6 +269,10 @@ mod tests {
             let shown = match example.get(&section) {
                 // [[products]]: the example's product shows the defaults of an entry.
                 Some(toml::Value::Array(entries)) => entries.first(),
+                // An environment's defaults are shown in the example's first one.
+                None if section == "environment" => example["service"]["environments"]
+                    .as_table()
+                    .and_then(|t| t.values().next()),
                 other => other,
             };
             for (key, default) in keys.as_table().into_iter().flatten() {
@@ -294,9 +312,15 @@ mod tests {
         tape.insert("id".into(), "tape".into());
         tape.insert("manufacturer_id".into(), 0x0EF7.into());
         file.insert("products".into(), vec![toml::Value::Table(tape)].into());
-        // [service] needs its environment, which has no defaults.
+        // [service] needs its environment, which has no defaults but these.
         let service: toml::Table = SERVICE.parse().unwrap();
-        let environments = service["service"]["environments"].clone();
+        let mut environments = service["service"]["environments"].clone();
+        let Some(toml::Value::Table(env_defaults)) = file.remove("environment") else {
+            panic!("no environment in the table");
+        };
+        if let Some(toml::Value::Table(ppe)) = environments.get_mut("ppe") {
+            ppe.extend(env_defaults);
+        }
         if let Some(toml::Value::Table(s)) = file.get_mut("service") {
             s.insert("environments".into(), environments);
         }

@@ -58,6 +58,9 @@ pub struct Config {
     pub readings: ReadingsSettings,
     pub log: LogSettings,
     pub http: HttpSettings,
+    /// The operator commands' settings (`device`, `locate`, `history`); `None` without
+    /// a `[service]` section.
+    pub operator: Option<OperatorSettings>,
 }
 
 #[derive(Debug, Clone)]
@@ -127,6 +130,19 @@ pub struct EnvironmentSettings {
     pub password: Secret,
     pub customer_id: String,
     pub authorized_groups: String,
+}
+
+/// What the operator commands need beyond the decode client: the history address and
+/// the defaults of `device add` and `device label`, from the selected environment, and
+/// the length of the service's rate window.
+#[derive(Debug, Clone)]
+pub struct OperatorSettings {
+    /// `None`: not configured; `tapegate history` says which key to set.
+    pub historical_base_url: Option<Url>,
+    pub history_operation_id: Option<String>,
+    pub default_app_id: Option<String>,
+    pub default_tape_type: String,
+    pub rate_window: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

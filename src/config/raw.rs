@@ -117,6 +117,9 @@ pub struct RawService {
     /// A PEM file of CA certificates trusted besides the system's (a private CA, or a
     /// TLS-inspecting proxy's).
     pub ca_file: Option<PathBuf>,
+    /// Length of the service's shared rate window of the label, status and config
+    /// calls (spec 8: 60 s); change it only if the operator says so.
+    pub rate_window_secs: Option<u64>,
     /// What onboarding hands out, per environment.
     pub environments: Option<BTreeMap<String, RawEnvironment>>,
 }
@@ -152,6 +155,18 @@ pub struct RawEnvironment {
     /// The authorized groups from onboarding.
     #[serde(default, deserialize_with = "lenient::string")]
     pub authorized_groups: Option<String>,
+    /// The address history (spec 4.2) is served from.
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub historical_base_url: Option<String>,
+    /// The fixed UUID that ends the history path (spec 4.2).
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub history_operation_id: Option<String>,
+    /// `appId` of `device add` and `application_id` of labels when none is given.
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub default_app_id: Option<String>,
+    /// `tt` of `device add` when `--tape-type` is not given.
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub default_tape_type: Option<String>,
 }
 
 /// `[[products]]`

@@ -16,8 +16,8 @@ use super::host::{CaFileRead, Host, PasswordFile};
 use super::raw::{RawConfig, RawProduct, RawService};
 use super::{
     CaFile, Config, EnvironmentSettings, FlushSettings, GatewaySettings, HttpSettings, LogSettings,
-    MacFormat, OutboxSettings, Problem, ReadingsSettings, ScannerSettings, ServiceSettings,
-    SourceKind, DEFAULTS,
+    MacFormat, OperatorSettings, OutboxSettings, Problem, ReadingsSettings, ScannerSettings,
+    ServiceSettings, SourceKind, DEFAULTS,
 };
 use crate::clock::{ClockPolicy, ClockSettings};
 use crate::dedup::DedupSettings;
@@ -480,10 +480,10 @@ pub fn validate(
             }),
     };
 
-    let service = match service {
-        Some(Some(s)) => Some(s),
+    let (service, operator) = match service {
+        Some(Some((s, o))) => (Some(s), Some(o)),
         Some(None) => return None,
-        None => None,
+        None => (None, None),
     };
     Some(Config {
         gateway,
@@ -496,6 +496,7 @@ pub fn validate(
         readings,
         log: LogSettings { level },
         http,
+        operator,
     })
 }
 
@@ -504,10 +505,17 @@ fn validate_service(
     host: &Host,
     files: Files<'_>,
     c: &mut Check,
-) -> Option<ServiceSettings> {
+) -> Option<(ServiceSettings, OperatorSettings)> {
     let password_file = files.password_file;
     let ca_file = files.ca_file.and_then(|read| ca_file(read, c));
     let environment = s.environment().to_string();
+    let rate_window = Duration::from_secs(c.int(
+        "service.rate_window_secs",
+        s.rate_window_secs,
+        DEFAULTS.service.rate_window_secs,
+        1,
+        3600,
+    ));
     let mac_format = c.choice(
         "service.mac_format",
         s.mac_format.as_deref(),
@@ -555,6 +563,42 @@ fn validate_service(
         e.authorized_groups,
         "the authorized groups from onboarding",
     );
+    let historical_base_url = match e.historical_base_url {
+        None => None,
+        some => c.url(&k("historical_base_url"), some),
+    };
+    let operator_text = |c: &mut Check, key: &str, v: Option<String>, what: &str| match v {
+        None => None,
+        some => c.text(&k(key), some, what),
+    };
+    let history_operation_id = operator_text(
+        c,
+        "history_operation_id",
+        e.history_operation_id,
+        "the fixed UUID that ends the history path",
+    );
+    if let Some(id) = history_operation_id.as_deref() {
+        if uuid::Uuid::parse_str(id).is_err() {
+            c.bad(
+                k("history_operation_id"),
+                format!("{id:?}"),
+                "a UUID such as \"3f2a9c4e-8b1d-4e6f-a7c2-5d9e0b1f6a38\"",
+            );
+        }
+    }
+    let default_app_id = operator_text(
+        c,
+        "default_app_id",
+        e.default_app_id,
+        "an application id from the operator",
+    );
+    let default_tape_type = operator_text(
+        c,
+        "default_tape_type",
+        e.default_tape_type,
+        "a tape type such as Green or Black",
+    )
+    .unwrap_or_else(|| DEFAULTS.environment.default_tape_type.to_string());
     // The password's value never appears in a problem.
     let password = match (e.password, e.password_file) {
         (Some(_), Some(_)) => {
@@ -586,7 +630,7 @@ fn validate_service(
             }
         },
     };
-    Some(ServiceSettings {
+    let service = ServiceSettings {
         environment: environment.clone(),
         mac_format,
         request_timeout,
@@ -601,7 +645,15 @@ fn validate_service(
             customer_id: customer_id?,
             authorized_groups: authorized_groups?,
         },
-    })
+    };
+    let operator = OperatorSettings {
+        historical_base_url,
+        history_operation_id,
+        default_app_id,
+        default_tape_type,
+        rate_window,
+    };
+    Some((service, operator))
 }
 
 /// The CA certificates of `[service] ca_file`: a readable PEM file holding at least one.
@@ -804,6 +856,41 @@ mod tests {
             );
             assert!(shown.contains(why), "{shown}");
         }
+    }
+
+    #[test]
+    fn the_operator_keys_are_optional_and_a_bad_one_is_named_with_its_value() {
+        let c = parse(SERVICE, &[]).unwrap();
+        let o = c.operator.unwrap();
+        assert_eq!(o.historical_base_url, None);
+        assert_eq!(o.default_tape_type, "Green");
+        assert_eq!(o.rate_window, Duration::from_secs(60));
+        let text = format!(
+            "{SERVICE}historical_base_url = \"ftp://h/\"\nhistory_operation_id = \"not-a-uuid\"\ndefault_app_id = \"\"\n"
+        );
+        let p = problems(
+            &text.replace("[service]\n", "[service]\nrate_window_secs = 0\n"),
+            &[],
+        );
+        let keys: Vec<(&str, Option<&str>)> = p
+            .iter()
+            .map(|p| (p.key.as_str(), p.value.as_deref()))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                ("service.rate_window_secs", Some("0")),
+                (
+                    "service.environments.ppe.historical_base_url",
+                    Some("\"ftp://h/\"")
+                ),
+                (
+                    "service.environments.ppe.history_operation_id",
+                    Some("\"not-a-uuid\"")
+                ),
+                ("service.environments.ppe.default_app_id", Some("\"\"")),
+            ]
+        );
     }
 
     #[test]

@@ -512,7 +512,8 @@ impl MockHandle {
     }
 
     /// The `[service]` section (with its `[service.environments.<env>]` table) of a
-    /// gateway config that delivers to environment `env` of this mock.
+    /// gateway config that delivers to environment `env` of this mock, with the keys the
+    /// operator commands need (historical base URL, history operation, application).
     pub fn service_toml(&self, env: &str, request_timeout_secs: u64) -> Option<String> {
         let e = self.environment_settings(env)?;
         Some(format!(
@@ -530,7 +531,12 @@ username = "{user}"
 password = "{password}"
 customer_id = "{customer}"
 authorized_groups = "{groups}"
+historical_base_url = "{historical}"
+history_operation_id = "{HISTORY_OPERATION_ID}"
+default_app_id = "{app}"
 "#,
+            historical = self.historical_base_url(env),
+            app = seed::SEED_APP,
             base = e.base_url,
             auth = e.auth_url,
             client = e.client_id,

@@ -7,7 +7,7 @@ token expires or the power is cut. Every admitted capture is written here first;
 flusher delivers from here, and a row leaves only in the transaction that records its
 outcome (a decoded reading or a dead letter). Delivery is therefore at-least-once.
 
-# Schema (`PRAGMA user_version` = 2)
+# Schema (`PRAGMA user_version` = 3)
 | table | holds |
 |---|---|
 | `pending` | captures not yet delivered: `id` (admission order), `mac` (48-bit integer), `captured_at` (epoch ms), `product_id`, `packet` (the `ble_packet` as sent), `rssi` |
@@ -17,6 +17,8 @@ outcome (a decoded reading or a dead letter). Delivery is therefore at-least-onc
 | `counters` | `admitted`, `delivered`, `dead_lettered`, `evicted`, `dead_letters_dropped` |
 | `meta` | `last_flush_ok_at`, `last_error`, `last_error_at`; the BLE scanner's ladder counts (`scanner_*`); `clock_state` |
 | `boots` | each boot seen (`boot_id` from the kernel) and `synced_at`, when its clock was first seen synchronised |
+| `rate_window` | per API identity, the service's shared rate window (spec 8): when it began and how many requests it took; shared by every CLI run |
+| `heard` | per tape heard in the last [`HEARD_KEEP_MS`]: last capture time, strongest recent RSSI, and whether the service knows it (decoded, or refused as not found); written in the commit groups and settlements the daemon already makes, read by `device add --nearest` |
 
 A live capture's `pending` row also has `boot` (its `boots.id`), `boot_ms` (`CLOCK_BOOTTIME`
 at capture) and `held` (1: the clock was not trusted when it was committed; not handed
@@ -66,13 +68,16 @@ oldest first). `tapegate dead-letters retry` moves dead letters back to `pending
   one MAC are delivered in admission order, which is capture order.
 
 # Code
-[`Store`] is one type in four files, by seam: `store.rs` opens, migrates and
+[`Store`] is one type in several files, by seam: `store.rs` opens, migrates and
 quarantines; `queue.rs` is the daemon's path (enqueue, next batch, settle); `operator.rs`
 is what `status`, `tapes` and `dead-letters` read and change; `clock.rs` records boots
-and holds and releases captures for the clock keeper. `handle.rs` is the owner thread.
+and holds and releases captures for the clock keeper; `dock.rs` the rate window and the
+tapes heard, for the operator commands of the service interface; `lock.rs` the state
+directory's one owner. `handle.rs` is the owner thread.
 */
 
 mod clock;
+mod dock;
 mod handle;
 mod lock;
 mod operator;
@@ -80,6 +85,7 @@ mod queue;
 mod store;
 
 pub use clock::{BootStart, ClockChange, ClockStatus, Released};
+pub use dock::{HeardTape, WindowState, HEARD_BEST_MS, HEARD_KEEP_MS};
 pub use handle::Outbox;
 pub use lock::{LockError, StateLock, LOCK_FILE};
 pub use operator::{DeadLetter, ScannerCounts, Stats, TapeKnown, TapeRow};

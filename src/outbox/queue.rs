@@ -7,6 +7,7 @@ use std::collections::HashSet;
 use rusqlite::{params, Transaction};
 
 use super::clock::first_held;
+use super::dock::{note_heard, note_known};
 use super::store::{
     hold_id_floor, int_to_mac, mac_to_int, read_counters, release_id_floor, write_counters,
     write_tx, Counters,
@@ -67,6 +68,7 @@ impl Store {
                 }
             }
             release_id_floor(&tx, self.id_floor)?;
+            note_heard(&tx, group)?;
             next.admitted += group.len() as u64;
             let excess = next.pending().saturating_sub(self.options.max_pending);
             let evicted = if excess > 0 {
@@ -168,9 +170,13 @@ impl Store {
                         let row = params![mac, r.qr_code, c.ts_ms, now, c.rssi, r.temp, r.bat, r.raw];
                         reading.execute(row)?;
                         tape.execute(row)?;
+                        note_known(&tx, c.mac, true)?;
                         next.delivered += u64::from(gone);
                     }
                     Outcome::DeadLetter(error) if gone => {
+                        if refused_as_unknown(error) {
+                            note_known(&tx, c.mac, false)?;
+                        }
                         dead.execute(params![mac, c.ts_ms, c.product_id, c.packet, c.rssi, error, now])?;
                         next.dead_lettered += 1;
                     }
@@ -220,6 +226,13 @@ fn row_to_pending(r: &rusqlite::Row<'_>) -> rusqlite::Result<PendingCapture> {
             boot_ms: r.get(6)?,
         },
     })
+}
+
+/// Whether a refused capture's error says the service does not know the tape. Bulk
+/// decode items carry only a text (spec 4.4, no code), so the text is all there is:
+/// "device not found or not associated with the customer" (the 404 of 4.3).
+fn refused_as_unknown(error: &str) -> bool {
+    error.to_ascii_lowercase().contains("not found")
 }
 
 fn cap_dead_letters(tx: &Transaction<'_>, max: u64) -> rusqlite::Result<u64> {

@@ -20,7 +20,12 @@ use crate::record::Mac;
 /// The schema, as the steps that build it: `MIGRATIONS[i]` takes a database from
 /// `user_version` `i` to `i + 1`. Steps are only ever appended, and each adds (tables,
 /// columns, indexes) rather than rewrites, so an older database upgrades in place.
-const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_CLOCK];
+const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_CLOCK, MIGRATION_OPERATOR];
+
+/// How long `open_existing` waits for a database being created or migrated beside it
+/// (steps of this, this many times): migrating takes milliseconds.
+const MIGRATION_WAIT_STEP: Duration = Duration::from_millis(20);
+const MIGRATION_WAIT_STEPS: u32 = 100;
 
 /// The `user_version` of a database this tapegate has fully migrated.
 const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -86,6 +91,25 @@ ALTER TABLE pending ADD COLUMN boot_ms INTEGER;
 ALTER TABLE pending ADD COLUMN held INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX pending_held ON pending(id) WHERE held = 1;
 INSERT INTO counters(name, value) VALUES ('clock_repaired', 0), ('clock_estimated', 0);
+";
+
+/// The operator interface (issue 11): the service's shared rate window, kept here so
+/// that separate CLI runs share it, and the tapes heard lately, written by the daemon for
+/// `device add --nearest`.
+const MIGRATION_OPERATOR: &str = "
+CREATE TABLE rate_window (
+    identity    TEXT PRIMARY KEY,
+    started_at  INTEGER NOT NULL,
+    used        INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE heard (
+    mac         INTEGER PRIMARY KEY,
+    last_at     INTEGER NOT NULL,
+    best_rssi   INTEGER,
+    best_at     INTEGER NOT NULL,
+    known       INTEGER
+);
+CREATE INDEX heard_by_last_at ON heard(last_at);
 ";
 
 /// How the store is opened.
@@ -267,7 +291,8 @@ impl Store {
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
         conn.busy_timeout(Duration::from_secs(5))?;
-        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let read_version = || conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0));
+        let mut version = read_version()?;
         if version == 0 {
             // The daemon has created the file but not yet committed its schema (it is
             // starting right now), or the file is empty: either way nothing is stored yet.
@@ -276,6 +301,15 @@ impl Store {
             if tables == 0 {
                 return Ok(None);
             }
+        }
+        // A daemon starting beside us may be migrating it, one step a transaction:
+        // give it the moment that takes before calling the version wrong.
+        for _ in 0..MIGRATION_WAIT_STEPS {
+            if version == 0 || version >= SCHEMA_VERSION {
+                break;
+            }
+            std::thread::sleep(MIGRATION_WAIT_STEP);
+            version = read_version()?;
         }
         if version != SCHEMA_VERSION {
             return Err(OutboxError::Unusable {
