@@ -16,8 +16,8 @@ use super::host::{Host, PasswordFile};
 use super::raw::{RawConfig, RawProduct, RawService};
 use super::{
     Config, EnvironmentSettings, FlushSettings, GatewaySettings, LogSettings, MacFormat,
-    OutboxSettings, Problem, ReadingsSettings, ScannerSettings, ServiceSettings, SourceKind,
-    DEFAULTS,
+    OutboxSettings, Password, Problem, ReadingsSettings, ScannerSettings, ServiceSettings,
+    SourceKind, DEFAULTS,
 };
 use crate::dedup::DedupSettings;
 use crate::outbox::Durability;
@@ -140,10 +140,13 @@ impl Check<'_> {
 
 /// Turns `raw` into a [`Config`], adding a problem for each thing wrong; `None` when
 /// something is too wrong to build one (the problems say what). `password_file` is the
-/// file [`RawConfig::password_file`] names, as the caller read it.
+/// file [`RawConfig::password_file`] names, as the caller read it; with
+/// [`Password::Skip`] it is not wanted, and the `[service]` settings, validated but
+/// for the password, are left out of the result.
 pub fn validate(
     raw: RawConfig,
     host: &Host,
+    password: Password,
     password_file: Option<&PasswordFile>,
     problems: &mut Vec<Problem>,
 ) -> Option<Config> {
@@ -187,7 +190,7 @@ pub fn validate(
 
     let service = raw
         .service
-        .map(|s| validate_service(s, host, password_file, &mut c));
+        .map(|s| validate_service(s, password, password_file, &mut c));
 
     let products = match raw.products {
         None => Products(vec![Product::tape()]),
@@ -423,8 +426,8 @@ pub fn validate(
     }
 
     let service = match service {
-        Some(Some(s)) => Some(s),
-        Some(None) => return None,
+        Some(Ok(s)) => s,
+        Some(Err(Invalid)) => return None,
         None => None,
     };
     Some(Config {
@@ -440,12 +443,17 @@ pub fn validate(
     })
 }
 
+/// A section found invalid; the problems say why.
+struct Invalid;
+
+/// The `[service]` settings; `Ok(None)` when they are valid but left out because the
+/// password was not to be read.
 fn validate_service(
     s: RawService,
-    host: &Host,
+    password_mode: Password,
     password_file: Option<&PasswordFile>,
     c: &mut Check,
-) -> Option<ServiceSettings> {
+) -> Result<Option<ServiceSettings>, Invalid> {
     let environment = s.environment().to_string();
     let mac_format = c.choice(
         "service.mac_format",
@@ -472,7 +480,7 @@ fn validate_service(
                 format!("the name of a [service.environments.<name>] table: {known:?}")
             },
         );
-        return None;
+        return Err(Invalid);
     };
     let k = |f: &str| format!("service.environments.{environment}.{f}");
     let base_url = c.url(&k("base_url"), e.base_url);
@@ -512,34 +520,59 @@ fn validate_service(
             None
         }
         (Some(p), None) => Some(Secret::new(p)),
+        (None, Some(_)) if password_mode == Password::Skip => None,
         (None, Some(file)) => match password_file {
             Some(read) => password_from_file(read, &k("password_file"), c),
             // Only a caller that skipped reading the file gets here.
             None => {
                 c.bad(
                     k("password_file"),
-                    host.credential_path(&file).display(),
+                    file.display(),
                     "a readable file holding the password (it was not read)",
                 );
                 None
             }
         },
     };
-    Some(ServiceSettings {
+    let (
+        Some(base_url),
+        Some(auth_url),
+        Some(client_id),
+        Some(audience),
+        Some(username),
+        Some(customer_id),
+        Some(authorized_groups),
+    ) = (
+        base_url,
+        auth_url,
+        client_id,
+        audience,
+        username,
+        customer_id,
+        authorized_groups,
+    )
+    else {
+        return Err(Invalid);
+    };
+    if password_mode == Password::Skip {
+        return Ok(None);
+    }
+    let password = password.ok_or(Invalid)?;
+    Ok(Some(ServiceSettings {
         environment: environment.clone(),
         mac_format,
         request_timeout,
         endpoint: EnvironmentSettings {
-            base_url: base_url?,
-            auth_url: auth_url?,
-            client_id: client_id?,
-            audience: audience?,
-            username: username?,
-            password: password?,
-            customer_id: customer_id?,
-            authorized_groups: authorized_groups?,
+            base_url,
+            auth_url,
+            client_id,
+            audience,
+            username,
+            password,
+            customer_id,
+            authorized_groups,
         },
-    })
+    }))
 }
 
 /// The password a password file holds; one trailing newline is dropped.
@@ -740,7 +773,14 @@ mod tests {
             contents: Ok(Secret::new("from-memory\n")),
         };
         let mut p = Vec::new();
-        let c = validate(raw(&mut p), &test_host(), Some(&read), &mut p).unwrap();
+        let c = validate(
+            raw(&mut p),
+            &test_host(),
+            Password::Read,
+            Some(&read),
+            &mut p,
+        )
+        .unwrap();
         assert!(p.is_empty(), "{p:?}");
         assert_eq!(c.service.unwrap().endpoint.password.expose(), "from-memory");
 
@@ -749,7 +789,14 @@ mod tests {
             contents: Ok(Secret::new("\n")),
         };
         let mut p = Vec::new();
-        assert!(validate(raw(&mut p), &test_host(), Some(&empty), &mut p).is_none());
+        assert!(validate(
+            raw(&mut p),
+            &test_host(),
+            Password::Read,
+            Some(&empty),
+            &mut p
+        )
+        .is_none());
         assert_eq!(
             p[0].to_string(),
             "service.environments.ppe.password_file = /nonexistent/pw: expected a file holding the password (it is empty)"

@@ -153,6 +153,7 @@ impl Source for Ble {
             .await
             .map_err(SourceError::Bluez)?;
         tracing::info!(adapter = %adapter_name, "scanning for BLE advertisements");
+        self.health.started.notify_one();
         let mut scanner = Scanner {
             filter: self.filter,
             out,
