@@ -201,6 +201,7 @@ async fn run_in(
     let source = {
         let stop = stop_source.clone();
         let fatal = fatal.clone();
+        let notifier = notifier.clone();
         tokio::spawn(
             async move {
                 let result = source.run(adverts_tx, stop).await.map_err(RunError::from);
@@ -208,6 +209,9 @@ async fn run_in(
                     // The reason in the message itself: `journalctl -p warning -o cat`
                     // and `systemctl status` show the message, not the fields.
                     tracing::error!("the source failed, stopping: {e}");
+                    // systemd keeps the last STATUS= after the exit: `systemctl status`
+                    // then says why the unit failed.
+                    notifier.status(&format!("the source failed: {e}"));
                     fatal.cancel();
                 }
                 result
