@@ -81,11 +81,17 @@ fn report(message: &str) {
 /// `DEVICE:INODE` of it; a process started from a service's shell inherits the variable
 /// but not the stream).
 fn stderr_is_journal() -> bool {
+    use std::os::fd::AsFd;
     use std::os::unix::fs::MetadataExt;
     let Some(stream) = std::env::var_os("JOURNAL_STREAM") else {
         return false;
     };
-    let Ok(stderr) = std::fs::File::open("/proc/self/fd/2").and_then(|f| f.metadata()) else {
+    // fstat of the descriptor itself: a socket cannot be opened through /proc/self/fd.
+    let stderr = std::io::stderr()
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(|fd| std::fs::File::from(fd).metadata());
+    let Ok(stderr) = stderr else {
         return false;
     };
     stream.to_string_lossy() == format!("{}:{}", stderr.dev(), stderr.ino())

@@ -243,3 +243,42 @@ fn a_source_that_cannot_work_here_never_says_ready_and_exits_3() {
         "READY before the source was up: {heard:?}"
     );
 }
+
+/// Under a unit, stderr is the journal stream (`JOURNAL_STREAM` names it): why a command
+/// failed is marked priority 3 there, so `journalctl -p warning` shows it; elsewhere
+/// (the variable inherited, the stream not) it is printed plain.
+#[test]
+fn a_failure_told_to_the_journal_stream_is_marked_as_an_error() {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::net::UnixStream;
+    let g = Gateway::new("[readings]\nretention_hours = 0\n");
+    let (journal, mut reader) = UnixStream::pair().unwrap();
+    let meta = std::fs::File::from(std::os::fd::OwnedFd::from(journal.try_clone().unwrap()))
+        .metadata()
+        .unwrap();
+    let status = g
+        .command(&["check", "--config-only"])
+        .env("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()))
+        .stderr(Stdio::from(std::os::fd::OwnedFd::from(journal)))
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(2));
+    let mut told = String::new();
+    std::io::Read::read_to_string(&mut reader, &mut told).unwrap();
+    assert!(
+        told.lines().all(|l| l.starts_with("<3>tapegate: "))
+            && told.contains("readings.retention_hours = 0"),
+        "{told:?}"
+    );
+
+    let out = g
+        .command(&["check", "--config-only"])
+        .env("JOURNAL_STREAM", "1:2")
+        .output()
+        .unwrap();
+    let plain = text(&out.stderr);
+    assert!(
+        plain.starts_with("tapegate: config") && !plain.contains("<3>"),
+        "{plain}"
+    );
+}

@@ -60,6 +60,7 @@ fn the_package_under_a_real_systemd_starts_ready_reloads_truthfully_survives_and
     a_hung_daemon_is_restarted_by_the_watchdog(&c, &first_pid);
     stops_in_time_and_loses_nothing(&c);
     admin_commands_with_the_unit_stopped(&c);
+    a_refused_config_at_start_fails_the_unit_naming_the_key(&c);
     ble_without_bluez_fails_the_unit_with_the_reason(&c);
     hardening_exposure_is_at_most_1_5(&c);
     drop(c);
@@ -661,6 +662,30 @@ fn admin_commands_with_the_unit_stopped(c: &Container) {
         "{err}"
     );
     c.ok("mv /root/password /etc/tapegate/password");
+}
+
+/// A config refused at start: exit 2, no restart loop, and the problem at priority 3
+/// (stderr marked `<3>`), so `journalctl -p warning` shows it.
+fn a_refused_config_at_start_fails_the_unit_naming_the_key(c: &Container) {
+    let text = std::fs::read_to_string(c.file("/etc/tapegate/config.toml")).unwrap();
+    c.write(
+        "/etc/tapegate/config.toml",
+        &format!("{text}[readings]\nretention_hours = 0\n"),
+    );
+    assert!(!c.sh("systemctl start tapegate").status.success());
+    let p = wait_until(Duration::from_secs(20), "the unit to fail", || {
+        let p = c.show();
+        (p["ActiveState"] == "failed").then_some(p)
+    });
+    assert_eq!(
+        (p["ExecMainStatus"].as_str(), p["NRestarts"].as_str()),
+        ("2", "0"),
+        "{p:?}"
+    );
+    let why = c.ok("journalctl -u tapegate -p warning -o cat --no-pager");
+    assert!(why.contains("readings.retention_hours = 0"), "{why}");
+    c.write("/etc/tapegate/config.toml", &text);
+    c.ok("systemctl reset-failed tapegate");
 }
 
 /// `source = "ble"` on a machine without BlueZ: the start fails, the unit ends failed
