@@ -210,7 +210,8 @@ async fn run_in(
                     // and `systemctl status` show the message, not the fields.
                     tracing::error!("the source failed, stopping: {e}");
                     // systemd keeps the last STATUS= after the exit: `systemctl status`
-                    // then says why the unit failed.
+                    // then says why the unit failed (when systemd reads it before it
+                    // reaps the process: without a barrier, not always).
                     notifier.status(&format!("the source failed: {e}"));
                     fatal.cancel();
                 }
