@@ -1,8 +1,12 @@
 /*!
 What the running daemon keeps of its health for operators: the one-line `STATUS=` that
-`systemctl status` shows (pending, last flush, last error), refreshed every
-`STATUS_EVERY`, and the BLE scanner's ladder counts, moved into the state database so
-that `tapegate status` shows them accumulated across restarts.
+`systemctl status` shows (pending, last flush, last error), and the BLE scanner's ladder
+counts, moved into the state database so that `tapegate status` shows them accumulated
+across restarts.
+
+`STATUS=` follows `tapegate status --json` within `STATUS_EVERY` (one read of the
+counters row, cheap) and is sent only when its text changes: it names the time of the
+last good flush rather than its age, so an idle gateway sends nothing.
 
 [`verdict`] is what `/healthz` answers: the watchdog's truth (every running stage has
 turned within its allowance, [`Liveness`]) and, beyond it, delivery's: a flusher that
@@ -17,15 +21,15 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::{age, now_ms};
+use crate::clock::rfc3339;
 use crate::metrics::{Metrics, FAILING_AFTER};
-use crate::outbox::{Outbox, ScannerCounts};
+use crate::outbox::{Outbox, ScannerCounts, Stats};
 use crate::record::EpochMillis;
 use crate::source::SourceHealth;
 use crate::systemd::{Liveness, Notifier};
 
-/// How often `STATUS=` is refreshed for `systemctl status`.
-const STATUS_EVERY: Duration = Duration::from_secs(10);
+/// How often the state is read for `STATUS=` (sent only when it changed).
+const STATUS_EVERY: Duration = Duration::from_secs(1);
 
 /// Why the daemon is not healthy: the stage, and a sentence for the operator.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,6 +130,7 @@ pub async fn report_status(
     stop: CancellationToken,
 ) {
     let mut tick = tokio::time::interval(STATUS_EVERY);
+    let mut sent = String::new();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -142,28 +147,34 @@ pub async fn report_status(
         let Ok(s) = outbox.call(|store| store.stats()).await else {
             return;
         };
-        let now = now_ms();
-        let last_ok = s
-            .last_flush_ok_at
-            .map(|t| format!("{} ago", age(((now - t).max(0) / 1000) as u64)))
-            .unwrap_or_else(|| "never".into());
-        let mut text = format!(
-            "pending {}, delivered {}, dead letters {}, last flush ok {last_ok}",
-            s.pending, s.delivered, s.dead_letters
-        );
-        if s.clock.held > 0 {
-            text.push_str(&format!(
-                ", {} held until the clock is trusted",
-                s.clock.held
-            ));
+        let text = status_line(&s);
+        if text != sent {
+            notifier.status(&text);
+            sent = text;
         }
-        if let (Some(e), Some(at)) = (&s.last_error, s.last_error_at) {
-            if s.last_flush_ok_at.is_none_or(|ok| at > ok) {
-                text.push_str(&format!(", last error: {e}"));
-            }
-        }
-        notifier.status(&text);
     }
+}
+
+/// The `STATUS=` line: a function of the state alone, so that it changes only when the
+/// state does.
+fn status_line(s: &Stats) -> String {
+    let last_ok = s.last_flush_ok_at.map_or_else(|| "never".into(), rfc3339);
+    let mut text = format!(
+        "pending {}, delivered {}, dead letters {}, last flush ok {last_ok}",
+        s.pending, s.delivered, s.dead_letters
+    );
+    if s.clock.held > 0 {
+        text.push_str(&format!(
+            ", {} held until the clock is trusted",
+            s.clock.held
+        ));
+    }
+    if let (Some(e), Some(at)) = (&s.last_error, s.last_error_at) {
+        if s.last_flush_ok_at.is_none_or(|ok| at > ok) {
+            text.push_str(&format!(", last error: {e}"));
+        }
+    }
+    text
 }
 
 #[cfg(test)]
@@ -171,6 +182,29 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[test]
+    fn the_status_line_changes_only_with_the_state() {
+        let mut s = Stats {
+            pending: 3,
+            delivered: 10,
+            last_flush_ok_at: Some(1_763_719_200_000),
+            ..Stats::default()
+        };
+        let line = status_line(&s);
+        assert_eq!(
+            line,
+            "pending 3, delivered 10, dead letters 0, last flush ok 2025-11-21T10:00:00Z"
+        );
+        assert_eq!(
+            status_line(&s),
+            line,
+            "same state, same line: nothing is sent"
+        );
+        s.last_error = Some("service unreachable".into());
+        s.last_error_at = Some(1_763_719_201_000);
+        assert!(status_line(&s).ends_with(", last error: service unreachable"));
+    }
     use crate::api::ApiError;
 
     #[tokio::test(start_paused = true)]

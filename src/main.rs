@@ -1,5 +1,6 @@
 //! The thin binary: parse the command line, load the config, start logging, call the
-//! library, map errors to exit codes (0 ok, 2 bad config or usage, 1 anything else).
+//! library, map errors to exit codes (0 ok, 2 bad config or usage, 3 the configured
+//! source cannot work on this machine, 1 anything else).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -7,12 +8,18 @@ use std::process::ExitCode;
 use clap::Parser;
 use tapegate::cli::{Cli, Command, DeadLetters};
 use tapegate::cmd::CmdError;
-use tapegate::config::{self, Config, ConfigError};
-use tapegate::pipeline::{self, Reload, RunOptions, SetLogLevel};
+use tapegate::config::{self, Config, ConfigError, Password};
+use tapegate::pipeline::{self, Reload, RunError, RunOptions, SetLogLevel};
 use tapegate::systemd::stop_signals;
+use tracing_journald::{Priority, PriorityMappings};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{reload, EnvFilter, Registry};
+
+/// `run` ended because the configured source cannot work here (no Bluetooth adapter,
+/// BlueZ absent, D-Bus access denied, no replay file): restarting will not help, so the
+/// unit names it in `RestartPreventExitStatus=`.
+const EXIT_SOURCE_UNUSABLE: u8 = 3;
 
 /// How a command failed.
 enum Failure {
@@ -50,7 +57,7 @@ fn main() -> ExitCode {
     match dispatch(cli) {
         Ok(()) | Err(Failure::BrokenPipe) => ExitCode::SUCCESS,
         Err(Failure::Config(e)) => {
-            eprintln!("tapegate: {e}");
+            report(&e.to_string());
             ExitCode::from(2)
         }
         Err(Failure::Usage(m)) => {
@@ -58,14 +65,55 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
         Err(Failure::Other(e)) => {
-            eprintln!("tapegate: {e:#}");
-            ExitCode::from(1)
+            report(&format!("{e:#}"));
+            let unusable = e
+                .downcast_ref::<RunError>()
+                .is_some_and(RunError::source_cannot_work_here);
+            ExitCode::from(if unusable { EXIT_SOURCE_UNUSABLE } else { 1 })
         }
     }
 }
 
+/// Says why the command failed on stderr. When stderr is the journal (a unit's
+/// `JOURNAL_STREAM`), each line is marked priority 3 (`<3>`), so that the reason shows in
+/// `journalctl -p warning` and `systemctl status`, not as an INFO line.
+fn report(message: &str) {
+    let mark = if stderr_is_journal() { "<3>" } else { "" };
+    for line in message.lines() {
+        eprintln!("{mark}tapegate: {line}");
+    }
+}
+
+/// Whether stderr is the stream systemd connected to the journal (`JOURNAL_STREAM` is
+/// `DEVICE:INODE` of it; a process started from a service's shell inherits the variable
+/// but not the stream).
+fn stderr_is_journal() -> bool {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::MetadataExt;
+    let Some(stream) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    // fstat of the descriptor itself: a socket cannot be opened through /proc/self/fd.
+    let stderr = std::io::stderr()
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(|fd| std::fs::File::from(fd).metadata());
+    let Ok(stderr) = stderr else {
+        return false;
+    };
+    stream.to_string_lossy() == format!("{}:{}", stderr.dev(), stderr.ino())
+}
+
+/// The config with the service password: for what talks to the service.
 fn load(cli: &Cli) -> Result<Config, Failure> {
     config::load(&cli.config, std::env::vars()).map_err(Failure::Config)
+}
+
+/// The config without reading the password: for what only reads the state database or
+/// the radio, so that it works with the unit stopped and as any user who can read the
+/// config.
+fn load_local(cli: &Cli) -> Result<Config, Failure> {
+    config::load_with(&cli.config, std::env::vars(), Password::Skip).map_err(Failure::Config)
 }
 
 /// Changes the log level of the running daemon (SIGHUP).
@@ -81,10 +129,17 @@ fn init_logging(level: &str) -> LevelHandle {
     let journald = std::env::var_os("JOURNAL_STREAM")
         .and_then(|_| tracing_journald::layer().ok())
         // Fields as they are named in the code (CORRELATION_ID, CAUSE, MAC, GATEWAY_ID),
-        // without the default F_ prefix; none collides with journald's own.
+        // without the default F_ prefix; none collides with journald's own. INFO is
+        // informational (6) and DEBUG debug (7), as journalctl -p expects; the crate's
+        // default makes INFO a notice (5).
         .map(|l| {
             l.with_syslog_identifier("tapegate".into())
                 .with_field_prefix(None)
+                .with_priority_mappings(PriorityMappings {
+                    info: Priority::Informational,
+                    debug: Priority::Debug,
+                    ..PriorityMappings::new()
+                })
         });
     match journald {
         Some(journald) => registry.with(journald).init(),
@@ -144,22 +199,22 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             result?;
         }
         Command::Status { json } => {
-            let config = load(&cli)?;
+            let config = load_local(&cli)?;
             tapegate::cmd::state::status(&config, *json, &mut stdout)?;
         }
         Command::DeadLetters(DeadLetters::List { json, limit }) => {
-            let config = load(&cli)?;
+            let config = load_local(&cli)?;
             tapegate::cmd::state::dead_letters_list(&config, *json, *limit, &mut stdout)?;
         }
         Command::Tapes { json, limit } => {
-            let config = load(&cli)?;
+            let config = load_local(&cli)?;
             tapegate::cmd::state::tapes(&config, *json, *limit, &mut stdout)?;
         }
         Command::Check { config_only: true } => {
-            let config = load(&cli)?;
+            let config = load_local(&cli)?;
             writeln!(
                 stdout,
-                "ok   config           {} is valid (gateway {}, {} product(s), source {:?})",
+                "ok   config           {} is valid (gateway {}, {} product(s), source {:?}; the password is not read here, `tapegate check` reads it)",
                 cli.config.display(),
                 config.gateway.id,
                 config.products.0.len(),
@@ -179,7 +234,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             duration,
             all,
         } => {
-            let config = load(&cli)?;
+            let config = load_local(&cli)?;
             init_logging("warn");
             let options = tapegate::cmd::scan::ScanOptions {
                 record: record.clone(),
@@ -291,12 +346,12 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             ))?;
         }
         Command::DeadLetters(DeadLetters::Retry(which)) => {
-            let config = load(&cli)?;
+            let config = load_local(&cli)?;
             let n = tapegate::cmd::state::dead_letters_change(&config, true, which.mac)?;
             writeln!(stdout, "re-queued {n} dead letter(s)")?;
         }
         Command::DeadLetters(DeadLetters::Purge(which)) => {
-            let config = load(&cli)?;
+            let config = load_local(&cli)?;
             let n = tapegate::cmd::state::dead_letters_change(&config, false, which.mac)?;
             writeln!(stdout, "purged {n} dead letter(s)")?;
         }

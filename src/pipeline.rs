@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{ApiError, ServiceClient};
 use crate::clock::ClockKeeper;
-use crate::config::Config;
+use crate::config::{Config, Password};
 use crate::dedup::DedupSettings;
 use crate::flush::{FlushControl, FlushReport, Flusher};
 use crate::health::{self, HealthKeeper};
@@ -119,6 +119,12 @@ pub enum RunError {
 }
 
 impl RunError {
+    /// The configured source cannot work on this machine (see
+    /// [`SourceError::cannot_work_here`]): a restart will not help.
+    pub fn source_cannot_work_here(&self) -> bool {
+        matches!(self, RunError::Source(e) if e.cannot_work_here())
+    }
+
     fn stage(stage: &'static str) -> impl FnOnce(tokio::task::JoinError) -> RunError {
         move |source| RunError::Stage { stage, source }
     }
@@ -218,6 +224,7 @@ async fn run_in(
         .with_filter(config.products.clone(), Some(products_rx.clone()))
         .with_health(health.clone());
     let live = source.is_live();
+    let announces_start = source.announces_start();
     let clock = start_clock(&config, &outbox).await;
     {
         let stop = stop_source.clone();
@@ -279,8 +286,19 @@ async fn run_in(
         stages.spawn("flush", flusher, Ended::Flush, Some(flush_beat));
     }
 
-    // The outbox is open and checked and the source has started.
-    notifier.ready();
+    // READY once the outbox is open and checked and the source is up (the BLE source:
+    // adapter found, discovery started), so that a source that cannot start fails the
+    // unit's start instead of following a READY.
+    {
+        let notifier = notifier.clone();
+        let health = health.clone();
+        tokio::spawn(async move {
+            if announces_start {
+                health.started.notified().await;
+            }
+            notifier.ready();
+        });
+    }
     let service_tasks = CancellationToken::new();
     let status_task = tokio::spawn(
         health::report_status(
@@ -351,7 +369,13 @@ async fn run_in(
                 match ended {
                     Ok(Ended::Source(Ok(report))) => source_report = Some(report),
                     Ok(Ended::Source(Err(e))) => {
-                        tracing::error!(stage, error = %e, "the source failed; stopping");
+                        // The reason in the message itself: `journalctl -p warning -o cat`
+                        // and `systemctl status` show the message, not the fields.
+                        tracing::error!(stage, "the source failed, stopping: {e}");
+                        // systemd keeps the last STATUS= after the exit: `systemctl status`
+                        // then says why the unit failed (when systemd reads it before it
+                        // reaps the process: without a barrier, not always).
+                        notifier.status(&format!("the source failed: {e}"));
                         failure.get_or_insert(e);
                         stopper.begin();
                     }
@@ -523,7 +547,9 @@ async fn reload_on_hangup(
 ) {
     let path = &reload.path;
     while hangup.recv().await.is_some() {
-        match crate::config::load(path, std::env::vars()) {
+        // Without the password, as `check --config-only` (the unit's `ExecReload=`)
+        // validates: the same verdict, and a reload changes nothing of the service.
+        match crate::config::load_with(path, std::env::vars(), Password::Skip) {
             Ok(new) => {
                 if let Err(e) = (reload.set_log_level)(&new.log.level) {
                     tracing::warn!(error = %e, "log level not changed");

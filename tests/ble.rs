@@ -481,14 +481,14 @@ fn fails_at_start(s: &StandIn, config: &str) -> String {
     let (status, log) = s.tapegate(&g, &["run"]).wait(Duration::from_secs(15));
     assert_eq!(
         status.code(),
-        Some(1),
-        "exit 1 (documented: runtime failure)\n{log}"
+        Some(3),
+        "exit 3 (documented: the source cannot work here; the unit does not restart)\n{log}"
     );
     log
 }
 
 #[test]
-fn without_an_adapter_bluez_access_or_bus_the_daemon_exits_1_saying_what_to_do() {
+fn without_an_adapter_bluez_access_or_bus_the_daemon_exits_3_saying_what_to_do() {
     if !stand_in_available() {
         return;
     }
@@ -525,7 +525,7 @@ fn without_an_adapter_bluez_access_or_bus_the_daemon_exits_1_saying_what_to_do()
         .output()
         .unwrap();
     let log = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{log}");
+    assert_eq!(out.status.code(), Some(3), "{log}");
     assert!(
         log.contains("cannot connect to the D-Bus system bus"),
         "{log}"

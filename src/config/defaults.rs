@@ -248,14 +248,24 @@ mod tests {
         assert_eq!(c.flush.max_delay, Duration::from_secs(5));
     }
 
+    /// As installed: the password is the file `password` beside the config (the unit's
+    /// credential of that name under systemd), and is not needed to validate.
     #[test]
-    fn the_shipped_example_is_valid() {
-        let text = EXAMPLE.replace(
-            "password_file = \"/run/credentials/tapegate.service/password\"",
-            "password = \"x\"",
+    fn the_shipped_example_is_valid_and_finds_the_password_beside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, EXAMPLE).unwrap();
+        let local = crate::config::load_with(&path, [], crate::config::Password::Skip);
+        assert!(local.unwrap().service.is_none());
+        let e = crate::config::load(&path, []).unwrap_err().to_string();
+        assert!(
+            e.contains(&dir.path().join("password").display().to_string()),
+            "{e}"
         );
-        let c = parse(&text, &[]).unwrap();
+        std::fs::write(dir.path().join("password"), "pw\n").unwrap();
+        let c = crate::config::load(&path, []).unwrap();
         let s = c.service.unwrap();
+        assert_eq!(s.endpoint.password.expose(), "pw");
         assert_eq!(s.environment, "ppe");
         assert_eq!(s.mac_format, MacFormat::Plain);
         assert_eq!(c.products.0[0].id, "tape");

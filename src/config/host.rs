@@ -15,7 +15,7 @@ pub struct Host {
     /// The default `gateway.id`.
     pub hostname: String,
     /// `$CREDENTIALS_DIRECTORY`: where systemd's `LoadCredential=` puts credentials, and
-    /// where a relative `password_file` is looked up.
+    /// where a relative `password_file` is looked up when it is set.
     pub credentials_dir: Option<PathBuf>,
 }
 
@@ -34,12 +34,20 @@ impl Host {
         }
     }
 
-    /// Where `password_file` is: a relative path is looked up in the credentials
-    /// directory when there is one.
-    pub fn credential_path(&self, file: &Path) -> PathBuf {
+    /// Where `password_file` is for the config at `config_path`: a relative path names
+    /// a credential of the unit (in the credentials directory) when there is one, and
+    /// otherwise a file beside the config. So `password_file = "password"` is the
+    /// credential under the unit (`LoadCredential=password:/etc/tapegate/password`) and
+    /// that same root-only file for `sudo tapegate check` outside it.
+    pub fn password_path(&self, file: &Path, config_path: &Path) -> PathBuf {
+        if file.is_absolute() {
+            return file.to_path_buf();
+        }
         match &self.credentials_dir {
-            Some(dir) if file.is_relative() => dir.join(file),
-            _ => file.to_path_buf(),
+            Some(dir) => dir.join(file),
+            None => config_path
+                .parent()
+                .map_or_else(|| file.to_path_buf(), |dir| dir.join(file)),
         }
     }
 }
@@ -145,7 +153,25 @@ mod tests {
         );
         // An absolute path is taken as written.
         let absolute = Path::new("/etc/tapegate/password");
-        assert_eq!(host.credential_path(absolute), absolute);
+        let config = Path::new("/etc/tapegate/config.toml");
+        assert_eq!(host.password_path(absolute, config), absolute);
+    }
+
+    #[test]
+    fn outside_the_unit_a_relative_password_file_is_beside_the_config() {
+        let host = Host {
+            hostname: "test-host".into(),
+            credentials_dir: None,
+        };
+        let config = Path::new("/etc/tapegate/config.toml");
+        assert_eq!(
+            host.password_path(Path::new("password"), config),
+            Path::new("/etc/tapegate/password")
+        );
+        assert_eq!(
+            host.password_path(Path::new("password"), Path::new("config.toml")),
+            Path::new("password")
+        );
     }
 
     #[test]

@@ -48,7 +48,8 @@ use raw::RawConfig;
 #[derive(Debug, Clone)]
 pub struct Config {
     pub gateway: GatewaySettings,
-    /// `None`: no `[service]` section; captures accumulate in the outbox.
+    /// `None`: no `[service]` section (captures accumulate in the outbox), or loaded
+    /// with [`Password::Skip`].
     pub service: Option<ServiceSettings>,
     pub products: Products,
     pub scanner: ScannerSettings,
@@ -267,25 +268,50 @@ impl fmt::Display for Problems<'_> {
     }
 }
 
-/// Reads `path`, applies `TAPEGATE_<SECTION>__<KEY>` overrides from `env`, and validates.
+/// Whether loading reads the service password.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Password {
+    /// Read it: the caller talks to the service (`run`, `check`, the operator commands).
+    #[default]
+    Read,
+    /// Leave it unread, and the `[service]` settings out of the result (`service` is
+    /// `None`), every other key validated as usual: for what does not talk to the
+    /// service (`status`, `tapes`, `dead-letters`, `scan`, `check --config-only`, a
+    /// reload), so that it works where the password cannot be read (outside the unit,
+    /// as another user, in `ExecReload=`).
+    Skip,
+}
+
+/// Reads `path`, applies `TAPEGATE_<SECTION>__<KEY>` overrides from `env`, and validates,
+/// reading the password.
 pub fn load(
     path: &Path,
     env: impl IntoIterator<Item = (String, String)>,
+) -> Result<Config, ConfigError> {
+    load_with(path, env, Password::Read)
+}
+
+/// [`load`] with the password read or not.
+pub fn load_with(
+    path: &Path,
+    env: impl IntoIterator<Item = (String, String)>,
+    password: Password,
 ) -> Result<Config, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_path_buf(),
         source,
     })?;
-    from_toml(&text, path, env)
+    from_toml_on(&text, path, env, &Host::from_system(), password)
 }
 
-/// Like [`load`], from the text of a config file (`path` names it in errors).
+/// Like [`load`], from the text of a config file (`path` names it in errors, and a
+/// relative `password_file` is looked up beside it).
 pub fn from_toml(
     text: &str,
     path: &Path,
     env: impl IntoIterator<Item = (String, String)>,
 ) -> Result<Config, ConfigError> {
-    from_toml_on(text, path, env, &Host::from_system())
+    from_toml_on(text, path, env, &Host::from_system(), Password::Read)
 }
 
 /// [`from_toml`] on a given host: everything but reading the host itself. The password
@@ -296,6 +322,7 @@ fn from_toml_on(
     path: &Path,
     env: impl IntoIterator<Item = (String, String)>,
     host: &Host,
+    password: Password,
 ) -> Result<Config, ConfigError> {
     let mut table: toml::Table =
         text.parse()
@@ -308,11 +335,13 @@ fn from_toml_on(
     let raw = RawConfig::from_table(table, &mut problems);
     let password_file = raw
         .password_file()
-        .map(|file| PasswordFile::read(host.credential_path(file)));
+        .filter(|_| password == Password::Read)
+        .map(|file| PasswordFile::read(host.password_path(file, path)));
     let ca_file = raw.ca_file().map(CaFileRead::read);
     let files = validate::Files {
         password_file: password_file.as_ref(),
         ca_file: ca_file.as_ref(),
+        password,
     };
     let config = validate::validate(raw, host, files, &mut problems);
     match config {
@@ -357,7 +386,38 @@ fn syntax_message(text: &str, e: &toml::de::Error) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::test_support::{problems, SERVICE};
+    use super::test_support::{problems, test_host, SERVICE};
+    use super::*;
+
+    /// `status`, `tapes`, `dead-letters`, `scan`, `check --config-only` and a reload work
+    /// where the password cannot be read (the unit stopped, `ExecReload=`), and still
+    /// refuse a config that is wrong elsewhere, in `[service]` too.
+    #[test]
+    fn what_does_not_talk_to_the_service_never_reads_the_password() {
+        let text = SERVICE.replace(
+            "password = \"s3cr3t-value\"",
+            "password_file = \"/nonexistent/pw\"",
+        );
+        let path = Path::new("test.toml");
+        let local = |text: &str| from_toml_on(text, path, [], &test_host(), Password::Skip);
+        let c = local(&text).unwrap();
+        assert!(c.service.is_none());
+        let read = from_toml_on(&text, path, [], &test_host(), Password::Read).unwrap_err();
+        assert!(
+            read.to_string().contains("password_file = /nonexistent/pw"),
+            "{read}"
+        );
+
+        let bad_url = text.replace("https://api.example.com/", "not a url");
+        let e = local(&bad_url).unwrap_err();
+        assert!(e.to_string().contains("base_url = \"not a url\""), "{e}");
+        let both = text.replace(
+            "[service.environments.ppe]",
+            "[service.environments.ppe]\npassword = \"x\"",
+        );
+        let e = local(&both).unwrap_err();
+        assert!(e.to_string().contains("not both"), "{e}");
+    }
 
     #[test]
     fn a_syntax_error_on_the_password_line_names_the_place_but_never_the_value() {

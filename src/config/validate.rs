@@ -16,8 +16,8 @@ use super::host::{CaFileRead, Host, PasswordFile};
 use super::raw::{RawConfig, RawProduct, RawService};
 use super::{
     CaFile, Config, EnvironmentSettings, FlushSettings, GatewaySettings, HttpSettings, LogSettings,
-    MacFormat, OperatorSettings, OutboxSettings, Problem, ReadingsSettings, ScannerSettings,
-    ServiceSettings, SourceKind, DEFAULTS,
+    MacFormat, OperatorSettings, OutboxSettings, Password, Problem, ReadingsSettings,
+    ScannerSettings, ServiceSettings, SourceKind, DEFAULTS,
 };
 use crate::clock::{ClockPolicy, ClockSettings};
 use crate::dedup::DedupSettings;
@@ -158,6 +158,9 @@ pub struct Files<'a> {
     pub password_file: Option<&'a PasswordFile>,
     /// The file [`RawConfig::ca_file`] names.
     pub ca_file: Option<&'a CaFileRead>,
+    /// Whether the password is wanted: with [`Password::Skip`] the `[service]` settings,
+    /// validated but for the password, are left out of the result.
+    pub password: Password,
 }
 
 /// Turns `raw` into a [`Config`], adding a problem for each thing wrong; `None` when
@@ -225,9 +228,7 @@ pub fn validate(
         },
     };
 
-    let service = raw
-        .service
-        .map(|s| validate_service(s, host, files, &mut c));
+    let service = raw.service.map(|s| validate_service(s, files, &mut c));
 
     let products = match raw.products {
         None => Products(vec![Product::tape()]),
@@ -481,9 +482,9 @@ pub fn validate(
     };
 
     let (service, operator) = match service {
-        Some(Some((s, o))) => (Some(s), Some(o)),
-        Some(None) => return None,
-        None => (None, None),
+        Some(Ok(Some((s, o)))) => (Some(s), Some(o)),
+        Some(Ok(None)) | None => (None, None),
+        Some(Err(Invalid)) => return None,
     };
     Some(Config {
         gateway,
@@ -500,12 +501,16 @@ pub fn validate(
     })
 }
 
+/// A section found invalid; the problems say why.
+struct Invalid;
+
+/// The `[service]` settings and the operator's; `Ok(None)` when they are valid but left
+/// out because the password was not to be read.
 fn validate_service(
     s: RawService,
-    host: &Host,
     files: Files<'_>,
     c: &mut Check,
-) -> Option<(ServiceSettings, OperatorSettings)> {
+) -> Result<Option<(ServiceSettings, OperatorSettings)>, Invalid> {
     let password_file = files.password_file;
     let ca_file = files.ca_file.and_then(|read| ca_file(read, c));
     let environment = s.environment().to_string();
@@ -541,7 +546,7 @@ fn validate_service(
                 format!("the name of a [service.environments.<name>] table: {known:?}")
             },
         );
-        return None;
+        return Err(Invalid);
     };
     let k = |f: &str| format!("service.environments.{environment}.{f}");
     let base_url = c.url(&k("base_url"), e.base_url);
@@ -617,33 +622,58 @@ fn validate_service(
             None
         }
         (Some(p), None) => Some(Secret::new(p)),
+        (None, Some(_)) if files.password == Password::Skip => None,
         (None, Some(file)) => match password_file {
             Some(read) => password_from_file(read, &k("password_file"), c),
             // Only a caller that skipped reading the file gets here.
             None => {
                 c.bad(
                     k("password_file"),
-                    host.credential_path(&file).display(),
+                    file.display(),
                     "a readable file holding the password (it was not read)",
                 );
                 None
             }
         },
     };
+    let (
+        Some(base_url),
+        Some(auth_url),
+        Some(client_id),
+        Some(audience),
+        Some(username),
+        Some(customer_id),
+        Some(authorized_groups),
+    ) = (
+        base_url,
+        auth_url,
+        client_id,
+        audience,
+        username,
+        customer_id,
+        authorized_groups,
+    )
+    else {
+        return Err(Invalid);
+    };
+    if files.password == Password::Skip {
+        return Ok(None);
+    }
+    let password = password.ok_or(Invalid)?;
     let service = ServiceSettings {
         environment: environment.clone(),
         mac_format,
         request_timeout,
         ca_file,
         endpoint: EnvironmentSettings {
-            base_url: base_url?,
-            auth_url: auth_url?,
-            client_id: client_id?,
-            audience: audience?,
-            username: username?,
-            password: password?,
-            customer_id: customer_id?,
-            authorized_groups: authorized_groups?,
+            base_url,
+            auth_url,
+            client_id,
+            audience,
+            username,
+            password,
+            customer_id,
+            authorized_groups,
         },
     };
     let operator = OperatorSettings {
@@ -653,7 +683,7 @@ fn validate_service(
         default_tape_type,
         rate_window,
     };
-    Some((service, operator))
+    Ok(Some((service, operator)))
 }
 
 /// The CA certificates of `[service] ca_file`: a readable PEM file holding at least one.
@@ -954,6 +984,7 @@ mod tests {
         let files = |pw| Files {
             password_file: Some(pw),
             ca_file: None,
+            password: Password::Read,
         };
         let c = validate(raw(&mut p), &test_host(), files(&read), &mut p).unwrap();
         assert!(p.is_empty(), "{p:?}");

@@ -160,6 +160,7 @@ impl Source for Ble {
         tracing::info!(adapter = %adapter_name, "scanning for BLE advertisements");
         // Read after the scan started: the ladder judges the scan by it.
         watcher.probe().await;
+        self.health.started.notify_one();
         let mut scanner = Scanner {
             filter: self.filter,
             out,
