@@ -74,7 +74,9 @@ pub const FAKE_CLOCK_ENV: &str = "TAPEGATE_FAKE_CLOCK";
 
 /// The machine's clock.
 ///
-/// The time service is found by the names of running processes (`/proc/*/comm`):
+/// The time service is found by the names of running processes (`/proc/*/comm`), or,
+/// where other users' processes are hidden (the unit's `ProtectProc=invisible`), by the
+/// run-time files the services leave in `/run`:
 /// `systemd-timesyncd`, `chronyd`, `ntpd` (classic, OpenNTPD, busybox), `ntpd-rs`'s
 /// `ntp-daemon`, `htpdate`. What the hold waits for is something *running* that will
 /// set the clock; `timedatectl`'s NTP property says only that a unit is enabled (and
@@ -121,6 +123,7 @@ impl Clock for SystemClock {
 
     fn time_service(&self) -> Option<String> {
         running_time_service(Path::new("/proc"))
+            .or_else(|| time_service_run_files(Path::new("/run")))
     }
 }
 
@@ -155,8 +158,16 @@ fn kernel_synced() -> bool {
     let mut tx: libc::timex = unsafe { std::mem::zeroed() };
     // SAFETY: `tx` is a valid timex for the call to fill.
     let state = unsafe { libc::adjtimex(&mut tx) };
-    state >= 0 && state != TIME_ERROR && (tx.status & STA_UNSYNC) == 0
+    if state < 0 {
+        // Refused (a seccomp filter answering EPERM): systemd-timesyncd's own word,
+        // the file it touches at each sync, is the next best.
+        return Path::new(TIMESYNCD_SYNCHRONIZED).exists();
+    }
+    state != TIME_ERROR && (tx.status & STA_UNSYNC) == 0
 }
+
+/// Touched by systemd-timesyncd (239 and later) whenever it has synchronised the clock.
+const TIMESYNCD_SYNCHRONIZED: &str = "/run/systemd/timesync/synchronized";
 
 /// The first known time service found running under `proc`.
 fn running_time_service(proc: &Path) -> Option<String> {
@@ -174,9 +185,40 @@ fn running_time_service(proc: &Path) -> Option<String> {
         .find(|comm| TIME_SERVICES.contains(&comm.as_str()))
 }
 
+/// Run-time files a running time service leaves in `/run` (`run` here), for where
+/// other users' processes are invisible: the packaged unit has `ProtectProc=invisible`,
+/// and the time services run as their own users. systemd-timesyncd's unit has
+/// `RuntimeDirectory=systemd/timesync` (there while it runs); chronyd and ntpd write
+/// their PID files.
+const TIME_SERVICE_RUN_FILES: &[(&str, &str)] = &[
+    ("systemd/timesync", "systemd-timesyncd"),
+    ("chrony/chronyd.pid", "chronyd"),
+    ("chronyd.pid", "chronyd"),
+    ("ntpd.pid", "ntpd"),
+    ("openntpd.pid", "openntpd"),
+];
+
+fn time_service_run_files(run: &Path) -> Option<String> {
+    TIME_SERVICE_RUN_FILES
+        .iter()
+        .find(|(file, _)| run.join(file).exists())
+        .map(|(_, name)| name.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_time_service_whose_process_is_invisible_is_found_by_its_run_time_files() {
+        let run = tempfile::tempdir().unwrap();
+        assert_eq!(time_service_run_files(run.path()), None);
+        std::fs::create_dir_all(run.path().join("systemd/timesync")).unwrap();
+        assert_eq!(
+            time_service_run_files(run.path()).as_deref(),
+            Some("systemd-timesyncd")
+        );
+    }
 
     #[test]
     fn boot_time_moves_forward_and_the_boot_id_is_read() {
