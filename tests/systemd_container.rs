@@ -258,6 +258,14 @@ impl Container {
     /// [`Container::sh`] that must succeed; its stdout.
     fn ok(&self, script: &str) -> String {
         let out = self.sh(script);
+        if !out.status.success() {
+            // What the unit said, for a failure about it.
+            let log = self.sh("journalctl -u tapegate -n 30 --no-pager -o cat");
+            eprintln!(
+                "the unit's last journal lines:\n{}",
+                String::from_utf8_lossy(&log.stdout)
+            );
+        }
         succeeded(&format!("`{script}` in the container"), &out);
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
