@@ -143,6 +143,8 @@ struct Knobs {
     max_batch: usize,
     request_timeout_secs: u64,
     backoff_max_secs: u64,
+    /// `flush.max_in_flight`.
+    max_in_flight: usize,
     /// The environment whose token endpoint is used; the service's own unless a test
     /// wants tokens the decode endpoint refuses.
     token_env: &'static str,
@@ -154,6 +156,7 @@ impl Default for Knobs {
             max_batch: 250,
             request_timeout_secs: 10,
             backoff_max_secs: 1,
+            max_in_flight: 8,
             token_env: "ppe",
         }
     }
@@ -197,6 +200,7 @@ max_batch = {max_batch}
 max_delay_secs = 0.05
 backoff_initial_ms = 50
 backoff_max_secs = {backoff_max}
+max_in_flight = {max_in_flight}
 "#,
         timeout = k.request_timeout_secs,
         base = e.base_url,
@@ -210,6 +214,7 @@ backoff_max_secs = {backoff_max}
         trace = trace.display(),
         max_batch = k.max_batch,
         backoff_max = k.backoff_max_secs,
+        max_in_flight = k.max_in_flight,
     )
 }
 
@@ -562,10 +567,13 @@ async fn a_trace_is_delivered_exactly_once_in_capture_order_and_unknown_tapes_be
 async fn a_fault_storm_loses_nothing_resends_only_unanswered_batches_and_honours_retry_after() {
     let mock = start_mock().await;
     let shots = trace(150, 0, 3);
+    // One batch at a time, so that "the request after a Retry-After answer" is the
+    // one sent after it (concurrency has tests of its own).
     let k = Knobs {
         max_batch: 25,
         request_timeout_secs: 1,
         backoff_max_secs: 2,
+        max_in_flight: 1,
         ..Knobs::default()
     };
     let g = gateway(&mock, &shots, &k);
@@ -836,9 +844,11 @@ async fn a_capture_the_service_refuses_whole_batches_for_is_isolated_by_halving_
 fn kill_9_while_flushing_loses_nothing_and_resends_at_most_one_batch_per_kill() {
     let (_rt, mock) = mock_on_own_runtime(MockConfig::demo());
     let shots = trace(300, 0, 2);
+    // One batch at a time: the bound is one resent batch per kill.
     let k = Knobs {
         max_batch: 50,
         request_timeout_secs: 30,
+        max_in_flight: 1,
         ..Knobs::default()
     };
     let g = gateway(&mock, &shots, &k);

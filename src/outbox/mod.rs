@@ -65,7 +65,7 @@ mod store;
 
 pub use handle::Outbox;
 pub use operator::{DeadLetter, ScannerCounts, Stats, TapeRow};
-pub use queue::{Outcome, PendingCapture, Reading};
+pub use queue::{Fetched, Outcome, PendingCapture, Reading};
 pub use store::{OpenReport, Store, StoreOptions};
 
 use std::path::PathBuf;

@@ -8,13 +8,25 @@ use rusqlite::{params, Transaction};
 
 use super::store::{int_to_mac, mac_to_int, read_counters, write_counters, write_tx, Counters};
 use super::{OutboxError, Store, MAX_DEAD_LETTERS};
-use crate::record::{Capture, EpochMillis};
+use crate::record::{Capture, EpochMillis, Mac};
 
 /// A pending capture as the flusher sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingCapture {
     pub id: i64,
     pub capture: Capture,
+}
+
+/// What [`Store::next_batch_excluding`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Fetched {
+    /// The oldest pending capture of each MAC not busy, oldest first.
+    pub rows: Vec<PendingCapture>,
+    /// Every pending row was looked at: no MAC outside `busy` has a capture that is
+    /// not in `rows`' MACs.
+    pub complete: bool,
+    /// Some MAC of `rows` has more captures pending behind the one taken.
+    pub backlog: bool,
 }
 
 /// A decoded reading to store.
@@ -81,10 +93,25 @@ impl Store {
         max: usize,
         scan_limit: usize,
     ) -> Result<Vec<PendingCapture>, OutboxError> {
+        Ok(self
+            .next_batch_excluding(max, scan_limit, &HashSet::new())?
+            .rows)
+    }
+
+    /// Like [`Store::next_batch`], skipping every capture of the MACs in `busy` (those
+    /// in a batch in flight: a MAC is in at most one, so its captures keep their
+    /// order). Also says whether the batch is as full as it can get.
+    pub fn next_batch_excluding(
+        &self,
+        max: usize,
+        scan_limit: usize,
+        busy: &HashSet<Mac>,
+    ) -> Result<Fetched, OutboxError> {
         let mut out = Vec::with_capacity(max.min(256));
         let mut macs = HashSet::with_capacity(max);
         let mut after = i64::MIN;
         let mut scanned = 0usize;
+        let mut backlog = false;
         let mut stmt = self.conn.prepare_cached(
             "SELECT id, mac, captured_at, product_id, packet, rssi FROM pending WHERE id > ?1 ORDER BY id LIMIT 1024",
         )?;
@@ -92,22 +119,41 @@ impl Store {
             let rows: Vec<PendingCapture> = stmt
                 .query_map([after], row_to_pending)?
                 .collect::<Result<_, _>>()?;
-            let Some(last) = rows.last() else { break };
+            let Some(last) = rows.last() else {
+                // Every pending row was seen.
+                return Ok(Fetched {
+                    rows: out,
+                    complete: true,
+                    backlog,
+                });
+            };
             after = last.id;
             scanned += rows.len();
             for r in rows {
+                if busy.contains(&r.capture.mac) {
+                    continue;
+                }
                 if macs.insert(r.capture.mac) {
-                    out.push(r);
                     if out.len() == max {
-                        return Ok(out);
+                        return Ok(Fetched {
+                            rows: out,
+                            complete: false,
+                            backlog,
+                        });
                     }
+                    out.push(r);
+                } else {
+                    backlog = true;
                 }
             }
             if scanned >= scan_limit {
-                break;
+                return Ok(Fetched {
+                    rows: out,
+                    complete: false,
+                    backlog,
+                });
             }
         }
-        Ok(out)
     }
 
     /// Records what became of pending captures, in one transaction: a row leaves
