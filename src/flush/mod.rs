@@ -40,7 +40,7 @@ use tracing::Instrument;
 use crate::api::{ApiError, BulkAnswerItem, BulkItem, ServiceClient};
 use crate::clock::{now_ms, rfc3339};
 use crate::config::{FlushSettings, MacFormat};
-use crate::outbox::{Outbox, Outcome, PendingCapture};
+use crate::outbox::{FlusherState, Outbox, Outcome, PendingCapture};
 use crate::systemd::Beat;
 
 pub use answer::{classify, Action};
@@ -188,7 +188,10 @@ impl Flusher {
                 Some(joined) = sh.requests.join_next_with_id(), if !sh.requests.is_empty() => {
                     self.answered(&mut sh, joined).await;
                 }
-                r = ctl.committed.changed(), if !ingest_done => ingest_done = r.is_err(),
+                r = ctl.committed.changed(), if !ingest_done => {
+                    ingest_done = r.is_err();
+                    sh.plan.committed();
+                }
                 _ = tokio::time::sleep_until(until) => {}
                 _ = ctl.stop.cancelled(), if !stopping => {}
                 _ = ctl.abandon.cancelled() => {
@@ -202,12 +205,12 @@ impl Flusher {
                 }
             }
         }
-        let window = sh.plan.window();
-        if let Err(e) = self
-            .outbox
-            .call(move |s| s.note_flusher(None, 0, window))
-            .await
-        {
+        let state = FlusherState {
+            ok_at: None,
+            in_flight: 0,
+            concurrency: sh.plan.window(),
+        };
+        if let Err(e) = self.outbox.call(move |s| s.note_flusher(&state)).await {
             tracing::debug!(error = %e, "could not record the flusher's state");
         }
         sh.report
@@ -320,21 +323,16 @@ impl Flusher {
             .iter()
             .filter(|(_, o)| matches!(o, Outcome::Delivered(_)))
             .count();
-        let in_flight = sh.plan.in_flight();
-        let window = sh.plan.window();
         let rows = settle.clone();
         let at = now_ms();
+        let state = FlusherState {
+            ok_at: (delivered > 0).then_some(at),
+            in_flight: sh.plan.in_flight(),
+            concurrency: sh.plan.window(),
+        };
         let written = self
             .outbox
-            .call(move |s| {
-                s.settle(&rows, at)?;
-                // The state for `status` is a nicety: its failure must not make the
-                // recorded outcomes look unrecorded.
-                if let Err(e) = s.note_flusher((delivered > 0).then_some(at), in_flight, window) {
-                    tracing::debug!(error = %e, "could not record the flusher's state");
-                }
-                Ok(())
-            })
+            .call(move |s| s.settle_noting(&rows, at, Some(&state)))
             .await;
         if let Err(e) = written {
             let cause = format!("could not record the service's answer: {e}");
@@ -424,11 +422,16 @@ impl Flusher {
                     );
                 }
                 let at = now_ms();
+                let state = FlusherState {
+                    ok_at: None,
+                    in_flight,
+                    concurrency: window,
+                };
                 let written = self
                     .outbox
                     .call(move |s| {
                         s.note_error(&cause, at)?;
-                        s.note_flusher(None, in_flight, window)
+                        s.note_flusher(&state)
                     })
                     .await;
                 if let Err(e) = written {

@@ -39,7 +39,9 @@ The rules, in the order a batch meets them:
 - **Left out.** A capture a 200 answer leaves out (or answers with neither a reading
   nor an error) while it answers others is retried in a later batch; after
   `max_attempts` such answers it is a dead letter, and its MAC's later captures go on.
-  An answer that answers nothing at all is a transient failure.
+  An answer that answers nothing at all is a transient failure, unless it is to a
+  capture alone that an earlier answer (answering others) already left out: then it
+  is left out again.
 - **Recording.** What an answer settled is kept here until the outbox has recorded it;
   if that fails (disk full), new sends pause (backoff) and the same outcomes are
   recorded again, never re-sent.
@@ -63,6 +65,11 @@ pub const MAX_REFUSED_IN_A_ROW: u32 = 10;
 /// Captures whose attempts are remembered at most; past it those not held here are
 /// forgotten (they start counting again), so memory stays bounded in any outage.
 const ATTEMPTS_MAX: usize = 100_000;
+
+/// After a fetch that saw every pending row, the next one waits for a change (an
+/// answer, a commit) or this long: it could find nothing new, and a scan of a backlog
+/// of few tapes passes every row. (Rows re-queued from the CLI are no commit of ours.)
+const EXHAUSTED_RECHECK: Duration = Duration::from_secs(5);
 
 /// Identifies a batch in flight.
 pub type BatchId = u64;
@@ -189,6 +196,9 @@ pub struct Planner {
     next_id: BatchId,
     /// When a part-full batch was first seen.
     waiting_since: Option<Instant>,
+    /// The last fetch saw every pending row and took or skipped them all: no fetch
+    /// before this, unless something changes.
+    exhausted_until: Option<Instant>,
 }
 
 impl Planner {
@@ -210,6 +220,7 @@ impl Planner {
             refused_in_a_row: 0,
             next_id: 0,
             waiting_since: None,
+            exhausted_until: None,
             settings,
         }
     }
@@ -260,7 +271,16 @@ impl Planner {
                 return Step::Send(self.launch(q.rows, q.origin, now));
             }
         }
+        if let Some(until) = self.exhausted_until.filter(|t| *t > now) {
+            let until = self.next_queued().map_or(until, |q| q.min(until));
+            return Step::Wait(Some(until));
+        }
         Step::Fetch { max: self.limit }
+    }
+
+    /// New captures were committed: a fetch may find them.
+    pub fn committed(&mut self) {
+        self.exhausted_until = None;
     }
 
     /// Earliest time a queued batch is due, if any waits.
@@ -276,12 +296,17 @@ impl Planner {
             complete,
             backlog,
         } = fetched;
+        if complete {
+            self.exhausted_until = Some(now + EXHAUSTED_RECHECK);
+        }
         if rows.is_empty() {
             self.waiting_since = None;
             return Step::Wait(self.next_queued());
         }
         let full = rows.len() >= self.limit || (complete && backlog) || ingest_done;
         if !full {
+            // Waiting to fill: the fetch at `due` must happen.
+            self.exhausted_until = None;
             let since = *self.waiting_since.get_or_insert(now);
             let due = since + self.settings.max_delay;
             if now < due {
@@ -313,6 +338,7 @@ impl Planner {
     /// Forgets the batches in flight (shutdown abandoned them; their rows stay
     /// pending in the outbox).
     pub fn abandon_in_flight(&mut self) {
+        self.exhausted_until = None;
         for (_, b) in self.in_flight.drain() {
             for r in &b.rows {
                 self.busy.remove(&r.capture.mac);
@@ -333,6 +359,8 @@ impl Planner {
         let Some(batch) = self.in_flight.remove(&id) else {
             return Resolution::default();
         };
+        // Its MACs may be free again (now or once recorded).
+        self.exhausted_until = None;
         let mut res = Resolution::default();
         match action {
             Action::Settle(outcomes) => self.settle(batch, outcomes, now, &mut res),
@@ -357,13 +385,22 @@ impl Planner {
         now: Instant,
         res: &mut Resolution,
     ) {
-        if outcomes.is_empty() {
+        // A capture already left out of an answer that answered others, sent alone and
+        // answered with an empty list, is left out again: the service works, it just
+        // leaves that one out.
+        let left_out_again = batch.rows.len() == 1
+            && batch
+                .rows
+                .iter()
+                .all(|r| self.attempts.get(&r.id).is_some_and(|a| a.left_out > 0));
+        if outcomes.is_empty() && !left_out_again {
             // Nothing answered at all: a failure, so that we do not spin.
             let cause = "the service answered none of the items".to_string();
             return self.failed(batch, cause, None, now, 1.0, res);
         }
         let latency = now.saturating_duration_since(batch.sent_at);
-        let clean = outcomes.len() == batch.rows.len();
+        let outcomes_answered = outcomes.len();
+        let clean = outcomes_answered == batch.rows.len();
         let mut rows: Vec<Option<PendingCapture>> = batch.rows.into_iter().map(Some).collect();
         for (i, outcome) in outcomes {
             if let Some(row) = rows.get_mut(i).and_then(Option::take) {
@@ -383,6 +420,10 @@ impl Planner {
             } else {
                 self.busy.remove(&row.capture.mac);
             }
+        }
+        if outcomes_answered == 0 {
+            // Not evidence that the service works; not a failure either.
+            return;
         }
         self.answered_ok += 1;
         self.refused_in_a_row = 0;
@@ -569,6 +610,7 @@ impl Planner {
 
     /// The outcomes of `settle` are recorded: their MACs are free again.
     pub fn recorded(&mut self, settle: &[(PendingCapture, Outcome)]) {
+        self.exhausted_until = None;
         for (row, _) in settle {
             self.busy.remove(&row.capture.mac);
             self.attempts.remove(&row.id);

@@ -88,7 +88,7 @@ use crate::record::hex_upper;
 use crate::secret::Secret;
 use crate::tape::UNREGISTERED_PREFIX;
 
-pub use fault::{Fault, Storm};
+pub use fault::{Fault, MacFault, Storm};
 
 use service::Shared;
 

@@ -16,7 +16,7 @@ use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::fault::{Fault, Storm};
+use super::fault::{Fault, Standing, Storm};
 use super::token::IssuedToken;
 use super::{
     decode, token, DecodeKind, MockConfig, MockEnvironment, MockStats, Received, Registry,
@@ -51,6 +51,7 @@ pub(super) struct State {
     pub storm: Option<(Storm, fastrand::Rng)>,
     /// Plain form of the poison MAC.
     pub poison: Option<String>,
+    pub standing: Standing,
     pub received: VecDeque<Received>,
     pub recording: bool,
     pub record_limit: usize,
@@ -67,6 +68,7 @@ impl State {
             faults: VecDeque::new(),
             storm: None,
             poison: None,
+            standing: Standing::default(),
             received: VecDeque::new(),
             recording: true,
             record_limit: DEFAULT_RECORD_LIMIT,

@@ -64,7 +64,7 @@ mod queue;
 mod store;
 
 pub use handle::Outbox;
-pub use operator::{DeadLetter, ScannerCounts, Stats, TapeRow};
+pub use operator::{DeadLetter, FlusherState, ScannerCounts, Stats, TapeRow};
 pub use queue::{Fetched, Outcome, PendingCapture, Reading};
 pub use store::{OpenReport, Store, StoreOptions};
 

@@ -73,6 +73,27 @@ pub struct ScannerCounts {
     pub forgotten: u64,
 }
 
+/// The flusher's state as `status` shows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlusherState {
+    /// When a batch was last delivered, if just now.
+    pub ok_at: Option<EpochMillis>,
+    /// Batches in flight.
+    pub in_flight: usize,
+    /// The concurrency limit.
+    pub concurrency: usize,
+}
+
+impl FlusherState {
+    pub(super) fn write(&self, conn: &Connection) -> rusqlite::Result<()> {
+        if let Some(at) = self.ok_at {
+            set_meta(conn, "last_flush_ok_at", &at.to_string())?;
+        }
+        set_meta(conn, "flush_in_flight", &self.in_flight.to_string())?;
+        set_meta(conn, "flush_concurrency", &self.concurrency.to_string())
+    }
+}
+
 impl Store {
     /// Records a successful flush.
     pub fn note_flush_ok(&mut self, at: EpochMillis) -> Result<(), OutboxError> {
@@ -80,20 +101,10 @@ impl Store {
         Ok(())
     }
 
-    /// Records the flusher's state for `status`: batches in flight, its concurrency
-    /// limit, and (`ok_at`) a successful flush, in one transaction.
-    pub fn note_flusher(
-        &mut self,
-        ok_at: Option<EpochMillis>,
-        in_flight: usize,
-        concurrency: usize,
-    ) -> Result<(), OutboxError> {
+    /// Records the flusher's state for `status`.
+    pub fn note_flusher(&mut self, state: &FlusherState) -> Result<(), OutboxError> {
         let tx = write_tx(&mut self.conn)?;
-        if let Some(at) = ok_at {
-            set_meta(&tx, "last_flush_ok_at", &at.to_string())?;
-        }
-        set_meta(&tx, "flush_in_flight", &in_flight.to_string())?;
-        set_meta(&tx, "flush_concurrency", &concurrency.to_string())?;
+        state.write(&tx)?;
         tx.commit()?;
         Ok(())
     }

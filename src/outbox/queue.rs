@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use rusqlite::{params, Transaction};
 
 use super::store::{int_to_mac, mac_to_int, read_counters, write_counters, write_tx, Counters};
-use super::{OutboxError, Store, MAX_DEAD_LETTERS};
+use super::{FlusherState, OutboxError, Store, MAX_DEAD_LETTERS};
 use crate::record::{Capture, EpochMillis, Mac};
 
 /// A pending capture as the flusher sees it.
@@ -107,53 +107,56 @@ impl Store {
         scan_limit: usize,
         busy: &HashSet<Mac>,
     ) -> Result<Fetched, OutboxError> {
-        let mut out = Vec::with_capacity(max.min(256));
+        // The scan reads only `id` and `mac` (it may pass thousands of rows of a few
+        // tapes); the chosen rows are read whole afterwards.
+        let mut chosen = Vec::with_capacity(max.min(256));
         let mut macs = HashSet::with_capacity(max);
         let mut after = i64::MIN;
         let mut scanned = 0usize;
         let mut backlog = false;
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT id, mac, captured_at, product_id, packet, rssi FROM pending WHERE id > ?1 ORDER BY id LIMIT 1024",
-        )?;
-        loop {
-            let rows: Vec<PendingCapture> = stmt
-                .query_map([after], row_to_pending)?
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT id, mac FROM pending WHERE id > ?1 ORDER BY id LIMIT 4096")?;
+        let complete = 'scan: loop {
+            let rows: Vec<(i64, i64)> = stmt
+                .query_map([after], |r| Ok((r.get(0)?, r.get(1)?)))?
                 .collect::<Result<_, _>>()?;
             let Some(last) = rows.last() else {
                 // Every pending row was seen.
-                return Ok(Fetched {
-                    rows: out,
-                    complete: true,
-                    backlog,
-                });
+                break 'scan true;
             };
-            after = last.id;
+            after = last.0;
             scanned += rows.len();
-            for r in rows {
-                if busy.contains(&r.capture.mac) {
+            for (id, mac) in rows {
+                let mac = int_to_mac(mac);
+                if busy.contains(&mac) {
                     continue;
                 }
-                if macs.insert(r.capture.mac) {
-                    if out.len() == max {
-                        return Ok(Fetched {
-                            rows: out,
-                            complete: false,
-                            backlog,
-                        });
+                if macs.insert(mac) {
+                    if chosen.len() == max {
+                        break 'scan false;
                     }
-                    out.push(r);
+                    chosen.push(id);
                 } else {
                     backlog = true;
                 }
             }
             if scanned >= scan_limit {
-                return Ok(Fetched {
-                    rows: out,
-                    complete: false,
-                    backlog,
-                });
+                break 'scan false;
             }
-        }
+        };
+        let mut read = self.conn.prepare_cached(
+            "SELECT id, mac, captured_at, product_id, packet, rssi FROM pending WHERE id = ?1",
+        )?;
+        let rows = chosen
+            .into_iter()
+            .map(|id| read.query_row([id], row_to_pending))
+            .collect::<Result<_, _>>()?;
+        Ok(Fetched {
+            rows,
+            complete,
+            backlog,
+        })
     }
 
     /// Records what became of pending captures, in one transaction: a row leaves
@@ -163,6 +166,17 @@ impl Store {
         &mut self,
         outcomes: &[(PendingCapture, Outcome)],
         now: EpochMillis,
+    ) -> Result<u64, OutboxError> {
+        self.settle_noting(outcomes, now, None)
+    }
+
+    /// [`Store::settle`], recording in the same transaction (one commit, one sync) the
+    /// flusher's state for `status`.
+    pub fn settle_noting(
+        &mut self,
+        outcomes: &[(PendingCapture, Outcome)],
+        now: EpochMillis,
+        flusher: Option<&FlusherState>,
     ) -> Result<u64, OutboxError> {
         let tx = write_tx(&mut self.conn).map_err(OutboxError::WriteFailed)?;
         let (removed, next) = (|| -> rusqlite::Result<(u64, Counters)> {
@@ -207,6 +221,9 @@ impl Store {
                 next.dead_letters_dropped += cap_dead_letters(&tx, MAX_DEAD_LETTERS)?;
             }
             write_counters(&tx, &current, &next)?;
+            if let Some(f) = flusher {
+                f.write(&tx)?;
+            }
             Ok((removed, next))
         })()
         .map_err(OutboxError::WriteFailed)?;

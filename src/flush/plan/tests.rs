@@ -126,9 +126,18 @@ fn batches_in_flight_never_share_a_mac() {
         [8, 9],
         "only two MACs are free; they are all there is"
     );
-    // Every MAC is busy now: nothing more to send.
-    assert_eq!(fetch_and_offer(&mut p, &pending, t), Step::Wait(None));
+    // Every MAC is busy now, and that fetch saw every row: nothing more to fetch until
+    // an answer or a commit.
+    assert_eq!(
+        p.next(t),
+        Step::Wait(Some(t + EXHAUSTED_RECHECK)),
+        "no fetch"
+    );
     assert_eq!(p.in_flight(), 3);
+    p.committed();
+    assert_eq!(p.next(t), Step::Fetch { max: 4 });
+    p.answered(a.id, all_ok(&a), t, 1.0);
+    assert_eq!(p.next(t), Step::Fetch { max: 4 }, "an answer frees MACs");
 }
 
 #[test]
@@ -541,6 +550,32 @@ fn an_item_always_left_out_is_a_dead_letter_after_the_bound_and_its_mac_goes_on(
     // The MAC's next capture goes in the next batch.
     let b = sent(fetch_and_offer(&mut p, &pending, t));
     assert!(b.rows.iter().any(|r| r.capture.mac == mac(0)));
+}
+
+#[test]
+fn a_capture_left_out_and_then_sent_alone_counts_empty_answers_as_left_out() {
+    let mut p = Planner::new(settings());
+    let t = Instant::now();
+    let mut pending = rows(0..2, 2);
+    let Step::Fetch { max } = p.next(t) else {
+        panic!("fetch")
+    };
+    let b = sent(p.offer(fetch(&pending, p.busy(), max), true, t));
+    let res = p.answered(b.id, Action::Settle(vec![(1, delivered())]), t, 1.0);
+    p.recorded(&res.settle);
+    pending.retain(|r| r.id != 1);
+    for n in 2..=3 {
+        let Step::Fetch { max } = p.next(t) else {
+            panic!("fetch")
+        };
+        let b = sent(p.offer(fetch(&pending, p.busy(), max), true, t));
+        assert_eq!(ids(&b), [0]);
+        let res = p.answered(b.id, Action::Settle(vec![]), t, 1.0);
+        assert!(res.notes.is_empty(), "not a failure: {:?}", res.notes);
+        if n == 3 {
+            assert!(matches!(&res.settle[..], [(r, Outcome::DeadLetter(_))] if r.id == 0));
+        }
+    }
 }
 
 #[test]
