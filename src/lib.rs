@@ -23,8 +23,10 @@ tapes into decoded readings in the tracking service.
 - [`outbox`]: the durable, bounded SQLite store (`store.rs` open, migrate, quarantine;
   `queue.rs` enqueue, next batch, settle; `operator.rs` the reads and changes of
   `status`, `tapes`, `dead-letters`); its module doc is the design document.
-- [`flush`]: batching, answer handling and backoff towards the bulk decode endpoint;
-  [`backoff`] is the one retry delay (flusher, token cache, ingest).
+- [`flush`]: delivery to the bulk decode endpoint: `plan.rs` the pure planner (batches,
+  splits, isolation, attempt bounds, backoff, the concurrency window), `answer.rs` what
+  an answer means, `mod.rs` the loop with several batches in flight; [`backoff`] is the
+  one retry delay (flusher, token cache, ingest).
 - [`api`]: the tracking service client (`auth.rs` the token cache, `decode.rs` bulk and
   single decode, `error.rs` answers mapped to what to do).
 - [`pipeline`]: the only place that creates channels, spawns stages, wires SIGHUP and

@@ -308,6 +308,59 @@ impl Live {
     }
 }
 
+/// The daemon running in-process on a gateway's config until the test stops it.
+struct Running {
+    config: Config,
+    stop: tokio_util::sync::CancellationToken,
+    run: tokio::task::JoinHandle<Result<RunReport, pipeline::RunError>>,
+}
+
+impl Running {
+    fn start(g: &Gateway) -> Running {
+        let config = load(g);
+        let stop = tokio_util::sync::CancellationToken::new();
+        let run = tokio::spawn(pipeline::run(
+            config.clone(),
+            stop.clone().cancelled_owned(),
+            RunOptions::default(),
+        ));
+        Running { config, stop, run }
+    }
+
+    /// `tapegate status` (text or JSON) as it reads now.
+    fn status(&self, json: bool) -> String {
+        let mut out = Vec::new();
+        tapegate::cmd::state::status(&self.config, json, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    /// Stops the daemon (within `limit`) and returns its report.
+    async fn stop(self, limit: Duration) -> RunReport {
+        self.stop.cancel();
+        tokio::time::timeout(limit, self.run)
+            .await
+            .expect("the daemon stops in time")
+            .expect("joins")
+            .expect("the daemon runs")
+    }
+}
+
+/// Every decode request gets `fault`, until the storm is lifted.
+fn fail_every_request(mock: &MockHandle, fault: Fault) {
+    mock.set_storm(Some(Storm {
+        probability: 1.0,
+        seed: 1,
+        mix: vec![fault],
+    }));
+}
+
+/// Whether the state database's last error (what `status` shows) says `text`.
+fn reports(g: &Gateway, text: &str) -> bool {
+    stats_now(g)
+        .and_then(|s| s.last_error)
+        .is_some_and(|e| e.contains(text))
+}
+
 /// The state database's counters, or `None` while it does not exist yet.
 fn stats_now(g: &Gateway) -> Option<Stats> {
     Store::open_existing(&g.state_dir())
@@ -1068,34 +1121,24 @@ async fn a_service_refusing_every_request_is_backed_off_not_dead_lettered_captur
     use tapegate::flush::MAX_REFUSED_IN_A_ROW;
     let mock = start_mock().await;
     // Every request is refused whole, whatever it holds.
-    mock.set_storm(Some(Storm {
-        probability: 1.0,
-        seed: 1,
-        mix: vec![Fault::Status {
+    fail_every_request(
+        &mock,
+        Fault::Status {
             status: 400,
             retry_after: None,
-        }],
-    }));
+        },
+    );
     let shots = trace(40, 0, 1);
     let k = Knobs {
         max_batch: 8,
         ..Knobs::default()
     };
     let g = gateway(&mock, &shots, &k);
-    let stop = tokio_util::sync::CancellationToken::new();
-    let run = tokio::spawn(pipeline::run(
-        load(&g),
-        stop.clone().cancelled_owned(),
-        RunOptions::default(),
-    ));
+    let daemon = Running::start(&g);
     until(
         "the refusal to be reported",
         Duration::from_secs(20),
-        || {
-            stats_now(&g)
-                .and_then(|s| s.last_error)
-                .is_some_and(|e| e.contains("refuses every capture"))
-        },
+        || reports(&g, "refuses every capture"),
     )
     .await;
     // Splitting found the first refused captures; past the limit the gateway stopped
@@ -1115,8 +1158,7 @@ async fn a_service_refusing_every_request_is_backed_off_not_dead_lettered_captur
         || stats_now(&g).is_some_and(|s| s.pending == 0),
     )
     .await;
-    stop.cancel();
-    run.await.expect("joins").expect("runs");
+    daemon.stop(RUN_LIMIT).await;
     let s = g.stats();
     assert_eq!(
         (s.delivered, s.dead_letters),
@@ -1339,43 +1381,24 @@ async fn a_failing_database_write_under_delivery_records_the_answer_again_and_se
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_required_headers_400_on_every_request_backs_off_and_dead_letters_nothing() {
     let mock = start_mock().await;
-    mock.set_storm(Some(Storm {
-        probability: 1.0,
-        seed: 1,
-        mix: vec![Fault::Refuse {
+    fail_every_request(
+        &mock,
+        Fault::Refuse {
             status: 400,
             message: "Missing required headers: customer_id or authorized_groups".into(),
-        }],
-    }));
-    let shots = trace(40, 0, 1);
-    let k = Knobs {
-        max_batch: 8,
-        ..Knobs::default()
-    };
-    let g = gateway(&mock, &shots, &k);
-    let config = load(&g);
-    let stop = tokio_util::sync::CancellationToken::new();
-    let run = tokio::spawn(pipeline::run(
-        config.clone(),
-        stop.clone().cancelled_owned(),
-        RunOptions::default(),
-    ));
+        },
+    );
+    let g = gateway(&mock, &trace(40, 0, 1), &Knobs::default());
+    let daemon = Running::start(&g);
     until(
         "several refusals, reported",
         Duration::from_secs(20),
-        || {
-            mock.decode_requests() >= 5
-                && stats_now(&g)
-                    .and_then(|s| s.last_error)
-                    .is_some_and(|e| e.contains("refused the request itself"))
-        },
+        || mock.decode_requests() >= 5 && reports(&g, "refused the request itself"),
     )
     .await;
     let s = stats_now(&g).expect("stats");
     assert_eq!((s.dead_letters, s.pending), (0, 40), "{s:?}");
-    let mut out = Vec::new();
-    tapegate::cmd::state::status(&config, false, &mut out).unwrap();
-    let text = String::from_utf8(out).unwrap();
+    let text = daemon.status(false);
     assert!(text.contains("Missing required headers"), "{text}");
 
     // The proxy is fixed: everything is delivered.
@@ -1386,8 +1409,7 @@ async fn a_missing_required_headers_400_on_every_request_backs_off_and_dead_lett
         || stats_now(&g).is_some_and(|s| s.pending == 0),
     )
     .await;
-    stop.cancel();
-    run.await.expect("joins").expect("runs");
+    daemon.stop(RUN_LIMIT).await;
     assert_drained(&g.stats(), 40, 40, 0);
 }
 
@@ -1405,13 +1427,7 @@ async fn a_retry_after_of_600_s_is_honoured_past_backoff_max_and_status_says_unt
         ..Knobs::default()
     };
     let g = gateway(&mock, &shots, &k);
-    let config = load(&g);
-    let stop = tokio_util::sync::CancellationToken::new();
-    let run = tokio::spawn(pipeline::run(
-        config.clone(),
-        stop.clone().cancelled_owned(),
-        RunOptions::default(),
-    ));
+    let daemon = Running::start(&g);
     let error = async {
         loop {
             if let Some(e) = stats_now(&g).and_then(|s| s.last_error) {
@@ -1438,12 +1454,7 @@ async fn a_retry_after_of_600_s_is_honoured_past_backoff_max_and_status_says_unt
     assert_eq!(mock.decode_requests(), 1);
     assert_eq!(stats_now(&g).unwrap().pending, 10);
     // A pause does not hold up shutdown.
-    stop.cancel();
-    tokio::time::timeout(Duration::from_secs(5), run)
-        .await
-        .expect("stops at once")
-        .expect("joins")
-        .expect("runs");
+    daemon.stop(Duration::from_secs(5)).await;
 }
 
 // ---------------------------------------------------------------------------------------

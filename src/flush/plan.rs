@@ -455,16 +455,13 @@ impl Planner {
         jitter: f64,
         res: &mut Resolution,
     ) {
-        let mut rows = batch.rows;
+        let rows = batch.rows;
         if rows.len() > 1 {
             res.notes.push(Note::Split {
                 items: rows.len(),
                 reason,
             });
-            let second = rows.split_off(rows.len() / 2);
-            self.queue_front(second, Origin::Split, now);
-            self.queue_front(rows, Origin::Split, now);
-            return;
+            return self.bisect(rows, Origin::Split, now);
         }
         self.refused_in_a_row += 1;
         if self.refused_in_a_row > MAX_REFUSED_IN_A_ROW {
@@ -552,16 +549,13 @@ impl Planner {
             self.decrease_window(batch.sent_at, now, res);
             self.pause(cause.clone(), retry_after, now, jitter, res);
         }
-        let mut rows = batch.rows;
+        let rows = batch.rows;
         if suspect && rows.len() > 1 {
             res.notes.push(Note::Isolating {
                 items: rows.len(),
                 cause,
             });
-            let second = rows.split_off(rows.len() / 2);
-            self.queue_front(second, Origin::Isolate, now);
-            self.queue_front(rows, Origin::Isolate, now);
-            return;
+            return self.bisect(rows, Origin::Isolate, now);
         }
         if counts_alone {
             let Some(row) = rows.first() else { return };
@@ -670,6 +664,13 @@ impl Planner {
             });
             self.window = to;
         }
+    }
+
+    /// Splits `rows` in halves, both sent before anything new, the first half first.
+    fn bisect(&mut self, mut rows: Vec<PendingCapture>, origin: Origin, now: Instant) {
+        let second = rows.split_off(rows.len() / 2);
+        self.queue_front(second, origin, now);
+        self.queue_front(rows, origin, now);
     }
 
     fn queue_front(&mut self, rows: Vec<PendingCapture>, origin: Origin, now: Instant) {
