@@ -40,7 +40,7 @@ use tracing::Instrument;
 use crate::api::{ApiError, BulkAnswerItem, BulkItem, ServiceClient};
 use crate::clock::{now_ms, rfc3339};
 use crate::config::{FlushSettings, MacFormat};
-use crate::outbox::{FlusherState, Outbox, Outcome, PendingCapture};
+use crate::outbox::{FlusherState, Outbox, OutboxError, Outcome, PendingCapture};
 use crate::systemd::Beat;
 
 pub use answer::{classify, Action};
@@ -160,9 +160,16 @@ impl Flusher {
                         .await;
                     let fetched = match fetched {
                         Ok(f) => f,
-                        Err(e) => {
-                            tracing::error!(error = %e, "cannot read the outbox; flusher stops");
+                        Err(OutboxError::Closed) => {
+                            tracing::error!("the outbox has closed; flusher stops");
                             break;
+                        }
+                        Err(e) => {
+                            // A read that fails (I/O) may work later: back off, not spin.
+                            let cause = format!("cannot read the outbox: {e}");
+                            let res = sh.plan.read_failed(cause, now, fastrand::f64());
+                            self.carry_out(&mut sh, res, "").await;
+                            continue;
                         }
                     };
                     let empty = fetched.rows.is_empty();

@@ -30,12 +30,13 @@ The rules, in the order a batch meets them:
 - **413**: the batch size limit halves for this run; that size is never sent again.
 - **Isolation.** A batch that fails transiently is parked on its own schedule
   (exponential from `backoff_initial`), its MACs held, so that other captures go
-  first. If it fails again after other batches were answered, it holds a capture the
-  service chokes on: it is split in halves (as a 400 is), without pausing the others,
-  down to the capture alone, which after `max_attempts` failures on its own becomes a
-  dead letter with the cause. Without that evidence (an outage) nothing is split at
-  once and nothing is counted against a capture; parked rows are bounded, past the
-  bound a failed batch is left to the outbox.
+  first. If it fails again it is split in halves (as a 400 is), down to the capture
+  alone. When other batches were answered since its captures first failed, it holds a
+  capture the service chokes on: the others are not paused, and the capture alone,
+  after `max_attempts` such failures on its own, becomes a dead letter with the cause.
+  Without that evidence (an outage) every failure pauses new sends and nothing is
+  counted against a capture. Parked rows are bounded; past the bound a failed batch
+  is left to the outbox.
 - **Left out.** A capture a 200 answer leaves out (or answers with neither a reading
   nor an error) while it answers others is retried in a later batch; after
   `max_attempts` such answers it is a dead letter, and its MAC's later captures go on.
@@ -535,6 +536,12 @@ impl Planner {
                     .is_some_and(|a| a.failures > 0 && a.ok_at_first < ok_now)
             });
         let counts_alone = suspect && batch.rows.len() == 1;
+        // A batch that fails again is split even without that evidence (after the pause):
+        // if nothing else is pending, only its own halves can bring the evidence.
+        let failed_before = batch
+            .rows
+            .iter()
+            .any(|r| self.attempts.get(&r.id).is_some_and(|a| a.failures > 0));
         let mut failures = 0;
         for r in &batch.rows {
             let a = self.attempts.entry(r.id).or_default();
@@ -550,7 +557,7 @@ impl Planner {
             self.pause(cause.clone(), retry_after, now, jitter, res);
         }
         let rows = batch.rows;
-        if suspect && rows.len() > 1 {
+        if failed_before && rows.len() > 1 {
             res.notes.push(Note::Isolating {
                 items: rows.len(),
                 cause,
@@ -625,6 +632,13 @@ impl Planner {
             Some(held) => held.extend(settle),
             None => self.unrecorded = Some(settle),
         }
+        self.pause(cause, None, now, jitter, &mut res);
+        res
+    }
+
+    /// Reading the outbox failed: pause new sends (backoff).
+    pub fn read_failed(&mut self, cause: String, now: Instant, jitter: f64) -> Resolution {
+        let mut res = Resolution::default();
         self.pause(cause, None, now, jitter, &mut res);
         res
     }

@@ -499,6 +499,18 @@ fn a_capture_that_always_times_out_while_others_succeed_is_dead_lettered_too() {
 }
 
 #[test]
+fn a_failing_capture_is_isolated_even_when_its_batch_is_all_that_is_pending() {
+    let mut p = Planner::new(settings());
+    // One batch, one capture of each of four tapes; the first always fails. Only the
+    // halves of its own batch can show that the service works.
+    let mut pending = rows(0..4, 4);
+    let (outcome, failed, _) = isolate(&mut p, &mut pending, 0, retry("server error 500", None));
+    assert!(matches!(outcome, Outcome::DeadLetter(_)), "{outcome:?}");
+    assert_eq!(failed[..3], [4, 4, 2], "failed twice whole, then split");
+    assert!(pending.iter().all(|r| r.id == 0) || pending.is_empty());
+}
+
+#[test]
 fn in_an_outage_nothing_is_dead_lettered_however_often_it_fails() {
     let mut p = Planner::new(settings());
     let pending = rows(0..4, 4);
@@ -616,6 +628,17 @@ fn a_failed_recording_pauses_and_records_the_same_outcomes_again_without_resendi
     };
     p.recorded(&again);
     assert!(p.is_idle() && p.busy().is_empty());
+}
+
+#[test]
+fn a_failed_read_of_the_outbox_pauses_new_sends() {
+    let mut p = Planner::new(settings());
+    let t = Instant::now();
+    let res = p.read_failed("disk I/O error".into(), t, 1.0);
+    assert!(
+        matches!(res.notes[..], [Note::BackOff { delay, .. }] if delay == Duration::from_millis(500))
+    );
+    assert_eq!(p.next(t), Step::Wait(Some(t + Duration::from_millis(500))));
 }
 
 mod model {
