@@ -1595,3 +1595,31 @@ async fn forty_tapes_with_a_hundred_pending_captures_each_drain_in_seconds_under
     assert_capture_order(requests.iter().filter(|r| answered(r)), &shots, true);
     assert!(mock.overlaps().is_empty());
 }
+
+#[test]
+fn dead_letters_are_logged_at_warn_once_per_tape_with_its_mac_and_the_services_reason() {
+    let (_rt, mock) = mock_on_own_runtime(MockConfig::demo());
+    // 5 known and 3 unknown tapes, 3 captures each: 9 dead letters of 3 tapes.
+    let shots = trace(5, 3, 3);
+    let g = gateway(&mock, &shots, &Knobs::default());
+    let mut child = spawn_daemon(&g, &["run", "--until-drained"], "run.log", &[]);
+    let status = wait_exit(&mut child, Duration::from_secs(30), &g, "run.log");
+    assert!(status.success(), "{status:?}: {}", log_of(&g, "run.log"));
+    assert_drained(&g.stats(), 24, 15, 9);
+
+    let log = log_of(&g, "run.log");
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("kept as a dead letter"))
+        .collect();
+    assert_eq!(lines.len(), 3, "one line per tape in the period:\n{log}");
+    for i in 0..3 {
+        let mac = unregistered_mac(i);
+        let line = lines
+            .iter()
+            .find(|l| l.contains(&format!("mac={mac}")))
+            .unwrap_or_else(|| panic!("no line for {mac}:\n{log}"));
+        assert!(line.contains(" WARN "), "{line}");
+        assert!(line.contains(NOT_FOUND), "{line}");
+    }
+}
