@@ -505,6 +505,27 @@ fn assert_capture_order<'a>(
 // ---------------------------------------------------------------------------------------
 // The real binary
 
+/// A gateway whose outbox already holds `shots` (the tests are about delivery) and
+/// whose daemon replays nothing.
+fn backlog_gateway(mock: &MockHandle, shots: &[Shot], k: &Knobs) -> Gateway {
+    let g = gateway(mock, &[], k);
+    let (mut store, _) = Store::open(&g.state_dir(), StoreOptions::default()).unwrap();
+    let captures: Vec<Capture> = shots
+        .iter()
+        .map(|s| Capture {
+            mac: s.mac,
+            ts_ms: s.ts_ms,
+            product_id: "tape".into(),
+            packet: s.packet(),
+            rssi: Some(-60),
+        })
+        .collect();
+    for group in captures.chunks(1000) {
+        store.enqueue(group).unwrap();
+    }
+    g
+}
+
 /// A mock service on a runtime of its own, for tests that drive the real binary.
 fn mock_on_own_runtime(config: MockConfig) -> (tokio::runtime::Runtime, MockHandle) {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -1482,25 +1503,7 @@ fn with_slow_answers_and_kill_9_twice_while_8_batches_are_in_flight_nothing_is_l
         max_in_flight: 8,
         ..Knobs::default()
     };
-    // The backlog is in the outbox before the daemon starts (this test is about
-    // delivery); the daemon replays nothing.
-    let g = gateway(&mock, &[], &k);
-    {
-        let (mut store, _) = Store::open(&g.state_dir(), StoreOptions::default()).unwrap();
-        let captures: Vec<Capture> = shots
-            .iter()
-            .map(|s| Capture {
-                mac: s.mac,
-                ts_ms: s.ts_ms,
-                product_id: "tape".into(),
-                packet: s.packet(),
-                rssi: Some(-60),
-            })
-            .collect();
-        for group in captures.chunks(1000) {
-            store.enqueue(group).unwrap();
-        }
-    }
+    let g = backlog_gateway(&mock, &shots, &k);
     let limit = Duration::from_secs(30);
 
     for life in 0..2 {
@@ -1622,4 +1625,59 @@ fn dead_letters_are_logged_at_warn_once_per_tape_with_its_mac_and_the_services_r
         assert!(line.contains(" WARN "), "{line}");
         assert!(line.contains(NOT_FOUND), "{line}");
     }
+}
+
+#[test]
+fn sigterm_with_8_batches_in_flight_exits_0_within_the_grace_and_keeps_them_all_pending() {
+    let (_rt, mock) = mock_on_own_runtime(MockConfig::demo());
+    mock.set_answer_delay(Some(Duration::from_millis(300)));
+    let shots = trace(1000, 0, 10);
+    let k = Knobs {
+        max_batch: 50,
+        request_timeout_secs: 30,
+        ..Knobs::default()
+    };
+    let g = backlog_gateway(&mock, &shots, &k);
+    let limit = Duration::from_secs(30);
+    let mut child = spawn_daemon(
+        &g,
+        &["run"],
+        "first.log",
+        &[("TAPEGATE_GATEWAY__SHUTDOWN_GRACE_SECS", "1")],
+    );
+    wait_for("the window at 8", limit, || {
+        stats_now(&g).is_some_and(|s| s.flush_concurrency == Some(8))
+    });
+    // From now on answers take far longer than the grace: 8 batches wait for theirs.
+    mock.set_answer_delay(Some(Duration::from_secs(20)));
+    let switched = std::time::SystemTime::now();
+    let before = g.stats();
+    wait_for("8 batches held", limit, || {
+        let slow = bulk_requests(&mock)
+            .iter()
+            .filter(|r| r.at >= switched)
+            .count();
+        slow >= 8 && mock.requests_in_progress() == 8
+    });
+    let asked = Instant::now();
+    signal(&child, libc::SIGTERM);
+    let status = wait_exit(&mut child, limit, &g, "first.log");
+    let took = asked.elapsed();
+    assert!(status.success(), "{status:?}: {}", log_of(&g, "first.log"));
+    assert!(
+        took < Duration::from_secs(4),
+        "exited {took:?} after SIGTERM, grace 1 s"
+    );
+    let log = log_of(&g, "first.log");
+    assert!(log.contains("abandoned the batches in flight"), "{log}");
+    // Abandoned, not lost: every capture is delivered or still pending.
+    let s = g.stats();
+    assert_eq!(s.delivered + s.pending, shots.len() as u64, "{s:?}");
+    assert!(s.delivered >= before.delivered);
+
+    mock.set_answer_delay(None);
+    let mut child = spawn_daemon(&g, &["run", "--until-drained"], "second.log", &[]);
+    let status = wait_exit(&mut child, Duration::from_secs(60), &g, "second.log");
+    assert!(status.success(), "{status:?}: {}", log_of(&g, "second.log"));
+    assert_drained(&g.stats(), shots.len(), shots.len(), 0);
 }

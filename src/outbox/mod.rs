@@ -15,7 +15,7 @@ outcome (a decoded reading or a dead letter). Delivery is therefore at-least-onc
 | `readings` | decoded readings (history, bounded by `readings.retention_hours`) |
 | `tapes` | the latest reading of each tape |
 | `counters` | `admitted`, `delivered`, `dead_lettered`, `evicted`, `dead_letters_dropped` |
-| `meta` | `last_flush_ok_at`, `last_error`, `last_error_at`; the BLE scanner's ladder counts (`scanner_*`) |
+| `meta` | `last_flush_ok_at`, `last_error`, `last_error_at`; the flusher's batches in flight and concurrency limit (`flush_in_flight`, `flush_concurrency`, written with each settle); the BLE scanner's ladder counts (`scanner_*`) |
 
 A row's life: admitted → `pending` → delivered (row deleted, reading stored) | dead
 letter (row moved to `dead_letters`) | evicted (deleted when `max_pending` is exceeded,
@@ -48,8 +48,9 @@ oldest first). `tapegate dead-letters retry` moves dead letters back to `pending
 # Not guaranteed
 - Exactly-once delivery: a batch whose answer is lost (timeout, crash after sending) is
   sent again, so the service may see a capture twice.
-- Order across MACs: batches take the oldest pending capture of each MAC; captures of
-  one MAC are delivered in admission order, which is capture order.
+- Order across MACs: batches take the oldest pending capture of each MAC not in a
+  batch in flight ([`Store::next_batch_excluding`]); captures of one MAC are delivered
+  in admission order, which is capture order, however many batches are in flight.
 
 # Code
 [`Store`] is one type in three files, by seam: `store.rs` opens, migrates and
