@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::api::{ApiError, BulkAnswerItem};
+use crate::api::{ApiError, BulkAnswerItem, TransportKind};
 use crate::outbox::{Outcome, Reading};
 
 /// What to do with a batch after its answer.
@@ -21,10 +21,12 @@ pub enum Action {
     Refused(String),
     /// Too large (413): never send this many again.
     Shrink,
-    /// Back off and retry; the text is the operator-readable cause.
+    /// Back off and retry; the text is the operator-readable cause. `isolate`: the
+    /// failure may be caused by what the batch holds (see [`may_be_the_batchs_fault`]).
     Retry {
         cause: String,
         retry_after: Option<Duration>,
+        isolate: bool,
     },
 }
 
@@ -64,7 +66,29 @@ pub fn classify(mac_ids: &[String], answer: Result<Vec<BulkAnswerItem>, ApiError
         Err(e) => Action::Retry {
             cause: e.operator_cause(),
             retry_after: e.retry_after(),
+            isolate: may_be_the_batchs_fault(&e),
         },
+    }
+}
+
+/// Whether a failure may be caused by what the batch holds (the service choking on a
+/// capture): a 5xx, a timeout or a closed connection of the decode request itself, or
+/// an answer that cannot be read. Never a rate limit, a refused token, the token
+/// endpoint, or a connection that never opened: retrying those alone would only blame
+/// a capture for the service's state.
+pub fn may_be_the_batchs_fault(e: &ApiError) -> bool {
+    match e {
+        ApiError::BadAnswer(_) => true,
+        ApiError::Transient {
+            cause, transport, ..
+        } => {
+            !cause.starts_with("token endpoint")
+                && match transport {
+                    Some(t) => matches!(t.kind, TransportKind::Timeout | TransportKind::Closed),
+                    None => cause.starts_with("server error") || cause == "timeout",
+                }
+        }
+        _ => false,
     }
 }
 
@@ -153,7 +177,8 @@ mod tests {
             classify(&macs(), Err(e)),
             Action::Retry {
                 cause: "credentials or permission".into(),
-                retry_after: None
+                retry_after: None,
+                isolate: false
             }
         );
     }
@@ -173,20 +198,26 @@ mod tests {
             classify(&macs(), Err(e)),
             Action::Retry {
                 cause: "rate limited".into(),
-                retry_after: Some(Duration::from_secs(30))
+                retry_after: Some(Duration::from_secs(30)),
+                isolate: false
             }
         );
     }
 
     #[test]
     fn a_5xx_a_timeout_or_a_connection_error_backs_off() {
-        for cause in ["server error 503", "timeout", "service unreachable"] {
+        for (cause, isolate) in [
+            ("server error 503", true),
+            ("timeout", true),
+            ("token endpoint error 500", false),
+        ] {
             let e = ApiError::transient(cause, None);
             assert_eq!(
                 classify(&macs(), Err(e)),
                 Action::Retry {
                     cause: cause.into(),
-                    retry_after: None
+                    retry_after: None,
+                    isolate
                 }
             );
         }
@@ -199,7 +230,8 @@ mod tests {
             classify(&macs(), Err(e)),
             Action::Retry {
                 cause: "unreadable answer".into(),
-                retry_after: None
+                retry_after: None,
+                isolate: true
             }
         );
     }

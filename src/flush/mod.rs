@@ -303,6 +303,7 @@ impl Flusher {
                 let action = Action::Retry {
                     cause,
                     retry_after: None,
+                    isolate: false,
                 };
                 (action, batch, String::new())
             }

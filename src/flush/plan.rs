@@ -127,6 +127,15 @@ pub struct Resolution {
     pub notes: Vec<Note>,
 }
 
+/// A transient failure of a batch.
+struct Failure {
+    cause: String,
+    retry_after: Option<Duration>,
+    /// It may be caused by what the batch holds (a 5xx, a timeout...), so the batch may
+    /// be split to isolate a capture.
+    blame: bool,
+}
+
 /// Where the rows of a queued or in-flight batch came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Origin {
@@ -372,8 +381,19 @@ impl Planner {
                 self.pause(cause, None, now, jitter, &mut res);
             }
             Action::Shrink => self.shrink(batch, now, jitter, &mut res),
-            Action::Retry { cause, retry_after } => {
-                self.failed(batch, cause, retry_after, now, jitter, &mut res)
+            Action::Retry {
+                cause,
+                retry_after,
+                isolate,
+            } => {
+                let failure = Failure {
+                    cause,
+                    retry_after,
+                    // An answer that says when to come back (429, 503 with Retry-After)
+                    // is about the service, never about a capture.
+                    blame: isolate && retry_after.is_none(),
+                };
+                self.failed(batch, failure, now, jitter, &mut res)
             }
         }
         res
@@ -397,7 +417,12 @@ impl Planner {
         if outcomes.is_empty() && !left_out_again {
             // Nothing answered at all: a failure, so that we do not spin.
             let cause = "the service answered none of the items".to_string();
-            return self.failed(batch, cause, None, now, 1.0, res);
+            let failure = Failure {
+                cause,
+                retry_after: None,
+                blame: true,
+            };
+            return self.failed(batch, failure, now, 1.0, res);
         }
         let latency = now.saturating_duration_since(batch.sent_at);
         let outcomes_answered = outcomes.len();
@@ -516,20 +541,22 @@ impl Planner {
     fn failed(
         &mut self,
         batch: InFlight,
-        cause: String,
-        retry_after: Option<Duration>,
+        failure: Failure,
         now: Instant,
         jitter: f64,
         res: &mut Resolution,
     ) {
+        let Failure {
+            cause,
+            retry_after,
+            blame,
+        } = failure;
         let ok_now = self.answered_ok;
         // Evidence that this batch, not the service, is the trouble: its captures
         // failed before, and other batches were answered since the first time. Only
         // then does a capture alone count an attempt towards its dead letter (an
         // outage is nobody's fault), and a larger batch get split at once.
-        // An answer that says when to come back (429, 503 with Retry-After) is about
-        // the service, never about a capture.
-        let suspect = retry_after.is_none()
+        let suspect = blame
             && batch.rows.iter().any(|r| {
                 self.attempts
                     .get(&r.id)
@@ -538,10 +565,11 @@ impl Planner {
         let counts_alone = suspect && batch.rows.len() == 1;
         // A batch that fails again is split even without that evidence (after the pause):
         // if nothing else is pending, only its own halves can bring the evidence.
-        let failed_before = batch
-            .rows
-            .iter()
-            .any(|r| self.attempts.get(&r.id).is_some_and(|a| a.failures > 0));
+        let failed_before = blame
+            && batch
+                .rows
+                .iter()
+                .any(|r| self.attempts.get(&r.id).is_some_and(|a| a.failures > 0));
         let mut failures = 0;
         for r in &batch.rows {
             let a = self.attempts.entry(r.id).or_default();

@@ -64,6 +64,7 @@ fn retry(cause: &str, retry_after: Option<Duration>) -> Action {
     Action::Retry {
         cause: cause.into(),
         retry_after,
+        isolate: true,
     }
 }
 
@@ -508,6 +509,47 @@ fn a_failing_capture_is_isolated_even_when_its_batch_is_all_that_is_pending() {
     assert!(matches!(outcome, Outcome::DeadLetter(_)), "{outcome:?}");
     assert_eq!(failed[..3], [4, 4, 2], "failed twice whole, then split");
     assert!(pending.iter().all(|r| r.id == 0) || pending.is_empty());
+}
+
+#[test]
+fn a_rate_limit_or_a_refused_token_never_isolates_or_dead_letters_a_capture() {
+    let mut p = Planner::new(settings());
+    // Other tapes are answered between the failures: still nobody's fault.
+    let mut pending = rows(0..64, 16);
+    let poison = 0;
+    let not_the_batchs = Action::Retry {
+        cause: "rate limited".into(),
+        retry_after: None,
+        isolate: false,
+    };
+    let mut t = Instant::now();
+    for _ in 0..200 {
+        match fetch_and_offer(&mut p, &pending, t) {
+            Step::Send(b) => {
+                let holds = b.rows.iter().any(|r| r.id == poison);
+                let action = if holds {
+                    not_the_batchs.clone()
+                } else {
+                    all_ok(&b)
+                };
+                let res = p.answered(b.id, action, t, 1.0);
+                assert!(res
+                    .notes
+                    .iter()
+                    .all(|n| !matches!(n, Note::Isolating { .. })));
+                assert!(
+                    res.settle.iter().all(|(r, _)| r.id != poison),
+                    "dead-lettered"
+                );
+                p.recorded(&res.settle);
+                let done: Vec<i64> = res.settle.iter().map(|(r, _)| r.id).collect();
+                pending.retain(|r| !done.contains(&r.id));
+            }
+            Step::Wait(u) => t = u.unwrap_or(t + Duration::from_secs(1)),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(pending.iter().any(|r| r.id == poison));
 }
 
 #[test]
