@@ -526,6 +526,31 @@ fn backlog_gateway(mock: &MockHandle, shots: &[Shot], k: &Knobs) -> Gateway {
     g
 }
 
+/// A mock on its own runtime answering every request 0.3 s late, and a gateway whose
+/// outbox holds 10,000 captures of 1,000 tapes: 200 batches of 50, seconds of work at
+/// 8 in flight, so a signal finds them flying. (Batches of 50: a debug build records a
+/// batch of 250 slower than 8 answers of 0.3 s come back; the benchmark runs the full
+/// size.)
+fn slow_backlog() -> (
+    tokio::runtime::Runtime,
+    MockHandle,
+    Vec<Shot>,
+    Knobs,
+    Gateway,
+) {
+    let (rt, mock) = mock_on_own_runtime(MockConfig::demo());
+    mock.set_answer_delay(Some(Duration::from_millis(300)));
+    let shots = trace(1000, 0, 10);
+    let k = Knobs {
+        max_batch: 50,
+        request_timeout_secs: 30,
+        max_in_flight: 8,
+        ..Knobs::default()
+    };
+    let g = backlog_gateway(&mock, &shots, &k);
+    (rt, mock, shots, k, g)
+}
+
 /// A mock service on a runtime of its own, for tests that drive the real binary.
 fn mock_on_own_runtime(config: MockConfig) -> (tokio::runtime::Runtime, MockHandle) {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -1491,19 +1516,7 @@ async fn a_retry_after_of_600_s_is_honoured_past_backoff_max_and_status_says_unt
 #[test]
 fn with_slow_answers_and_kill_9_twice_while_8_batches_are_in_flight_nothing_is_lost_order_is_kept_and_no_mac_is_in_two_batches_at_once(
 ) {
-    let (_rt, mock) = mock_on_own_runtime(MockConfig::demo());
-    mock.set_answer_delay(Some(Duration::from_millis(300)));
-    // 200 batches of 50: seconds of work at 8 in flight, so a kill finds them flying.
-    // (Batches of 50: a debug build records a batch of 250 slower than 8 answers of
-    // 0.3 s come back; the benchmark runs the full size.)
-    let shots = trace(1000, 0, 10);
-    let k = Knobs {
-        max_batch: 50,
-        request_timeout_secs: 30,
-        max_in_flight: 8,
-        ..Knobs::default()
-    };
-    let g = backlog_gateway(&mock, &shots, &k);
+    let (_rt, mock, shots, k, g) = slow_backlog();
     let limit = Duration::from_secs(30);
 
     for life in 0..2 {
@@ -1629,15 +1642,7 @@ fn dead_letters_are_logged_at_warn_once_per_tape_with_its_mac_and_the_services_r
 
 #[test]
 fn sigterm_with_8_batches_in_flight_exits_0_within_the_grace_and_keeps_them_all_pending() {
-    let (_rt, mock) = mock_on_own_runtime(MockConfig::demo());
-    mock.set_answer_delay(Some(Duration::from_millis(300)));
-    let shots = trace(1000, 0, 10);
-    let k = Knobs {
-        max_batch: 50,
-        request_timeout_secs: 30,
-        ..Knobs::default()
-    };
-    let g = backlog_gateway(&mock, &shots, &k);
+    let (_rt, mock, shots, _, g) = slow_backlog();
     let limit = Duration::from_secs(30);
     let mut child = spawn_daemon(
         &g,
