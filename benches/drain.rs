@@ -78,6 +78,7 @@ fn fill_outbox(state: &std::path::Path, captures: u64) {
             product_id: "tape".into(),
             packet: hex_upper(&packet),
             rssi: Some(-60),
+            boot_ms: None,
         });
         if group.len() == 10_000 {
             store.enqueue(&group).expect("enqueue");

@@ -73,6 +73,45 @@ pub enum Command {
     /// Inspect and re-queue what the service refused.
     #[command(subcommand)]
     DeadLetters(DeadLetters),
+    /// Activate, label, look up, deactivate and configure tapes (spec 4.6, 4.7).
+    #[command(subcommand)]
+    Device(Device),
+    /// The latest location of an AWB, or (--sensor) an asset's latest sensor reading.
+    Locate {
+        /// The AWB number, or with --sensor the device's asset barcode.
+        asset_id: String,
+        #[arg(long)]
+        sensor: bool,
+        /// One JSON document on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A tape's or an asset's history, up to a year back (spec 4.2).
+    History {
+        /// The tape's QR code.
+        #[arg(long, conflicts_with = "asset", required_unless_present = "asset")]
+        qr: Option<String>,
+        /// The customer asset identifier.
+        #[arg(long)]
+        asset: Option<String>,
+        #[arg(long = "type", value_parser = ["location", "environment"])]
+        event_type: Option<String>,
+        /// RFC 3339 (2026-05-01T00:00:00Z) or a date (2026-05-01, midnight UTC).
+        #[arg(long)]
+        from: Option<String>,
+        /// RFC 3339 or a date; default now.
+        #[arg(long)]
+        to: Option<String>,
+        /// One JSON document on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Send an integration message (spec 4.5); FILE holds the `data` object (`-`: stdin).
+    Message {
+        #[arg(value_enum)]
+        message_type: crate::api::MessageType,
+        file: PathBuf,
+    },
     /// Everything on loopback: simulated tapes, the mock service, the daemon. No config needed.
     #[cfg(feature = "mock")]
     Demo {
@@ -85,6 +124,10 @@ pub enum Command {
         /// Keep the state database in this directory (default: a temporary one, removed at the end).
         #[arg(long)]
         state_dir: Option<PathBuf>,
+        /// Serve /metrics, /healthz and the status page on this address (`[http] listen`),
+        /// e.g. 127.0.0.1:9464.
+        #[arg(long)]
+        http: Option<std::net::SocketAddr>,
     },
     /// Run the mock tracking service on its own (to try a gateway without an account).
     #[cfg(feature = "mock")]
@@ -98,6 +141,7 @@ pub enum Command {
 pub enum DeadLetters {
     /// List stored dead letters, newest first.
     List {
+        /// One JSON document on stdout.
         #[arg(long)]
         json: bool,
         #[arg(long, default_value_t = 50)]
@@ -107,6 +151,115 @@ pub enum DeadLetters {
     Retry(Which),
     /// Delete stored dead letters.
     Purge(Which),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Device {
+    /// Activate a tape (POST /devices/v1/parcel).
+    Add(DeviceAdd),
+    /// Label devices to assets (activates them).
+    Label(DeviceLabel),
+    /// Change labels (never creates one).
+    Relabel(DeviceRelabel),
+    /// Look up labels and statuses.
+    Show(DeviceList),
+    /// Deactivate devices (a deactivated one counts as success).
+    Deactivate(DeviceList),
+    /// Apply a firmware and/or metadata change.
+    Configure(DeviceConfigure),
+}
+
+#[derive(Debug, Args)]
+pub struct DeviceAdd {
+    /// The tape's QR code.
+    #[arg(long)]
+    pub qr: String,
+    /// The tape's MAC address or UUID.
+    #[arg(long, required_unless_present = "nearest", conflicts_with = "nearest")]
+    pub tape_id: Option<String>,
+    /// The unknown tape the daemon heard loudest in the last 30 s.
+    #[arg(long)]
+    pub nearest: bool,
+    /// appId (default: default_app_id of the environment).
+    #[arg(long)]
+    pub app_id: Option<String>,
+    /// tt, e.g. Green or Black (default: default_tape_type of the environment).
+    #[arg(long)]
+    pub tape_type: Option<String>,
+    /// abc: the customer asset identifier (AWB, shipment number, asset id).
+    #[arg(long)]
+    pub asset: Option<String>,
+    /// abcd: the asset's description.
+    #[arg(long)]
+    pub description: Option<String>,
+    /// facility_id: where the tape is activated.
+    #[arg(long)]
+    pub facility: Option<String>,
+    /// Delete and recreate an existing record (its label goes with it).
+    #[arg(long = "override")]
+    pub override_existing: bool,
+    /// One JSON document on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Devices from `--qr` (repeatable) or a CSV file.
+#[derive(Debug, Args)]
+pub struct DeviceSource {
+    /// A QR code (repeat for more).
+    #[arg(long, required_unless_present = "csv")]
+    pub qr: Vec<String>,
+    /// A CSV file: a header row naming the columns (qrcode, asset_barcode, application_id, shipment, firmware, metadata, tape_displayname), one device a row.
+    #[arg(long, conflicts_with = "qr")]
+    pub csv: Option<PathBuf>,
+    /// One JSON document on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DeviceLabel {
+    #[command(flatten)]
+    pub devices: DeviceSource,
+    /// The asset barcode of the --qr devices.
+    #[arg(long, conflicts_with = "csv")]
+    pub asset: Option<String>,
+    /// The application id (default: default_app_id of the environment).
+    #[arg(long)]
+    pub app: Option<String>,
+    /// A shipment, as a JSON object.
+    #[arg(long)]
+    pub shipment: Option<String>,
+    /// Replace existing labels (a deactivated device stays deactivated).
+    #[arg(long = "override")]
+    pub override_label: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DeviceRelabel {
+    #[command(flatten)]
+    pub devices: DeviceSource,
+    #[arg(long, conflicts_with = "csv")]
+    pub asset: Option<String>,
+    #[arg(long)]
+    pub shipment: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DeviceList {
+    #[command(flatten)]
+    pub devices: DeviceSource,
+}
+
+#[derive(Debug, Args)]
+pub struct DeviceConfigure {
+    #[command(flatten)]
+    pub devices: DeviceSource,
+    #[arg(long)]
+    pub firmware: Option<String>,
+    /// A JSON object.
+    #[arg(long)]
+    pub metadata: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -1,6 +1,7 @@
 /*!
 Per-MAC deduplication on capture time. Pure and synchronous: time is passed in, and it
-is capture time, so replaying the same input gives the same admissions.
+is capture time, so replaying the same input gives the same admissions. For a live
+capture that time is its boot time ([`Capture::order_ms`]), which never steps back.
 
 A tape adverts several times a second and its packet changes far less often; the
 service wants each state of a tape, not each advert. Per MAC, [`Dedup`] keeps the last
@@ -147,7 +148,9 @@ impl Dedup {
             min_interval_ms,
             ..
         } = self.settings;
-        let (t, mac) = (capture.ts_ms, capture.mac);
+        // Boot time for live captures: a wall clock stepping back must not make a new
+        // capture look older than the last admitted one.
+        let (t, mac) = (capture.order_ms(), capture.mac);
         if window_ms <= 0 && min_interval_ms <= 0 && self.macs.is_empty() {
             self.ledger.admit(capture, t, out);
             return;
@@ -206,7 +209,7 @@ impl Dedup {
     }
 
     /// Admits every held capture whose interval has ended by `now_ms` (the newest
-    /// capture time seen, or wall-clock time for live sources), and forgets MACs that
+    /// capture time seen, or boot time now for live sources), and forgets MACs that
     /// no longer matter.
     pub fn release_due(&mut self, now_ms: EpochMillis, out: &mut Vec<Capture>) {
         while let Some(&Reverse((due, gen, mac))) = self.due.peek() {
@@ -358,6 +361,7 @@ mod tests {
             product_id: "tape".to_string(),
             packet: packet.to_string(),
             rssi: Some(-60),
+            boot_ms: None,
         }
     }
 
@@ -377,6 +381,36 @@ mod tests {
 
     fn admitted(pairs: &[(EpochMillis, &str)]) -> Vec<(EpochMillis, String)> {
         pairs.iter().map(|&(t, p)| (t, p.to_string())).collect()
+    }
+
+    #[test]
+    fn a_wall_clock_stepping_back_neither_holds_nor_drops_live_captures() {
+        // Live captures carry boot time; the wall clock steps back an hour between the
+        // first and the second. By wall time "B" would be throttled for an hour and
+        // the return to "A" dropped as a duplicate; by boot time both are new states.
+        let mut d = Dedup::new(settings(10_000, 5_000));
+        let wall = 1_763_719_200_000;
+        let live = |boot: i64, wall: i64, p: &str| Capture {
+            boot_ms: Some(boot),
+            ..cap(TAPE, wall, p)
+        };
+        let mut out = Vec::new();
+        d.offer(live(100_000, wall, "A"), &mut out);
+        d.offer(live(106_000, wall - 3_600_000 + 6_000, "B"), &mut out);
+        d.offer(live(112_000, wall - 3_600_000 + 12_000, "A"), &mut out);
+        d.offer(live(113_000, wall - 3_600_000 + 13_000, "A"), &mut out);
+        let got: Vec<(Option<i64>, &str)> =
+            out.iter().map(|c| (c.boot_ms, c.packet.as_str())).collect();
+        assert_eq!(
+            got,
+            vec![
+                (Some(100_000), "A"),
+                (Some(106_000), "B"),
+                (Some(112_000), "A")
+            ]
+        );
+        assert_eq!(d.held(), 0);
+        assert_eq!(d.stats().dropped_duplicate, 1);
     }
 
     #[test]

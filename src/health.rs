@@ -1,8 +1,18 @@
 /*!
 What the running daemon keeps of its health for operators: the one-line `STATUS=` that
-`systemctl status` shows (pending, last flush, last error), refreshed every
-`STATUS_EVERY`, and the BLE scanner's ladder counts, moved into the state database so
-that `tapegate status` shows them accumulated across restarts.
+`systemctl status` shows (pending, last flush, last error), and the BLE scanner's ladder
+counts, moved into the state database so that `tapegate status` shows them accumulated
+across restarts.
+
+`STATUS=` follows `tapegate status --json` within `STATUS_EVERY` (one read of the
+counters row, cheap) and is sent only when its text changes: it names the time of the
+last good flush rather than its age, so an idle gateway sends nothing.
+
+[`verdict`] is what `/healthz` answers: the watchdog's truth (every running stage has
+turned within its allowance, [`Liveness`]) and, beyond it, delivery's: a flusher that
+turns but whose requests keep failing (a hanging or failing service) is not making
+progress either. The watchdog leaves that second part out on purpose: restarting the
+daemon does not bring a service back, so systemd is not asked to.
 */
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,14 +21,44 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::{age, now_ms};
-use crate::outbox::{Outbox, ScannerCounts};
+use crate::clock::rfc3339;
+use crate::metrics::{Metrics, FAILING_AFTER};
+use crate::outbox::{Outbox, ScannerCounts, Stats};
 use crate::record::EpochMillis;
 use crate::source::SourceHealth;
-use crate::systemd::Notifier;
+use crate::systemd::{Liveness, Notifier};
 
-/// How often `STATUS=` is refreshed for `systemctl status`.
-const STATUS_EVERY: Duration = Duration::from_secs(10);
+/// How often the state is read for `STATUS=` (sent only when it changed).
+const STATUS_EVERY: Duration = Duration::from_secs(1);
+
+/// Why the daemon is not healthy: the stage, and a sentence for the operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unhealthy {
+    pub stage: &'static str,
+    pub reason: String,
+}
+
+/// `Ok` while every stage makes progress (see the module doc).
+pub fn verdict(liveness: &Liveness, metrics: &Metrics) -> Result<(), Unhealthy> {
+    if let Some(stall) = liveness.stalled(tokio::time::Instant::now()) {
+        return Err(Unhealthy {
+            stage: stall.stage,
+            reason: format!(
+                "no progress for {} s (allowed {} s)",
+                stall.silent.as_secs(),
+                stall.allowance.as_secs()
+            ),
+        });
+    }
+    let (failed, cause) = metrics.failing();
+    if failed >= FAILING_AFTER {
+        return Err(Unhealthy {
+            stage: "flush",
+            reason: format!("{failed} requests to the service failed in a row (last: {cause})"),
+        });
+    }
+    Ok(())
+}
 
 /// Moves what the source has been through into the state database, as increments, so
 /// that `status` shows the counts accumulated across restarts of the daemon.
@@ -90,6 +130,7 @@ pub async fn report_status(
     stop: CancellationToken,
 ) {
     let mut tick = tokio::time::interval(STATUS_EVERY);
+    let mut sent = String::new();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -99,23 +140,116 @@ pub async fn report_status(
             }
         }
         health.keep(&outbox).await;
+        // Outside systemd nobody reads `STATUS=`: no query for it.
+        if !notifier.is_enabled() {
+            continue;
+        }
         let Ok(s) = outbox.call(|store| store.stats()).await else {
             return;
         };
-        let now = now_ms();
-        let last_ok = s
-            .last_flush_ok_at
-            .map(|t| format!("{} ago", age(((now - t).max(0) / 1000) as u64)))
-            .unwrap_or_else(|| "never".into());
-        let mut text = format!(
-            "pending {}, delivered {}, dead letters {}, last flush ok {last_ok}",
-            s.pending, s.delivered, s.dead_letters
-        );
-        if let (Some(e), Some(at)) = (&s.last_error, s.last_error_at) {
-            if s.last_flush_ok_at.is_none_or(|ok| at > ok) {
-                text.push_str(&format!(", last error: {e}"));
-            }
+        let text = status_line(&s);
+        if text != sent {
+            notifier.status(&text);
+            sent = text;
         }
-        notifier.status(&text);
+    }
+}
+
+/// The `STATUS=` line: a function of the state alone, so that it changes only when the
+/// state does.
+fn status_line(s: &Stats) -> String {
+    let last_ok = s.last_flush_ok_at.map_or_else(|| "never".into(), rfc3339);
+    let mut text = format!(
+        "pending {}, delivered {}, dead letters {}, last flush ok {last_ok}",
+        s.pending, s.delivered, s.dead_letters
+    );
+    if s.clock.held > 0 {
+        text.push_str(&format!(
+            ", {} held until the clock is trusted",
+            s.clock.held
+        ));
+    }
+    if let (Some(e), Some(at)) = (&s.last_error, s.last_error_at) {
+        if s.last_flush_ok_at.is_none_or(|ok| at > ok) {
+            text.push_str(&format!(", last error: {e}"));
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn the_status_line_changes_only_with_the_state() {
+        let mut s = Stats {
+            pending: 3,
+            delivered: 10,
+            last_flush_ok_at: Some(1_763_719_200_000),
+            ..Stats::default()
+        };
+        let line = status_line(&s);
+        assert_eq!(
+            line,
+            "pending 3, delivered 10, dead letters 0, last flush ok 2025-11-21T10:00:00Z"
+        );
+        assert_eq!(
+            status_line(&s),
+            line,
+            "same state, same line: nothing is sent"
+        );
+        s.last_error = Some("service unreachable".into());
+        s.last_error_at = Some(1_763_719_201_000);
+        assert!(status_line(&s).ends_with(", last error: service unreachable"));
+    }
+    use crate::api::ApiError;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_stage_is_unhealthy_naming_the_stage_and_how_long() {
+        let mut liveness = Liveness::default();
+        let ingest = liveness.stage("ingest", Duration::from_secs(30));
+        let metrics = Metrics::new();
+        assert_eq!(verdict(&liveness, &metrics), Ok(()));
+        tokio::time::advance(Duration::from_secs(31)).await;
+        let u = verdict(&liveness, &metrics).unwrap_err();
+        assert_eq!(u.stage, "ingest");
+        assert_eq!(u.reason, "no progress for 31 s (allowed 30 s)");
+        ingest.touch();
+        assert_eq!(verdict(&liveness, &metrics), Ok(()));
+    }
+
+    #[test]
+    fn requests_failing_in_a_row_make_the_flusher_unhealthy_until_one_is_answered() {
+        let liveness = Liveness::default();
+        let metrics = Metrics::new();
+        let fail = || {
+            let answer = Err(ApiError::transient("server error 503", None));
+            metrics.request().answered(&[], &answer);
+        };
+        for _ in 1..FAILING_AFTER {
+            fail();
+        }
+        assert_eq!(
+            verdict(&liveness, &metrics),
+            Ok(()),
+            "a blip is not a stall"
+        );
+        fail();
+        let u = verdict(&liveness, &metrics).unwrap_err();
+        assert_eq!(u.stage, "flush");
+        assert!(
+            u.reason.ends_with("failed in a row (last: http_5xx)"),
+            "{}",
+            u.reason
+        );
+        let answered = Ok(vec![crate::api::BulkAnswerItem {
+            mac_id: "C0FFEE000001".into(),
+            result: Err("device not found".into()),
+        }]);
+        metrics.request().answered(&[], &answered);
+        assert_eq!(verdict(&liveness, &metrics), Ok(()));
     }
 }

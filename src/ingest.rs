@@ -3,8 +3,10 @@ The ingest stage: advertisements → products → dedup → commit groups in the
 An advertisement the source already matched (BLE) comes with its capture and is not
 matched again.
 
-Captures are collected into a group and committed every `outbox.commit_interval_ms` or
-every [`GROUP_MAX`] captures. A capture is *accepted* when its group commits; the group
+Captures are collected into a group and committed `outbox.commit_interval_ms` after
+the group opened, or at [`GROUP_MAX`] captures. The only timer is that commit (or a
+capture dedup holds): with nothing in hand the stage sleeps on its input and tells the
+watchdog it is idle, so a quiet dock costs nothing here. A capture is *accepted* when its group commits; the group
 held here is the whole loss window of a crash. A commit that fails (disk full, I/O
 error) keeps the group and retries it with backoff; meanwhile no advertisement is read,
 so the bounded channel behind the source applies back-pressure.
@@ -13,20 +15,26 @@ The stage ends when its input closes (the source ended or was stopped), after ad
 what dedup still holds and committing the last group.
 */
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::clock::now_ms;
+use crate::clock::{boot_ms, now_ms, ClockKeeper};
 use crate::dedup::{Dedup, DedupSettings};
+use crate::heard_now::HeardNow;
+use crate::metrics::Metrics;
 use crate::outbox::{Outbox, GROUP_MAX};
 use crate::products::Products;
 use crate::record::{Capture, EpochMillis};
 use crate::source::Heard;
 use crate::systemd::Beat;
+
+/// Advertisements taken from the source's channel at most per wake-up.
+const RECV_BATCH: usize = 256;
 
 /// A failed commit is retried after this, doubling (no jitter: one writer)...
 const COMMIT_RETRY_INITIAL: Duration = Duration::from_millis(100);
@@ -54,15 +62,22 @@ pub struct IngestSettings {
     pub products: Products,
     pub dedup: DedupSettings,
     pub commit_interval: Duration,
-    /// Release held captures on wall-clock time (live sources) rather than only on the
-    /// capture times seen (replay, synthetic simulation).
+    /// Live sources (BLE, real-time simulation): captures carry boot time, which orders
+    /// them and releases dedup's held captures (a wall clock may step); otherwise only
+    /// the capture times seen do (replay, synthetic simulation).
     pub live: bool,
-    /// Touched on every turn, for the watchdog.
+    /// Holds and releases captures while the clock is not trusted (`None`: never held).
+    pub clock: Option<ClockKeeper>,
+    /// Touched on every turn, idle while there is nothing in hand, for the watchdog.
     pub beat: Beat,
     /// New products (SIGHUP).
     pub reload_products: Option<watch::Receiver<Products>>,
     /// New dedup settings (SIGHUP); dedup keeps its per-MAC state.
     pub reload_dedup: Option<watch::Receiver<DedupSettings>>,
+    /// Counts every advertisement for `/metrics`.
+    pub metrics: Arc<Metrics>,
+    /// Keeps each tape's last RSSI for the status page.
+    pub tapes_heard: Arc<HeardNow>,
 }
 
 /// Runs the stage until `input` closes. `committed` is bumped after every commit so the
@@ -84,25 +99,53 @@ pub async fn run(
     let mut group: Vec<Capture> = Vec::with_capacity(GROUP_MAX);
     let mut admitted: Vec<Capture> = Vec::with_capacity(4);
     let mut clock: EpochMillis = EpochMillis::MIN;
-    let mut tick = tokio::time::interval(settings.commit_interval);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut keeper = settings.clock;
     let mut committer = Committer::new(outbox, committed, abandon, beat.clone());
+    // Armed only while a group is open or dedup holds a capture: a quiet dock sleeps on
+    // its input alone, with no timer.
+    let commit_at = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(commit_at);
+    let mut armed = false;
+    let mut batch: Vec<Heard> = Vec::with_capacity(RECV_BATCH);
 
     loop {
+        if !armed && (!group.is_empty() || dedup.held() > 0) {
+            commit_at
+                .as_mut()
+                .reset(Instant::now() + settings.commit_interval);
+            armed = true;
+        }
+        if !armed {
+            beat.idle();
+        }
         tokio::select! {
             biased;
-            heard = input.recv() => {
-                let Some(heard) = heard else { break };
-                report.adverts += 1;
-                clock = clock.max(heard.advert.ts_ms);
-                let Some(capture) = heard.capture.map(|c| *c).or_else(|| products.capture(&heard.advert)) else {
-                    report.unmatched += 1;
-                    continue;
-                };
-                dedup.offer(capture, &mut admitted);
-                group.append(&mut admitted);
-                if group.len() >= GROUP_MAX {
-                    committer.commit(&mut group, &mut report).await;
+            // Everything already queued at one wake-up.
+            n = input.recv_many(&mut batch, RECV_BATCH) => {
+                if n == 0 {
+                    break;
+                }
+                beat.touch();
+                let heard_at = now_ms();
+                // Boot time is taken on receipt: the source's channel delay apart, the
+                // moment the wall time was stamped.
+                let boot = settings.live.then(boot_ms);
+                for heard in batch.drain(..) {
+                    report.adverts += 1;
+                    clock = clock.max(boot.unwrap_or(heard.advert.ts_ms));
+                    let Some(mut capture) = heard.capture.map(|c| *c).or_else(|| products.capture(&heard.advert)) else {
+                        report.unmatched += 1;
+                        settings.metrics.advert(false);
+                        continue;
+                    };
+                    capture.boot_ms = boot;
+                    settings.metrics.advert(true);
+                    settings.tapes_heard.heard(capture.mac, capture.rssi, heard_at);
+                    dedup.offer(capture, &mut admitted);
+                    group.append(&mut admitted);
+                    if group.len() >= GROUP_MAX {
+                        committer.commit(&mut group, &mut report).await;
+                    }
                 }
             }
             new = reloaded(&mut reload_products) => {
@@ -113,9 +156,15 @@ pub async fn run(
                 dedup.set_settings(new);
                 tracing::info!("reloaded dedup settings");
             }
-            _ = tick.tick() => {
+            () = clock_due(&keeper) => {
+                if let Some(k) = keeper.as_mut() {
+                    committer.check_clock(k).await;
+                }
+            }
+            () = &mut commit_at, if armed => {
+                armed = false;
                 beat.touch();
-                let now = if settings.live { clock.max(now_ms()) } else { clock };
+                let now = if settings.live { clock.max(boot_ms()) } else { clock };
                 dedup.release_due(now, &mut admitted);
                 group.append(&mut admitted);
                 committer.commit(&mut group, &mut report).await;
@@ -127,6 +176,14 @@ pub async fn run(
     committer.commit(&mut group, &mut report).await;
     report.deduplicated = report.adverts - report.unmatched - report.accepted - report.lost;
     report
+}
+
+/// When the clock keeper wants to look at the clock; never without one.
+async fn clock_due(keeper: &Option<ClockKeeper>) {
+    match keeper {
+        Some(k) => k.due().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// The next reloaded value; pending when there is none to wait for (no reload, or its
@@ -162,6 +219,18 @@ impl Committer {
             committed,
             abandon,
             beat,
+        }
+    }
+
+    /// Lets the clock keeper look at the clock; wakes the flusher when held captures
+    /// were released. A failed write is retried at the keeper's next look.
+    async fn check_clock(&mut self, keeper: &mut ClockKeeper) {
+        match keeper.check(&self.outbox).await {
+            Ok(0) => {}
+            Ok(released) => self.committed.send_modify(|c| *c += released),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not apply the clock's state to the outbox; will retry")
+            }
         }
     }
 
@@ -228,5 +297,145 @@ impl Committer {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outbox::{Store, StoreOptions};
+    use crate::record::{Advertisement, Mac};
+    use crate::systemd::Liveness;
+
+    const INTERVAL: Duration = Duration::from_millis(200);
+    const ALLOWANCE: Duration = Duration::from_secs(10);
+
+    /// One tape advert at `ts_ms`, already matched (as the BLE source sends it).
+    fn heard(n: u8, ts_ms: EpochMillis) -> Heard {
+        let mac = Mac::new([0xC0, 0xFF, 0xEE, 0, 0, n]);
+        Heard {
+            advert: Advertisement {
+                ts_ms,
+                mac,
+                rssi: Some(-60),
+                name: None,
+                manufacturer_data: Vec::new(),
+                service_data: Vec::new(),
+            },
+            capture: Some(Box::new(Capture {
+                mac,
+                ts_ms,
+                product_id: "tape".into(),
+                packet: format!("F70E{n:02X}"),
+                rssi: Some(-60),
+                boot_ms: None,
+            })),
+        }
+    }
+
+    /// A running ingest stage on a real outbox in `dir`, dedup as given: its input, the
+    /// commit count it bumps, the watchdog's view of it and the task.
+    fn start(
+        dir: &std::path::Path,
+        dedup: DedupSettings,
+    ) -> (
+        mpsc::Sender<Heard>,
+        watch::Receiver<u64>,
+        Liveness,
+        tokio::task::JoinHandle<IngestReport>,
+    ) {
+        let (store, _) = Store::open(dir, StoreOptions::default()).unwrap();
+        let (outbox, _owner) = Outbox::start(store).unwrap();
+        let mut liveness = Liveness::default();
+        let beat = liveness.stage("ingest", ALLOWANCE);
+        let (tx, rx) = mpsc::channel(16);
+        let (committed_tx, committed) = watch::channel(0);
+        let task = tokio::spawn(run(
+            IngestSettings {
+                products: Products(Vec::new()),
+                dedup,
+                commit_interval: INTERVAL,
+                live: true,
+                clock: None,
+                beat,
+                reload_products: None,
+                reload_dedup: None,
+                metrics: Arc::default(),
+                tapes_heard: Arc::default(),
+            },
+            rx,
+            outbox,
+            committed_tx,
+            CancellationToken::new(),
+        ));
+        (tx, committed, liveness, task)
+    }
+
+    fn no_dedup() -> DedupSettings {
+        DedupSettings {
+            window_ms: 0,
+            min_interval_ms: 0,
+            max_tracked: 1000,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_group_is_committed_one_commit_interval_after_it_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, mut committed, _liveness, task) = start(dir.path(), no_dedup());
+        let opened = Instant::now();
+        tx.send(heard(1, now_ms())).await.unwrap();
+        tx.send(heard(2, now_ms())).await.unwrap();
+        tokio::time::advance(INTERVAL - Duration::from_millis(1)).await;
+        assert_eq!(*committed.borrow(), 0, "held until the interval ends");
+        committed.changed().await.unwrap();
+        assert_eq!(
+            *committed.borrow_and_update(),
+            2,
+            "one group, both captures"
+        );
+        assert!(opened.elapsed() >= INTERVAL);
+        drop(tx);
+        assert_eq!(task.await.unwrap().accepted, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_stage_is_idle_for_the_watchdog_not_stalled() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, mut committed, liveness, task) = start(dir.path(), no_dedup());
+        // Long past the allowance with nothing to do: idle, and no stall.
+        tokio::time::sleep(ALLOWANCE * 100).await;
+        assert_eq!(liveness.check(Instant::now()), Ok(()));
+        tx.send(heard(1, now_ms())).await.unwrap();
+        committed.changed().await.unwrap();
+        tokio::time::sleep(ALLOWANCE * 100).await;
+        assert_eq!(liveness.check(Instant::now()), Ok(()));
+        drop(tx);
+        assert_eq!(task.await.unwrap().accepted, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_capture_dedup_holds_is_released_by_the_commit_timer_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let dedup = DedupSettings {
+            window_ms: 0,
+            min_interval_ms: 50,
+            max_tracked: 1000,
+        };
+        let (tx, mut committed, _liveness, task) = start(dir.path(), dedup);
+        let first = heard(1, now_ms());
+        let mut changed = heard(1, now_ms());
+        if let Some(c) = &mut changed.capture {
+            c.packet = "F70E99".into();
+        }
+        tx.send(first).await.unwrap();
+        tx.send(changed).await.unwrap();
+        committed.changed().await.unwrap();
+        assert_eq!(*committed.borrow_and_update(), 1, "the second is held");
+        // No more input: the held capture still comes out once its interval has passed.
+        committed.changed().await.unwrap();
+        assert_eq!(*committed.borrow(), 2);
+        drop(tx);
+        assert_eq!(task.await.unwrap().accepted, 2);
     }
 }

@@ -20,23 +20,40 @@ tapes into decoded readings in the tracking service.
 - [`products`]: which advertisements are tapes, and the `ble_packet` sent for them.
 - [`dedup`]: per-MAC deduplication on capture time (pure, time passed in).
 - [`ingest`]: the stage from advertisements to committed groups in the outbox.
-- [`outbox`]: the durable, bounded SQLite store (`store.rs` open, migrate, quarantine;
-  `queue.rs` enqueue, next batch, settle; `operator.rs` the reads and changes of
-  `status`, `tapes`, `dead-letters`); its module doc is the design document.
+- [`outbox`]: the durable, bounded SQLite store (`store.rs` open, migrate, quarantine,
+  reopen a file deleted under the daemon; `queue.rs` enqueue, next batch, settle;
+  `operator.rs` the reads and changes of `status`, `tapes`, `dead-letters`; `clock.rs`
+  boots and held rows; `dock.rs` the rate window and the tapes heard; `lock.rs` one
+  daemon per state directory); its module doc is the design document.
 - [`flush`]: delivery to the bulk decode endpoint: `plan.rs` the pure planner (batches,
   splits, isolation, attempt bounds, backoff, the concurrency window), `answer.rs` what
   an answer means, `mod.rs` the loop with several batches in flight; [`backoff`] is the
   one retry delay (flusher, token cache, ingest).
-- [`api`]: the tracking service client (`auth.rs` the token cache, `decode.rs` bulk and
-  single decode, `error.rs` answers mapped to what to do).
-- [`pipeline`]: the only place that creates channels, spawns stages, wires SIGHUP and
-  orders shutdown. [`health`] keeps `STATUS=` and the scanner's counts current;
+- [`api`]: the tracking service client (`auth.rs` the token cache and its lifetime
+  bounds, `decode.rs` bulk and single decode, `error.rs` answers and transport failures
+  mapped to what to do) and the operator's client (`devices.rs` add, label, relabel,
+  show, deactivate, configure with their rules; `locate.rs`, `history.rs`,
+  `messages.rs`; `rate.rs` the shared rate window kept in the state database;
+  `assumed.rs` the request shapes the spec does not show). [`secret`] keeps the
+  password and token out of every text.
+- [`pipeline`]: the only place that creates channels, spawns stages, watches them all
+  at once (a stage that dies ends the daemon non-zero), wires SIGHUP and orders
+  shutdown. [`health`] keeps `STATUS=` and the scanner's counts current;
   [`systemd`] is sd_notify, the watchdog that pings only while every stage makes
   progress, and the stop signals.
+- [`http`]: the read-only HTTP server of `[http] listen`: `/metrics` (every metric
+  defined in [`metrics`]), `/healthz` ([`health::verdict`]) and the status page
+  (`http/page.rs`), which joins the tapes the ingest stage heard ([`heard_now`]) with
+  what the state database knows of them.
 - [`cmd`]: the commands a person runs beside the daemon: `status`, `tapes`,
   `dead-letters` (`state.rs`), `decode`, `check` (for installers), `scan` (the live
-  view and recorder) and `demo`. [`cli`] is the command line; [`clock`] is wall-clock
-  time and its formatting.
+  view and recorder), `demo`, and the operator's `device`, `locate`, `history` and
+  `message`. [`cli`] is the command line.
+- [`clock`]: time on a gateway without a real-time clock: wall and boot time and the
+  kernel's sync state behind one trait (`source.rs`; in debug builds a test clock
+  driven by a file, `fake.rs`), the pure hold policy and repair
+  arithmetic (`policy.rs`), and the keeper that holds and releases captures in the
+  outbox (`keeper.rs`, run by the ingest stage); also time formatting.
 - `mock` (cargo feature `mock`, on by default): the spec-faithful mock tracking service
   used by tests, `tapegate demo` and `tapegate mock`, one file per endpoint; not part
   of the gateway's API.
@@ -53,7 +70,10 @@ pub mod config;
 pub mod dedup;
 pub mod flush;
 pub mod health;
+pub mod heard_now;
+pub mod http;
 pub mod ingest;
+pub mod metrics;
 #[cfg(feature = "mock")]
 pub mod mock;
 pub mod outbox;

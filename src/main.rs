@@ -1,5 +1,6 @@
 //! The thin binary: parse the command line, load the config, start logging, call the
-//! library, map errors to exit codes (0 ok, 2 bad config or usage, 1 anything else).
+//! library, map errors to exit codes (0 ok, 2 bad config or usage, 3 the configured
+//! source cannot work on this machine, 1 anything else).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -7,16 +8,24 @@ use std::process::ExitCode;
 use clap::Parser;
 use tapegate::cli::{Cli, Command, DeadLetters};
 use tapegate::cmd::CmdError;
-use tapegate::config::{self, Config, ConfigError};
-use tapegate::pipeline::{self, Reload, RunOptions, SetLogLevel};
+use tapegate::config::{self, Config, ConfigError, Password};
+use tapegate::pipeline::{self, Reload, RunError, RunOptions, SetLogLevel};
 use tapegate::systemd::stop_signals;
+use tracing_journald::{Priority, PriorityMappings};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{reload, EnvFilter, Registry};
 
+/// `run` ended because the configured source cannot work here (no Bluetooth adapter,
+/// BlueZ absent, D-Bus access denied, no replay file): restarting will not help, so the
+/// unit names it in `RestartPreventExitStatus=`.
+const EXIT_SOURCE_UNUSABLE: u8 = 3;
+
 /// How a command failed.
 enum Failure {
     Config(ConfigError),
+    /// The command line or its input cannot be used as given.
+    Usage(String),
     /// Our reader went away (`tapegate tapes | head`): end quietly.
     BrokenPipe,
     Other(anyhow::Error),
@@ -36,6 +45,7 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
         }
         match e.downcast::<CmdError>() {
             Ok(CmdError::Config(c)) => Failure::Config(c),
+            Ok(CmdError::Usage(m)) => Failure::Usage(m),
             Ok(other) => Failure::Other(other.into()),
             Err(e) => Failure::Other(e),
         }
@@ -47,18 +57,63 @@ fn main() -> ExitCode {
     match dispatch(cli) {
         Ok(()) | Err(Failure::BrokenPipe) => ExitCode::SUCCESS,
         Err(Failure::Config(e)) => {
-            eprintln!("tapegate: {e}");
+            report(&e.to_string());
+            ExitCode::from(2)
+        }
+        Err(Failure::Usage(m)) => {
+            eprintln!("tapegate: {m}");
             ExitCode::from(2)
         }
         Err(Failure::Other(e)) => {
-            eprintln!("tapegate: {e:#}");
-            ExitCode::from(1)
+            report(&format!("{e:#}"));
+            let unusable = e
+                .downcast_ref::<RunError>()
+                .is_some_and(RunError::source_cannot_work_here);
+            ExitCode::from(if unusable { EXIT_SOURCE_UNUSABLE } else { 1 })
         }
     }
 }
 
+/// Says why the command failed on stderr. When stderr is the journal (a unit's
+/// `JOURNAL_STREAM`), each line is marked priority 3 (`<3>`), so that the reason shows in
+/// `journalctl -p warning` and `systemctl status`, not as an INFO line.
+fn report(message: &str) {
+    let mark = if stderr_is_journal() { "<3>" } else { "" };
+    for line in message.lines() {
+        eprintln!("{mark}tapegate: {line}");
+    }
+}
+
+/// Whether stderr is the stream systemd connected to the journal (`JOURNAL_STREAM` is
+/// `DEVICE:INODE` of it; a process started from a service's shell inherits the variable
+/// but not the stream).
+fn stderr_is_journal() -> bool {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::MetadataExt;
+    let Some(stream) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    // fstat of the descriptor itself: a socket cannot be opened through /proc/self/fd.
+    let stderr = std::io::stderr()
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(|fd| std::fs::File::from(fd).metadata());
+    let Ok(stderr) = stderr else {
+        return false;
+    };
+    stream.to_string_lossy() == format!("{}:{}", stderr.dev(), stderr.ino())
+}
+
+/// The config with the service password: for what talks to the service.
 fn load(cli: &Cli) -> Result<Config, Failure> {
     config::load(&cli.config, std::env::vars()).map_err(Failure::Config)
+}
+
+/// The config without reading the password: for what only reads the state database or
+/// the radio, so that it works with the unit stopped and as any user who can read the
+/// config.
+fn load_local(cli: &Cli) -> Result<Config, Failure> {
+    config::load_with(&cli.config, std::env::vars(), Password::Skip).map_err(Failure::Config)
 }
 
 /// Changes the log level of the running daemon (SIGHUP).
@@ -74,10 +129,17 @@ fn init_logging(level: &str) -> LevelHandle {
     let journald = std::env::var_os("JOURNAL_STREAM")
         .and_then(|_| tracing_journald::layer().ok())
         // Fields as they are named in the code (CORRELATION_ID, CAUSE, MAC, GATEWAY_ID),
-        // without the default F_ prefix; none collides with journald's own.
+        // without the default F_ prefix; none collides with journald's own. INFO is
+        // informational (6) and DEBUG debug (7), as journalctl -p expects; the crate's
+        // default makes INFO a notice (5).
         .map(|l| {
             l.with_syslog_identifier("tapegate".into())
                 .with_field_prefix(None)
+                .with_priority_mappings(PriorityMappings {
+                    info: Priority::Informational,
+                    debug: Priority::Debug,
+                    ..PriorityMappings::new()
+                })
         });
     match journald {
         Some(journald) => registry.with(journald).init(),
@@ -116,6 +178,9 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Run { until_drained } => {
             let config = load(&cli)?;
             let level = init_logging(&config.log.level);
+            if let Some(warning) = config::world_readable_password(&cli.config) {
+                tracing::warn!("{warning}");
+            }
             let options = RunOptions {
                 until_drained: *until_drained,
                 reload: Some(Reload {
@@ -134,22 +199,22 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             result?;
         }
         Command::Status { json } => {
-            let config = load(&cli)?;
+            let config = load_local(&cli)?;
             tapegate::cmd::state::status(&config, *json, &mut stdout)?;
         }
         Command::DeadLetters(DeadLetters::List { json, limit }) => {
-            let config = load(&cli)?;
+            let config = load_local(&cli)?;
             tapegate::cmd::state::dead_letters_list(&config, *json, *limit, &mut stdout)?;
         }
         Command::Tapes { json, limit } => {
-            let config = load(&cli)?;
+            let config = load_local(&cli)?;
             tapegate::cmd::state::tapes(&config, *json, *limit, &mut stdout)?;
         }
         Command::Check { config_only: true } => {
-            let config = load(&cli)?;
+            let config = load_local(&cli)?;
             writeln!(
                 stdout,
-                "ok   config           {} is valid (gateway {}, {} product(s), source {:?})",
+                "ok   config           {} is valid (gateway {}, {} product(s), source {:?}; the password is not read here, `tapegate check` reads it)",
                 cli.config.display(),
                 config.gateway.id,
                 config.products.0.len(),
@@ -169,7 +234,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             duration,
             all,
         } => {
-            let config = load(&cli)?;
+            let config = load_local(&cli)?;
             init_logging("warn");
             let options = tapegate::cmd::scan::ScanOptions {
                 record: record.clone(),
@@ -207,12 +272,14 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             duration,
             tapes,
             state_dir,
+            http,
         } => {
             init_logging("warn");
             let options = tapegate::cmd::demo::DemoOptions {
                 duration: duration.map(std::time::Duration::from_secs_f64),
                 tapes: *tapes,
                 state_dir: state_dir.clone(),
+                http: *http,
             };
             let mut out = std::io::stdout();
             runtime()?.block_on(async {
@@ -228,13 +295,63 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
                 tapegate::mock::MockConfig::demo(),
             ))?;
         }
-        Command::DeadLetters(DeadLetters::Retry(which)) => {
+        Command::Device(device) => {
             let config = load(&cli)?;
+            init_logging("warn");
+            runtime()?.block_on(tapegate::cmd::device::run(&config, device, &mut stdout))?;
+        }
+        Command::Locate {
+            asset_id,
+            sensor,
+            json,
+        } => {
+            let config = load(&cli)?;
+            init_logging("warn");
+            runtime()?.block_on(tapegate::cmd::locate::run(
+                &config,
+                asset_id,
+                *sensor,
+                *json,
+                &mut stdout,
+            ))?;
+        }
+        Command::History {
+            qr,
+            asset,
+            event_type,
+            from,
+            to,
+            json,
+        } => {
+            let config = load(&cli)?;
+            init_logging("warn");
+            let args = tapegate::cmd::history::HistoryArgs {
+                qr: qr.as_deref(),
+                asset: asset.as_deref(),
+                event_type: event_type.as_deref(),
+                from: from.as_deref(),
+                to: to.as_deref(),
+                json: *json,
+            };
+            runtime()?.block_on(tapegate::cmd::history::run(&config, args, &mut stdout))?;
+        }
+        Command::Message { message_type, file } => {
+            let config = load(&cli)?;
+            init_logging("warn");
+            runtime()?.block_on(tapegate::cmd::message::run(
+                &config,
+                *message_type,
+                file,
+                &mut stdout,
+            ))?;
+        }
+        Command::DeadLetters(DeadLetters::Retry(which)) => {
+            let config = load_local(&cli)?;
             let n = tapegate::cmd::state::dead_letters_change(&config, true, which.mac)?;
             writeln!(stdout, "re-queued {n} dead letter(s)")?;
         }
         Command::DeadLetters(DeadLetters::Purge(which)) => {
-            let config = load(&cli)?;
+            let config = load_local(&cli)?;
             let n = tapegate::cmd::state::dead_letters_change(&config, false, which.mac)?;
             writeln!(stdout, "purged {n} dead letter(s)")?;
         }

@@ -9,6 +9,13 @@ Shutdown drains instead of dropping: only the source is told to stop; the ingest
 ends when its input closes, after committing what it holds; the flusher finishes the
 batch in flight (or abandons it, leaving its rows pending) within
 `gateway.shutdown_grace_secs`; the outbox's owner thread closes the database last.
+
+Every stage is a task, and the tasks are watched together, not awaited in order: a
+stage that dies (a panic, a source that fails) is logged at ERROR with its name and
+cause the moment it happens, the others are stopped in the same order, and the run
+returns an error so that the process exits non-zero and systemd restarts it. A stage
+that ends normally (a replay that reached its end) is marked done for the watchdog.
+The daemon holds the state directory's lock ([`StateLock`]) for its whole run.
 */
 
 use std::future::Future;
@@ -16,28 +23,34 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
 use tracing::Instrument;
 
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{ApiError, ServiceClient};
-use crate::config::Config;
+use crate::clock::ClockKeeper;
+use crate::config::{Config, Password};
 use crate::dedup::DedupSettings;
 use crate::flush::{FlushControl, FlushReport, Flusher};
 use crate::health::{self, HealthKeeper};
+use crate::heard_now::HeardNow;
+use crate::http::{self, BindError, HttpState};
 use crate::ingest::{self, IngestReport, IngestSettings};
-use crate::outbox::{Outbox, OutboxError, Store, StoreOptions};
+use crate::metrics::Metrics;
+use crate::outbox::{LockError, Outbox, OutboxError, StateLock, Store, StoreOptions};
 use crate::products::Products;
 use crate::source::SourceHealth;
 use crate::source::{self, Source, SourceError, SourceReport};
-use crate::systemd::{self, Liveness, Notifier};
+use crate::systemd::{self, Beat, Liveness, Notifier};
 
 /// Advertisements in flight between the source and the ingest stage.
 const ADVERT_CHANNEL: usize = 4096;
 
-/// The ingest stage turns at least every commit interval; this long without a turn is
-/// a stall (for the watchdog).
+/// The ingest stage turns on every input and commit, and says when it is idle; this
+/// long holding work without a turn is a stall (for the watchdog).
 const INGEST_ALLOWANCE: Duration = Duration::from_secs(30);
 
 /// Beyond a whole request and a whole backoff, how long the flusher may go without a turn.
@@ -81,10 +94,15 @@ pub enum RunError {
     Outbox(#[from] OutboxError),
     #[error(transparent)]
     Source(#[from] SourceError),
+    /// Another daemon owns the state directory.
+    #[error(transparent)]
+    Locked(#[from] LockError),
     #[error("cannot start the outbox thread: {0}")]
     OutboxThread(#[source] std::io::Error),
     #[error("cannot set up the service client: {0}")]
     Client(#[source] ApiError),
+    #[error(transparent)]
+    Http(#[from] BindError),
     #[error("cannot listen for {signal}: {source}")]
     Signal {
         signal: &'static str,
@@ -101,6 +119,12 @@ pub enum RunError {
 }
 
 impl RunError {
+    /// The configured source cannot work on this machine (see
+    /// [`SourceError::cannot_work_here`]): a restart will not help.
+    pub fn source_cannot_work_here(&self) -> bool {
+        matches!(self, RunError::Source(e) if e.cannot_work_here())
+    }
+
     fn stage(stage: &'static str) -> impl FnOnce(tokio::task::JoinError) -> RunError {
         move |source| RunError::Stage { stage, source }
     }
@@ -123,6 +147,8 @@ async fn run_in(
     shutdown: impl Future<Output = ()> + Send,
     options: RunOptions,
 ) -> Result<RunReport, RunError> {
+    // Held until this function returns: after the outbox has closed.
+    let _owner_of_state_dir = StateLock::acquire(&config.gateway.state_dir)?;
     let notifier = Notifier::from_env();
     let mut liveness = Liveness::default();
     let health = Arc::new(SourceHealth::default());
@@ -155,10 +181,18 @@ async fn run_in(
         tracing::warn!("no [service] configured: captures accumulate in the outbox until one is");
     }
 
+    let metrics = Arc::new(Metrics::new());
+    let tapes_heard = Arc::new(HeardNow::default());
+    // Bound before anything runs, so that a port in use stops the daemon at once.
+    let http_listener = match config.http.listen {
+        Some(addr) => Some(http::bind(addr).await?),
+        None => None,
+    };
+
     let client = config
         .service
         .as_ref()
-        .map(ServiceClient::new)
+        .map(|s| ServiceClient::new(s).map(|c| c.with_metrics(metrics.clone())))
         .transpose()
         .map_err(RunError::Client)?;
 
@@ -181,84 +215,90 @@ async fn run_in(
     let stop_source = CancellationToken::new();
     let stop_flush = CancellationToken::new();
     let abandon = CancellationToken::new();
-    // Cancelled when the source fails: the daemon stops (and exits non-zero).
-    let fatal = CancellationToken::new();
     let (adverts_tx, adverts_rx) = mpsc::channel(ADVERT_CHANNEL);
     let (committed_tx, committed_rx) = watch::channel(0u64);
+    let mut stages = Stages::default();
 
     // The BLE source drops what no product matches; SIGHUP's products reach it too.
     let source = source::from_settings(&config.scanner)
         .with_filter(config.products.clone(), Some(products_rx.clone()))
         .with_health(health.clone());
     let live = source.is_live();
-    let source = {
+    let announces_start = source.announces_start();
+    let clock = start_clock(&config, &outbox).await;
+    {
         let stop = stop_source.clone();
-        let fatal = fatal.clone();
-        tokio::spawn(
-            async move {
-                let result = source.run(adverts_tx, stop).await.map_err(RunError::from);
-                if let Err(e) = &result {
-                    tracing::error!(error = %e, "the source failed; stopping");
-                    fatal.cancel();
-                }
-                result
-            }
-            .in_current_span(),
-        )
-    };
-    let ingest = tokio::spawn(
+        let run = async move { source.run(adverts_tx, stop).await.map_err(RunError::from) };
+        stages.spawn("source", run, Ended::Source, None);
+    }
+    let ingest_beat = liveness.stage("ingest", INGEST_ALLOWANCE);
+    stages.spawn(
+        "ingest",
         ingest::run(
             IngestSettings {
                 products: config.products.clone(),
                 dedup: config.dedup,
                 commit_interval: config.outbox.commit_interval,
                 live,
-                beat: liveness.stage("ingest", INGEST_ALLOWANCE),
+                clock,
+                beat: ingest_beat.clone(),
                 reload_products: Some(products_rx),
                 reload_dedup: Some(dedup_rx),
+                metrics: metrics.clone(),
+                tapes_heard: tapes_heard.clone(),
             },
             adverts_rx,
             outbox.clone(),
             committed_tx,
             abandon.clone(),
-        )
-        .in_current_span(),
+        ),
+        Ended::Ingest,
+        Some(ingest_beat),
     );
-    let flusher = match (client, &config.service) {
-        (Some(client), Some(service)) => {
-            tracing::info!(
-                environment = %service.environment,
-                url = %client.decode_bulk_url(),
-                "delivering to the service"
-            );
-            Some(tokio::spawn(
-                Flusher {
-                    client,
-                    outbox: outbox.clone(),
-                    settings: config.flush.clone(),
-                    mac_format: service.mac_format,
-                    gateway_id: config.gateway.id.clone(),
-                    retention: config.readings.retention,
-                    // A flusher may legitimately wait a whole request and a whole backoff.
-                    beat: liveness.stage(
-                        "flush",
-                        service.request_timeout + config.flush.backoff_max + FLUSH_SLACK,
-                    ),
-                }
-                .run(FlushControl {
-                    committed: committed_rx,
-                    stop: stop_flush.clone(),
-                    abandon: abandon.clone(),
-                    until_drained: options.until_drained,
-                })
-                .in_current_span(),
-            ))
+    if let (Some(client), Some(service)) = (client, &config.service) {
+        tracing::info!(
+            environment = %service.environment,
+            url = %client.decode_bulk_url(),
+            "delivering to the service"
+        );
+        // A flusher may legitimately wait a whole request and a whole backoff.
+        let beat = liveness.stage(
+            "flush",
+            service.request_timeout + config.flush.backoff_max + FLUSH_SLACK,
+        );
+        let flush_beat = beat.clone();
+        let flusher = Flusher {
+            client,
+            outbox: outbox.clone(),
+            settings: config.flush.clone(),
+            mac_format: service.mac_format,
+            gateway_id: config.gateway.id.clone(),
+            retention: config.readings.retention,
+            beat,
+            metrics: metrics.clone(),
         }
-        _ => None,
-    };
+        .run(FlushControl {
+            committed: committed_rx,
+            stop: stop_flush.clone(),
+            abandon: abandon.clone(),
+            until_drained: options.until_drained,
+        });
+        stages.spawn("flush", flusher, Ended::Flush, Some(flush_beat));
+    }
 
-    // The outbox is open and checked and the source has started.
-    notifier.ready();
+    // READY once the outbox is open and checked and the source is up (the BLE source:
+    // adapter found, discovery started), so that a source that cannot start fails the
+    // unit's start instead of following a READY.
+    {
+        let notifier = notifier.clone();
+        let health = health.clone();
+        tokio::spawn(async move {
+            if announces_start {
+                health.started.notified().await;
+            }
+            notifier.ready();
+        });
+    }
     let service_tasks = CancellationToken::new();
     let status_task = tokio::spawn(
         health::report_status(
@@ -269,6 +309,20 @@ async fn run_in(
         )
         .in_current_span(),
     );
+    let http_task = http_listener.map(|listener| {
+        let state = HttpState {
+            gateway_id: config.gateway.id.clone(),
+            source: config.scanner.source.name().to_string(),
+            outbox: outbox.clone(),
+            liveness: liveness.clone(),
+            metrics: metrics.clone(),
+            heard: tapes_heard.clone(),
+            source_health: health.clone(),
+        };
+        tokio::spawn(
+            http::serve(listener, Arc::new(state), service_tasks.clone()).in_current_span(),
+        )
+    });
     if let Some(interval) = notifier.watchdog_interval() {
         let notifier = notifier.clone();
         let stop = service_tasks.clone();
@@ -283,53 +337,86 @@ async fn run_in(
         );
     }
 
-    // Every stage, awaited in pipeline order: each ends after the one before it.
-    let all = async {
-        let source = source.await;
-        let ingest = ingest.await;
-        let flush = match flusher {
-            Some(f) => Some(f.await),
-            None => None,
-        };
-        (source, ingest, flush)
+    // Every stage is watched at once, not awaited in order: one that dies (a panic, a
+    // failed source) is noticed when it happens, and the daemon stops and exits
+    // non-zero so that systemd restarts it, instead of running on without it.
+    let mut stopper = Stopper {
+        notifier: notifier.clone(),
+        stop_source,
+        stop_flush,
+        grace: config.gateway.shutdown_grace,
+        deadline: None,
     };
-    let mut all = std::pin::pin!(all);
-    let mut finished = None;
-    tokio::select! {
-        r = &mut all, if options.until_drained => finished = Some(r),
-        _ = shutdown => tracing::info!("shutting down: stopping the source, committing what is held, finishing the batch in flight"),
-        _ = fatal.cancelled() => {}
-    }
-    notifier.stopping();
-    stop_source.cancel();
-    stop_flush.cancel();
-    let (source_result, ingest_result, flush_result) = match finished {
-        Some(r) => r,
-        None => {
-            let grace = config.gateway.shutdown_grace;
-            match tokio::time::timeout(grace, &mut all).await {
-                Ok(r) => r,
-                Err(_) => {
-                    tracing::warn!(
-                        grace_secs = grace.as_secs(),
-                        "shutdown grace ran out; abandoning what cannot finish (it stays pending)"
-                    );
-                    abandon.cancel();
-                    all.await
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut abandoned = false;
+    let mut failure: Option<RunError> = None;
+    let (mut source_report, mut ingest_report, mut flush_report) = (None, None, None);
+    loop {
+        // Without --until-drained, a daemon whose stages have all ended (a replay
+        // without a [service]) waits for its stop signal like any other.
+        if stages.running.is_empty() && (options.until_drained || stopper.deadline.is_some()) {
+            break;
+        }
+        let grace_over = async {
+            match stopper.deadline {
+                Some(at) if !abandoned => tokio::time::sleep_until(at).await,
+                _ => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            next = stages.running.next(), if !stages.running.is_empty() => {
+                let Some((stage, ended)) = next else { break };
+                match ended {
+                    Ok(Ended::Source(Ok(report))) => source_report = Some(report),
+                    Ok(Ended::Source(Err(e))) => {
+                        // The reason in the message itself: `journalctl -p warning -o cat`
+                        // and `systemctl status` show the message, not the fields.
+                        tracing::error!(stage, "the source failed, stopping: {e}");
+                        // systemd keeps the last STATUS= after the exit: `systemctl status`
+                        // then says why the unit failed (when systemd reads it before it
+                        // reaps the process: without a barrier, not always).
+                        notifier.status(&format!("the source failed: {e}"));
+                        failure.get_or_insert(e);
+                        stopper.begin();
+                    }
+                    Ok(Ended::Ingest(report)) => ingest_report = Some(report),
+                    Ok(Ended::Flush(report)) => flush_report = Some(report),
+                    Err(source) => {
+                        tracing::error!(stage, error = %source, "the {stage} stage died; stopping the daemon (exit 1) so that it is restarted");
+                        failure.get_or_insert(RunError::Stage { stage, source });
+                        stopper.begin();
+                    }
                 }
             }
+            _ = &mut shutdown, if stopper.deadline.is_none() => {
+                tracing::info!("shutting down: stopping the source, committing what is held, finishing the batch in flight");
+                stopper.begin();
+            }
+            _ = grace_over => {
+                tracing::warn!(
+                    grace_secs = stopper.grace.as_secs(),
+                    "shutdown grace ran out; abandoning what cannot finish (it stays pending)"
+                );
+                abandon.cancel();
+                abandoned = true;
+            }
         }
-    };
+    }
     service_tasks.cancel();
     // The status task keeps the scanner's last counts before the database closes.
     let _ = status_task.await;
+    if let Some(task) = http_task {
+        let _ = task.await;
+    }
     drop(outbox);
     // The owner thread closes the database (checkpointing the WAL) once every handle is gone.
     let _ = tokio::task::spawn_blocking(move || owner.join()).await;
 
-    let ingest_report = ingest_result.map_err(RunError::stage("ingest"))?;
-    let flush_report = flush_result.transpose().map_err(RunError::stage("flush"))?;
-    let source_report = source_result.map_err(RunError::stage("source"))??;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let source_report = source_report.unwrap_or_default();
+    let ingest_report = ingest_report.unwrap_or_default();
     let flushed = flush_report.clone().unwrap_or_default();
     tracing::info!(
         adverts = ingest_report.adverts,
@@ -349,6 +436,102 @@ async fn run_in(
     })
 }
 
+/// Starts the clock keeper (DESIGN.md, "Time on a gateway without a real-time clock").
+/// If the outbox cannot record this boot, captures are not held: accepted and sent as
+/// the clock says, which is what a gateway did before clock repair.
+async fn start_clock(config: &Config, outbox: &Outbox) -> Option<ClockKeeper> {
+    match ClockKeeper::start(config.gateway.clock, outbox).await {
+        Ok((keeper, released)) => {
+            tracing::info!(clock = %keeper.verdict(), released, "clock judged at start");
+            Some(keeper)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "cannot record this boot in the outbox: captures are sent with the clock as it is");
+            None
+        }
+    }
+}
+
+/// How a stage's task ended, when it did not die.
+enum Ended {
+    Source(Result<SourceReport, RunError>),
+    Ingest(IngestReport),
+    Flush(FlushReport),
+}
+
+type StageEnd = (&'static str, Result<Ended, tokio::task::JoinError>);
+
+/// The running stages, each a task, watched together.
+#[derive(Default)]
+struct Stages {
+    running: FuturesUnordered<BoxFuture<'static, StageEnd>>,
+}
+
+impl Stages {
+    /// Spawns `stage` as a task named `name`; its end is reported as `ended` of its
+    /// output. A stage that ends normally marks its `beat` done: a finished stage (the
+    /// ingest after a replay reached its end) is not a stuck one, and the watchdog goes
+    /// on pinging for the stages still running.
+    fn spawn<T: Send + 'static>(
+        &mut self,
+        name: &'static str,
+        stage: impl Future<Output = T> + Send + 'static,
+        ended: fn(T) -> Ended,
+        beat: Option<Beat>,
+    ) {
+        let task = tokio::spawn(
+            async move {
+                debug_hook::panic_if_asked(name);
+                let out = stage.await;
+                if let Some(beat) = beat {
+                    beat.done();
+                }
+                out
+            }
+            .in_current_span(),
+        );
+        self.running
+            .push(Box::pin(async move { (name, task.await.map(ended)) }));
+    }
+}
+
+/// Begins the ordered shutdown once: only the source is told to stop (the stages behind
+/// it end as their input closes); the flusher finishes its batch within the grace.
+struct Stopper {
+    notifier: Notifier,
+    stop_source: CancellationToken,
+    stop_flush: CancellationToken,
+    grace: Duration,
+    /// When the grace runs out; `None` while not stopping.
+    deadline: Option<tokio::time::Instant>,
+}
+
+impl Stopper {
+    fn begin(&mut self) {
+        if self.deadline.is_some() {
+            return;
+        }
+        self.notifier.stopping();
+        self.stop_source.cancel();
+        self.stop_flush.cancel();
+        self.deadline = Some(tokio::time::Instant::now() + self.grace);
+    }
+}
+
+/// A way for the end-to-end tests to make a stage die as a real bug would (debug
+/// builds only): `TAPEGATE_DEBUG_PANIC_STAGE=flush` panics the flush stage at its start.
+mod debug_hook {
+    #[cfg(debug_assertions)]
+    pub fn panic_if_asked(stage: &str) {
+        if std::env::var("TAPEGATE_DEBUG_PANIC_STAGE").is_ok_and(|s| s == stage) {
+            panic!("TAPEGATE_DEBUG_PANIC_STAGE asked the {stage} stage to panic");
+        }
+    }
+
+    #[cfg(not(debug_assertions))]
+    pub fn panic_if_asked(_stage: &str) {}
+}
+
 /// The parts of a reloaded config that the stages take at once.
 struct Reloaded {
     products: watch::Sender<Products>,
@@ -364,7 +547,9 @@ async fn reload_on_hangup(
 ) {
     let path = &reload.path;
     while hangup.recv().await.is_some() {
-        match crate::config::load(path, std::env::vars()) {
+        // Without the password, as `check --config-only` (the unit's `ExecReload=`)
+        // validates: the same verdict, and a reload changes nothing of the service.
+        match crate::config::load_with(path, std::env::vars(), Password::Skip) {
             Ok(new) => {
                 if let Err(e) = (reload.set_log_level)(&new.log.level) {
                     tracing::warn!(error = %e, "log level not changed");
@@ -377,5 +562,54 @@ async fn reload_on_hangup(
                 tracing::error!(path = %path.display(), error = %e, "SIGHUP: new config refused; the running one stays in force");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stage_that_ends_normally_leaves_the_watchdog_satisfied() {
+        let mut liveness = Liveness::default();
+        let beat = liveness.stage("ingest", Duration::from_secs(30));
+        let still_running = liveness.stage("flush", Duration::from_secs(30));
+        let mut stages = Stages::default();
+        stages.spawn(
+            "ingest",
+            async { IngestReport::default() },
+            Ended::Ingest,
+            Some(beat),
+        );
+        let (name, ended) = stages.running.next().await.unwrap();
+        assert_eq!(name, "ingest");
+        assert!(matches!(ended, Ok(Ended::Ingest(_))));
+        // Long after the ingest stage ended, only a stage still running must beat.
+        tokio::time::advance(Duration::from_secs(120)).await;
+        still_running.touch();
+        assert_eq!(liveness.check(tokio::time::Instant::now()), Ok(()));
+    }
+
+    #[tokio::test]
+    async fn a_stage_that_panics_is_reported_with_its_name_and_message() {
+        let mut stages = Stages::default();
+        stages.spawn(
+            "flush",
+            async {
+                if true {
+                    panic!("boom in flush");
+                }
+                FlushReport::default()
+            },
+            Ended::Flush,
+            None,
+        );
+        let (name, ended) = stages.running.next().await.unwrap();
+        assert_eq!(name, "flush");
+        let err = ended.err().expect("a panic");
+        assert!(
+            err.is_panic() && err.to_string().contains("boom in flush"),
+            "{err}"
+        );
     }
 }

@@ -132,6 +132,7 @@ impl Product {
             product_id: self.id.clone(),
             packet: bytes.encode(self.packet_encoding),
             rssi: adv.rssi,
+            boot_ms: None,
         })
     }
 
@@ -319,6 +320,7 @@ mod tests {
                 product_id: "tape".to_string(),
                 packet: "F70E4956E29F84211E44FFB51E".to_string(),
                 rssi: Some(-61),
+                boot_ms: None,
             }
         );
     }

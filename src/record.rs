@@ -125,6 +125,18 @@ pub struct Capture {
     /// `ble_packet` exactly as sent to the service (already encoded).
     pub packet: String,
     pub rssi: Option<i16>,
+    /// `CLOCK_BOOTTIME` at capture, for a live capture (BLE, real-time simulation):
+    /// it orders captures when the wall clock steps, and re-times them when the clock
+    /// syncs. `None`: a recorded time (replay), taken as it is.
+    pub boot_ms: Option<i64>,
+}
+
+impl Capture {
+    /// The time that orders this capture among others of the same run: boot time when
+    /// live (it never steps back), else the recorded capture time.
+    pub fn order_ms(&self) -> EpochMillis {
+        self.boot_ms.unwrap_or(self.ts_ms)
+    }
 }
 
 /// Why a record line was not read. The caller adds the line number.

@@ -3,9 +3,11 @@ Living under systemd: `sd_notify` (READY, STATUS, STOPPING, WATCHDOG) and the wa
 rule that pings only while every stage is making progress.
 
 Each long-running stage owns a [`Beat`] and touches it whenever it completes a turn of
-its loop (ingest on every commit tick, the flusher on every batch or idle wait). The
-watchdog task pings systemd only if every stage that is still running has beaten within
-its allowance; a stuck flusher or a wedged outbox thread stops the pings, and systemd
+its loop (ingest on every input and commit, the flusher on every batch or idle wait). A
+stage that waits for input with nothing in hand says so ([`Beat::idle`]) instead of
+waking up to beat: an idle stage is not a stalled one, and a quiet dock costs no timer.
+The watchdog task pings systemd only if every stage that is still running and not idle
+has beaten within its allowance; a stuck flusher or a wedged outbox thread stops the pings, and systemd
 restarts the service (`WatchdogSec=`, `Restart=on-failure`). Outside systemd
 (`NOTIFY_SOCKET` unset) every call here is a no-op.
 */
@@ -16,8 +18,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// A stage's heartbeat: milliseconds since the watchdog's epoch at its last turn, or
-/// `DONE` once the stage has ended normally.
+/// A stage's heartbeat: milliseconds since the watchdog's epoch at its last turn,
+/// `IDLE` while it waits for input with nothing in hand, or `DONE` once the stage has
+/// ended normally.
 #[derive(Clone)]
 pub struct Beat {
     name: &'static str,
@@ -27,12 +30,19 @@ pub struct Beat {
 }
 
 const DONE: u64 = u64::MAX;
+const IDLE: u64 = u64::MAX - 1;
 
 impl Beat {
     /// Records a turn of the stage's loop.
     pub fn touch(&self) {
         let ms = self.epoch.elapsed().as_millis() as u64;
         self.last.store(ms, Ordering::Relaxed);
+    }
+
+    /// The stage waits for input and holds nothing: it is not expected to beat until
+    /// its next [`touch`](Beat::touch), which it makes as soon as work arrives.
+    pub fn idle(&self) {
+        self.last.store(IDLE, Ordering::Relaxed);
     }
 
     /// The stage ended normally (a replay source reached its end): it is no longer
@@ -78,15 +88,34 @@ impl Liveness {
     /// `Ok` when every running stage beat within its allowance at `now`; otherwise the
     /// name of a stage that did not.
     pub fn check(&self, now: Instant) -> Result<(), &'static str> {
-        let now_ms = now.saturating_duration_since(self.epoch).as_millis() as u64;
-        for b in &self.beats {
-            let last = b.last.load(Ordering::Relaxed);
-            if last != DONE && now_ms.saturating_sub(last) > b.allowance.as_millis() as u64 {
-                return Err(b.name);
-            }
+        match self.stalled(now) {
+            Some(stall) => Err(stall.stage),
+            None => Ok(()),
         }
-        Ok(())
     }
+
+    /// The first running stage that has not beaten within its allowance at `now`.
+    pub fn stalled(&self, now: Instant) -> Option<Stall> {
+        let now_ms = now.saturating_duration_since(self.epoch).as_millis() as u64;
+        self.beats.iter().find_map(|b| {
+            let last = b.last.load(Ordering::Relaxed);
+            let silent = Duration::from_millis(now_ms.saturating_sub(last));
+            (last != DONE && last != IDLE && silent > b.allowance).then_some(Stall {
+                stage: b.name,
+                silent,
+                allowance: b.allowance,
+            })
+        })
+    }
+}
+
+/// A stage that has stopped making progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stall {
+    pub stage: &'static str,
+    /// Since its last turn.
+    pub silent: Duration,
+    pub allowance: Duration,
 }
 
 /// Talks to systemd when started by it.
@@ -101,6 +130,11 @@ impl Notifier {
         Notifier {
             enabled: std::env::var_os("NOTIFY_SOCKET").is_some(),
         }
+    }
+
+    /// Whether systemd listens (`NOTIFY_SOCKET` was set).
+    pub fn is_enabled(&self) -> bool {
+        self.enabled
     }
 
     fn send(&self, state: &[sd_notify::NotifyState<'_>]) {
@@ -130,22 +164,29 @@ impl Notifier {
     }
 
     /// Half the `WatchdogSec=` systemd asked for, if it asked (and the request is for
-    /// this process).
+    /// this process): the rate systemd needs, and no faster.
     pub fn watchdog_interval(&self) -> Option<Duration> {
         if !self.enabled {
             return None;
         }
-        let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
-        if let Some(pid) = std::env::var("WATCHDOG_PID")
-            .ok()
-            .and_then(|p| p.parse::<u32>().ok())
-        {
-            if pid != std::process::id() {
-                return None;
-            }
-        }
-        Some(Duration::from_micros(usec) / 2)
+        ping_interval(
+            std::env::var("WATCHDOG_USEC").ok().as_deref(),
+            std::env::var("WATCHDOG_PID").ok().as_deref(),
+            std::process::id(),
+        )
     }
+}
+
+/// Half of `WATCHDOG_USEC` when it is given and `WATCHDOG_PID`, if given, is `me`.
+fn ping_interval(usec: Option<&str>, pid: Option<&str>, me: u32) -> Option<Duration> {
+    let usec: u64 = usec?.parse().ok()?;
+    if pid
+        .and_then(|p| p.parse::<u32>().ok())
+        .is_some_and(|p| p != me)
+    {
+        return None;
+    }
+    Some(Duration::from_micros(usec) / 2)
 }
 
 /// Pings the watchdog every `interval` while `liveness` holds; stops pinging (once,
@@ -226,11 +267,35 @@ mod tests {
         assert_eq!(l.check(Instant::now()), Ok(()));
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_stage_is_not_stalled_until_it_has_work_again() {
+        let mut l = Liveness::default();
+        let ingest = l.stage("ingest", Duration::from_secs(10));
+        ingest.idle();
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert_eq!(l.check(Instant::now()), Ok(()));
+        // Work arrived, and then the stage stopped turning (a wedged outbox).
+        ingest.touch();
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert_eq!(l.check(Instant::now()), Err("ingest"));
+    }
+
+    #[test]
+    fn the_watchdog_is_pinged_at_half_watchdog_usec_and_only_for_this_process() {
+        let half = Some(Duration::from_secs(15));
+        assert_eq!(ping_interval(Some("30000000"), None, 7), half);
+        assert_eq!(ping_interval(Some("30000000"), Some("7"), 7), half);
+        assert_eq!(ping_interval(Some("30000000"), Some("8"), 7), None);
+        assert_eq!(ping_interval(None, None, 7), None);
+        assert_eq!(ping_interval(Some("soon"), None, 7), None);
+    }
+
     #[test]
     fn outside_systemd_nothing_is_sent_and_there_is_no_watchdog() {
         let n = Notifier { enabled: false };
         n.ready();
         n.status("x");
+        assert!(!n.is_enabled());
         assert_eq!(n.watchdog_interval(), None);
     }
 }

@@ -6,12 +6,22 @@ use std::time::{Duration, SystemTime};
 
 use tapegate::api::{ApiError, BulkItem, ServiceClient, TransportKind};
 use tapegate::config::ServiceSettings;
-use tapegate::mock::{self, Fault, MockConfig, MockEnvironment, MockHandle, Registry, Storm};
+use tapegate::mock::{
+    self, Fault, MacFormat, MockConfig, MockEnvironment, MockHandle, Registry, Storm, WireRules,
+};
 use tapegate::record::hex_upper;
 use tapegate::secret::Secret;
 use tapegate::tape::TapeReading;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The mock's default wire rules, with `mac_id` taken in both forms.
+fn both_mac_forms() -> WireRules {
+    WireRules {
+        mac_formats: vec![MacFormat::Plain, MacFormat::Colon],
+        ..WireRules::default()
+    }
+}
 
 async fn mock() -> MockHandle {
     mock::start(MockConfig::demo()).await.expect("mock starts")
@@ -53,6 +63,8 @@ fn items(n: usize) -> Vec<BulkItem> {
 #[tokio::test]
 async fn bulk_decode_answers_registered_macs_with_readings_and_unknown_ones_with_an_error() {
     let mock = mock().await;
+    // Both mac_id forms, to see each echoed as sent.
+    mock.set_wire_rules(both_mac_forms());
     let client = client(&mock);
     let mut bad_packet = item("C0FFEE000003");
     bad_packet.ble_packet = "00112233".into();
@@ -394,7 +406,11 @@ async fn an_unreachable_service_is_transient_and_says_connection_refused() {
     s.endpoint.base_url = format!("http://127.0.0.1:{port}/ppe/").parse().unwrap();
     let client = ServiceClient::new(&s).unwrap();
     let err = client.decode_bulk(&items(1), "c").await.unwrap_err();
-    assert_eq!(err.operator_cause(), "service unreachable", "{err:?}");
+    assert_eq!(
+        err.operator_cause(),
+        "service unreachable: connection refused",
+        "{err:?}"
+    );
     assert_eq!(err.transport_kind(), Some(TransportKind::ConnectionRefused));
 
     s.endpoint.auth_url = format!("http://127.0.0.1:{port}/ppe/oauth/token")
@@ -404,7 +420,7 @@ async fn an_unreachable_service_is_transient_and_says_connection_refused() {
     let err = client.fetch_token().await.unwrap_err();
     assert_eq!(
         err.operator_cause(),
-        "token endpoint unreachable",
+        "token endpoint unreachable: connection refused",
         "{err:?}"
     );
     assert!(
@@ -482,6 +498,8 @@ async fn the_registry_decides_which_macs_are_known() {
 #[tokio::test]
 async fn single_decode_answers_every_field_and_unregistered_is_not_found() {
     let mock = mock().await;
+    // The colon form, to see it travel unescaped in the path.
+    mock.set_wire_rules(both_mac_forms());
     let client = client(&mock);
     let d = client
         .decode_one(
@@ -626,7 +644,9 @@ async fn the_mock_checks_the_body_as_the_spec_says() {
     )
     .await;
     assert_eq!(status, 400);
-    assert!(v["message"].as_str().unwrap().contains("item 1"), "{v}");
+    assert_eq!(v["message"], "Validation failed", "{v}");
+    assert_eq!(v["code"], 400, "{v}");
+    assert!(v["errors"][0].as_str().unwrap().contains("item 1"), "{v}");
     assert_eq!(
         raw_bulk(&mock, Some(&token), &GOOD, "[]").await,
         (200, serde_json::json!([]))
@@ -747,5 +767,8 @@ async fn talking_tls_to_a_plain_http_port_is_a_tls_failure() {
     let client = ServiceClient::new(&s).unwrap();
     let err = client.fetch_token().await.unwrap_err();
     assert_eq!(err.transport_kind(), Some(TransportKind::Tls), "{err}");
-    assert_eq!(err.operator_cause(), "token endpoint unreachable");
+    assert_eq!(
+        err.operator_cause(),
+        "token endpoint unreachable: TLS failure, the server does not speak TLS on this port"
+    );
 }

@@ -481,14 +481,14 @@ fn fails_at_start(s: &StandIn, config: &str) -> String {
     let (status, log) = s.tapegate(&g, &["run"]).wait(Duration::from_secs(15));
     assert_eq!(
         status.code(),
-        Some(1),
-        "exit 1 (documented: runtime failure)\n{log}"
+        Some(3),
+        "exit 3 (documented: the source cannot work here; the unit does not restart)\n{log}"
     );
     log
 }
 
 #[test]
-fn without_an_adapter_bluez_access_or_bus_the_daemon_exits_1_saying_what_to_do() {
+fn without_an_adapter_bluez_access_or_bus_the_daemon_exits_3_saying_what_to_do() {
     if !stand_in_available() {
         return;
     }
@@ -525,7 +525,7 @@ fn without_an_adapter_bluez_access_or_bus_the_daemon_exits_1_saying_what_to_do()
         .output()
         .unwrap();
     let log = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{log}");
+    assert_eq!(out.status.code(), Some(3), "{log}");
     assert!(
         log.contains("cannot connect to the D-Bus system bus"),
         "{log}"
@@ -634,17 +634,19 @@ fn ladder_daemon(s: &mut StandIn, scanner: &str) -> (Gateway, Tapegate) {
     (g, d)
 }
 
-#[test]
-fn an_adapter_powered_off_is_powered_on_by_the_restarted_scan_and_capture_resumes() {
+/// Makes trouble with the stand-in's `command` and expects the daemon to log `seen`, to
+/// mend it with one restart of the scan, and to capture again.
+fn one_restart_mends(command: &str, seen: &str) {
     if !stand_in_available() {
         return;
     }
     let mut s = StandIn::start(true, true);
+    // No silence deadline: only what BlueZ signals can tell the daemon.
     let (g, d) = ladder_daemon(&mut s, "silence_secs = 0\ngive_up_secs = 30");
-    s.call(&format!("power {HCI} 0"));
-    d.wait_log("was powered off", Duration::from_secs(5));
-    // Starting the scan powers the adapter on.
+    s.call(command);
+    d.wait_log(seen, Duration::from_secs(5));
     d.wait_log("scanning again", Duration::from_secs(10));
+    s.wait_scanning();
     s.tape_counter(tape_mac(1), 1);
     wait_admitted(&g, 2, &d);
     let (status, log) = d.terminate(Duration::from_secs(10));
@@ -657,24 +659,52 @@ fn an_adapter_powered_off_is_powered_on_by_the_restarted_scan_and_capture_resume
 }
 
 #[test]
-fn a_bluetoothd_restart_re_acquires_the_adapter_and_capture_resumes() {
+fn an_adapter_powered_off_is_powered_on_by_the_restarted_scan_and_capture_resumes() {
+    // Starting the scan powers the adapter on.
+    one_restart_mends(&format!("power {HCI} 0"), "was powered off");
+}
+
+#[test]
+fn discovery_stopped_by_bluez_is_noticed_from_its_signal_alone_and_restarted() {
+    // The source ignores bluez-async's Discovering event: this is the watcher's signal.
+    one_restart_mends(
+        &format!("stop-discovery {HCI}"),
+        "discovery stopped on adapter hci0",
+    );
+}
+
+/// Takes the adapter away with `away` and expects the daemon to log `seen`, then to climb
+/// to re-acquiring it (once); after `back`, to scan again and, once `again` has made the
+/// tape advert anew, to capture it.
+fn one_reacquisition_mends(
+    away: fn(&mut StandIn),
+    seen: &str,
+    back: fn(&mut StandIn),
+    again: fn(&mut StandIn),
+) {
     if !stand_in_available() {
         return;
     }
     let mut s = StandIn::start(true, true);
     let (g, d) = ladder_daemon(&mut s, "silence_secs = 0\ngive_up_secs = 30");
-    s.kill_bluez();
-    d.wait_log(
-        "BlueZ (org.bluez) left the system bus",
-        Duration::from_secs(5),
-    );
+    away(&mut s);
+    d.wait_log(seen, Duration::from_secs(5));
     // While it is gone, restarting the scan cannot help: the next step is taken.
     d.wait_log("re-acquiring the adapter", Duration::from_secs(10));
-    s.start_bluez(true);
+    back(&mut s);
     d.wait_log("scanning again", Duration::from_secs(10));
     s.wait_scanning();
-    s.add_tape(tape_mac(1), 1);
-    wait_admitted(&g, 2, &d);
+    again(&mut s);
+    let next = tape_packet(1);
+    if wait_for(Duration::from_secs(30), || {
+        of(&captured_so_far(&g), tape_mac(1))
+            .contains(&next)
+            .then_some(())
+    })
+    .is_none()
+    {
+        panic!("the tape's next advert was not captured:\n{}", d.stderr());
+    }
     let (status, log) = d.terminate(Duration::from_secs(10));
     assert!(status.success(), "{log}");
     assert_eq!(
@@ -682,9 +712,36 @@ fn a_bluetoothd_restart_re_acquires_the_adapter_and_capture_resumes() {
         1,
         "{log}"
     );
-    assert_eq!(
-        of(&captured(&g), tape_mac(1)),
-        vec![tape_packet(0), tape_packet(1)]
+    // A BlueZ that kept the device gives its last advert again when the adapter is
+    // re-acquired (dedup, off here, drops it in service).
+    let mut caps = of(&captured(&g), tape_mac(1));
+    caps.dedup();
+    assert_eq!(caps, vec![tape_packet(0), tape_packet(1)]);
+}
+
+#[test]
+fn a_bluetoothd_restart_re_acquires_the_adapter_and_capture_resumes() {
+    one_reacquisition_mends(
+        |s| s.kill_bluez(),
+        "BlueZ (org.bluez) left the system bus",
+        |s| s.start_bluez(true),
+        // A new bluetoothd knows no device yet.
+        |s| s.add_tape(tape_mac(1), 1),
+    );
+}
+
+#[test]
+fn an_adapter_unplugged_and_plugged_back_is_re_acquired_and_capture_resumes() {
+    // Told by BlueZ's InterfacesRemoved and InterfacesAdded: nothing polls.
+    one_reacquisition_mends(
+        |s| {
+            s.call(&format!("remove-adapter {HCI}"));
+        },
+        "adapter hci0 disappeared",
+        |s| {
+            s.call(&format!("adapter {HCI}"));
+        },
+        |s| s.tape_counter(tape_mac(1), 1),
     );
 }
 
@@ -716,9 +773,11 @@ fn silence_restarts_the_scan_and_an_advert_ends_the_trouble() {
     d.wait_log("no advert for 1 s", Duration::from_secs(5));
     s.tape_counter(tape_mac(1), 1);
     d.wait_log("scanning again", Duration::from_secs(5));
-    wait_admitted(&g, 2, &d);
+    // Stopped at once: one more second without an advert would be silence again. What
+    // was heard is committed on the way out.
     let (status, log) = d.terminate(Duration::from_secs(10));
     assert!(status.success(), "{log}");
+    assert_eq!(admitted(&g), 2, "{log}");
     // The ladder's step is counted where operators look.
     let st = g.status_json();
     assert_eq!(st["scanner"]["restarts"], 1, "{st}");
@@ -806,21 +865,123 @@ fn five_thousand_rotating_macs_keep_devices_and_memory_bounded() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Benchmark (ignored; run in release):
-//   cargo test --release --test ble -- --ignored --nocapture benchmark
+// Benchmarks (ignored; run in release, on a quiet machine):
+//   cargo test --release --test ble -- --ignored --nocapture --test-threads 1 benchmark
+// They measure the daemon as a process (CPU time and wake-ups of each of its threads,
+// from /proc/PID/task/*/schedstat), and print what they find; they assert only what
+// must hold whatever the machine (every update captured, a clean exit).
 
-/// utime + stime of `pid`, in microseconds.
-fn cpu_us(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command (which is in parentheses): utime and stime are 14 and 15.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<u64> = rest
-        .split_whitespace()
-        .map(|x| x.parse().unwrap_or(0))
-        .collect();
-    let ticks = f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0);
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
-    ticks * 1_000_000 / hz.max(1)
+/// One live thread of a process: its name, CPU time (ns) and how many times it was put
+/// on a CPU (each wake-up, and each return after a preemption).
+#[derive(Debug, Clone)]
+struct ThreadTimes {
+    name: String,
+    cpu_ns: u64,
+    runs: u64,
+}
+
+/// The live threads of `pid` by thread id (/proc/PID/task/TID/{comm,schedstat}).
+fn thread_times(pid: u32) -> std::collections::BTreeMap<u32, ThreadTimes> {
+    let mut threads = std::collections::BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return threads;
+    };
+    for task in tasks.flatten() {
+        let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else {
+            continue;
+        };
+        let read = |f: &str| std::fs::read_to_string(task.path().join(f)).unwrap_or_default();
+        let stat: Vec<u64> = read("schedstat")
+            .split_whitespace()
+            .map(|x| x.parse().unwrap_or(0))
+            .collect();
+        threads.insert(
+            tid,
+            ThreadTimes {
+                name: read("comm").trim().to_string(),
+                cpu_ns: stat.first().copied().unwrap_or(0),
+                runs: stat.get(2).copied().unwrap_or(0),
+            },
+        );
+    }
+    threads
+}
+
+/// Prints what each thread did between two samples taken `secs` apart, per second, and
+/// returns the totals (CPU µs, runs). A thread that ended in between is not counted:
+/// the benchmarks warm up past the blocking pool's 10 s keep-alive first.
+fn thread_report(
+    before: &std::collections::BTreeMap<u32, ThreadTimes>,
+    after: &std::collections::BTreeMap<u32, ThreadTimes>,
+    secs: f64,
+) -> (f64, u64) {
+    let (mut cpu_us, mut runs) = (0.0, 0);
+    for (tid, a) in after {
+        let b = before.get(tid);
+        let cpu = (a.cpu_ns - b.map_or(0, |b| b.cpu_ns)) as f64 / 1000.0;
+        let r = a.runs - b.map_or(0, |b| b.runs);
+        println!(
+            "    thread {tid:>7} {:<16} CPU {:>9.1} us/s  wake-ups {:>7.2}/s",
+            a.name,
+            cpu / secs,
+            r as f64 / secs
+        );
+        cpu_us += cpu;
+        runs += r;
+    }
+    (cpu_us, runs)
+}
+
+/// Past the tokio blocking pool's keep-alive (10 s): its threads from the start-up are
+/// gone before anything is measured.
+const WARM_UP: Duration = Duration::from_secs(12);
+
+/// The daemon idle on the stand-in (scanning, no advert) with `config`: CPU and wake-ups
+/// per second over `secs`, per thread and in all.
+fn idle_figures(label: &str, config: &str, secs: u64) {
+    let mut s = StandIn::start(true, true);
+    let g = Gateway::new(config);
+    let d = s.tapegate(&g, &["run"]);
+    s.wait_scanning();
+    d.wait_log("scanning for BLE advertisements", Duration::from_secs(30));
+    std::thread::sleep(WARM_UP);
+    let pid = d.child.id();
+    let before = thread_times(pid);
+    // The time under test.
+    std::thread::sleep(Duration::from_secs(secs));
+    let after = thread_times(pid);
+    println!("idle, {label}, over {secs} s:");
+    let (cpu_us, runs) = thread_report(&before, &after, secs as f64);
+    println!(
+        "  in all: CPU {:.3} ms/s, {:.2} wake-ups/s (goals: <= 0.2 ms/s, <= 2/s)",
+        cpu_us / 1000.0 / secs as f64,
+        runs as f64 / secs as f64
+    );
+    let (status, log) = d.terminate(Duration::from_secs(10));
+    assert!(status.success(), "{log}");
+}
+
+#[test]
+#[ignore = "benchmark: run in release with --ignored --nocapture"]
+fn benchmark_idle_cpu_and_wake_ups_per_second_with_no_adverts() {
+    if !stand_in_available() {
+        return;
+    }
+    const SECS: u64 = 30;
+    // The shipped defaults (silence 60 s, commit 200 ms), no service: the scanner and
+    // ingest alone.
+    idle_figures("no service", "[scanner]\nsource = \"ble\"\n", SECS);
+    // With a service, as a gateway runs: the flusher's idle is added.
+    #[cfg(feature = "mock")]
+    {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let mock = rt
+            .block_on(tapegate::mock::start(tapegate::mock::MockConfig::demo()))
+            .unwrap();
+        let service = mock.service_toml("ppe", 30).unwrap();
+        let config = format!("[scanner]\nsource = \"ble\"\n{service}");
+        idle_figures("with the mock service", &config, SECS);
+    }
 }
 
 fn peak_rss_kib(pid: u32) -> u64 {
@@ -851,24 +1012,31 @@ fn benchmark_cpu_per_advert_at_100_and_500_per_second_from_1000_tapes() {
         s.wait_scanning();
         s.call(&format!("tapes {HCI} {TAPES} {TAPE_CID}"));
         wait_admitted(&g, TAPES, &d);
+        std::thread::sleep(WARM_UP);
         let pid = d.child.id();
-        let before = cpu_us(pid);
+        let before = thread_times(pid);
+        let started = Instant::now();
         let sent = s.call(&format!("rate {HCI} {TAPES} {rate} {SECS} {TAPE_CID}"));
         let total = TAPES + rate * SECS;
         let got = wait_for(Duration::from_secs(60), || {
             let n = admitted(&g);
             (n >= total).then_some(n)
         });
-        let cpu = cpu_us(pid) - before;
+        let after = thread_times(pid);
+        let secs = started.elapsed().as_secs_f64();
         let n = admitted(&g);
         let peak = peak_rss_kib(pid);
+        println!("rate {rate}/s, over {secs:.1} s:");
+        let (cpu_us, runs) = thread_report(&before, &after, secs);
+        let adverts = (n - TAPES).max(1) as f64;
         let (status, log) = d.terminate(Duration::from_secs(10));
         assert!(status.success(), "{log}");
         println!(
-            "rate {rate}/s: sent {sent}; captured {} of {}; CPU {:.1} us per advert; peak RSS {} KiB",
+            "  sent {sent}; captured {} of {}; CPU {:.1} us per advert, {:.2} wake-ups per advert (goals: <= 50 us at 100/s, <= 60 us at 500/s); peak RSS {} KiB",
             n - TAPES,
             rate * SECS,
-            cpu as f64 / (n - TAPES).max(1) as f64,
+            cpu_us / adverts,
+            runs as f64 / adverts,
             peak
         );
         assert!(

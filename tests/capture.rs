@@ -41,13 +41,13 @@ fn replay_with_dedup_off_admits_every_tape_advert_and_drops_the_rest() {
         for m in 0..50 {
             adverts.push(tape_advert(
                 tape_mac(m),
-                1_000_000 + t * 1000 + i64::from(m),
+                T0_MS + 1_000_000 + t * 1000 + i64::from(m),
                 t as u16,
             ));
             if m % 3 == 0 {
                 adverts.push(other_advert(
                     Mac::new([0x11, 0, 0, 0, 0, m as u8]),
-                    1_000_000 + t * 1000,
+                    T0_MS + 1_000_000 + t * 1000,
                 ));
             }
         }
@@ -78,7 +78,7 @@ fn an_unchanged_packet_is_admitted_once_per_window() {
     let mut adverts = Vec::new();
     for t in 0..100 {
         for m in 0..10 {
-            adverts.push(tape_advert(tape_mac(m), 2_000_000 + t * 1000, 7));
+            adverts.push(tape_advert(tape_mac(m), T0_MS + 2_000_000 + t * 1000, 7));
         }
     }
     write_records(&trace, &adverts);
@@ -93,7 +93,11 @@ fn an_unchanged_packet_is_admitted_once_per_window() {
             .filter(|p| p.capture.mac == tape_mac(m))
             .map(|p| p.capture.ts_ms)
             .collect();
-        assert_eq!(times, vec![2_000_000, 2_060_000], "tape {m}");
+        assert_eq!(
+            times,
+            vec![T0_MS + 2_000_000, T0_MS + 2_060_000],
+            "tape {m}"
+        );
     }
 }
 
@@ -107,7 +111,11 @@ fn a_changing_packet_is_throttled_and_its_newest_state_is_kept() {
     let mut adverts = Vec::new();
     for t in 0..20 {
         for m in 0..5 {
-            adverts.push(tape_advert(tape_mac(m), 3_000_000 + t * 1000, t as u16));
+            adverts.push(tape_advert(
+                tape_mac(m),
+                T0_MS + 3_000_000 + t * 1000,
+                t as u16,
+            ));
         }
     }
     write_records(&trace, &adverts);
@@ -131,7 +139,7 @@ fn a_changing_packet_is_throttled_and_its_newest_state_is_kept() {
 fn bad_replay_lines_are_reported_by_line_number_and_the_rest_is_ingested() {
     let g = Gateway::new("");
     let trace = g.path("trace.jsonl");
-    let good = |i: u32| tape_advert(tape_mac(i), 4_000_000 + i64::from(i), 1).to_record();
+    let good = |i: u32| tape_advert(tape_mac(i), T0_MS + 4_000_000 + i64::from(i), 1).to_record();
     let lines = [
         good(1),
         "{\"ts\": 1, \"mac\": \"not-a-mac\", \"manufacturer_data\": {}}".to_string(),
@@ -158,7 +166,7 @@ fn past_max_pending_the_oldest_captures_are_evicted_and_counted() {
     let g = Gateway::new("");
     let trace = g.path("trace.jsonl");
     let adverts: Vec<_> = (0..250)
-        .map(|i| tape_advert(tape_mac(i), 5_000_000 + i64::from(i), i as u16))
+        .map(|i| tape_advert(tape_mac(i), T0_MS + 5_000_000 + i64::from(i), i as u16))
         .collect();
     write_records(&trace, &adverts);
     g.write_config(&replay_config(&trace, (0, 0), "max_pending = 100"));
@@ -183,7 +191,7 @@ fn a_corrupt_database_is_moved_aside_and_a_fresh_one_started() {
     )
     .unwrap();
     let trace = g.path("trace.jsonl");
-    write_records(&trace, &[tape_advert(tape_mac(1), 6_000_000, 1)]);
+    write_records(&trace, &[tape_advert(tape_mac(1), T0_MS + 6_000_000, 1)]);
     g.write_config(&replay_config(&trace, (0, 0), ""));
 
     let out = run_until_drained(&g);
@@ -221,7 +229,7 @@ fn sigterm_commits_what_is_held_and_exits_0() {
         writeln!(
             stdin,
             "{}",
-            tape_advert(tape_mac(i), 7_000_000, 1).to_record()
+            tape_advert(tape_mac(i), T0_MS + 7_000_000, 1).to_record()
         )
         .unwrap();
     }
@@ -264,7 +272,7 @@ fn kill_9_while_ingesting_keeps_every_capture_committed_before_it() {
             buf.push_str(
                 &tape_advert(
                     tape_mac(sent % 4096),
-                    8_000_000 + i64::from(sent),
+                    T0_MS + 8_000_000 + i64::from(sent),
                     sent as u16,
                 )
                 .to_record(),
@@ -300,7 +308,7 @@ fn kill_9_while_ingesting_keeps_every_capture_committed_before_it() {
     );
     // What survived is exactly a prefix of what was sent, in order, with no gaps.
     for (i, r) in rows.iter().enumerate() {
-        assert_eq!(r.capture.ts_ms, 8_000_000 + i as i64, "row {i}");
+        assert_eq!(r.capture.ts_ms, T0_MS + 8_000_000 + i as i64, "row {i}");
     }
     // The database is whole: a fresh start opens it without quarantine.
     let check = rusqlite_quick_check(&g.state_dir().join("outbox.db"));

@@ -72,7 +72,7 @@ impl Drop for Tmpfs {
     }
 }
 
-const FULL_DISK_T0: i64 = 9_000_000;
+const FULL_DISK_T0: i64 = common::T0_MS + 9_000_000;
 
 /// Capture `i` of the disk-full test: its capture time says where it was sent.
 fn nth_advert(i: u32) -> Advertisement {
@@ -212,6 +212,7 @@ fn capture(i: u32) -> Capture {
         product_id: "tape".into(),
         packet: tape_packet(i as u16),
         rssi: Some(-60),
+        boot_ms: None,
     }
 }
 
@@ -392,6 +393,7 @@ fn capture_of(mac: Mac, ts_ms: i64) -> Capture {
         product_id: "tape".into(),
         packet: tape_packet(ts_ms as u16),
         rssi: Some(-61),
+        boot_ms: None,
     }
 }
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use common::{text, write_records, Gateway};
+use common::{mock_with as mock_on_own_runtime, text, write_records, Gateway};
 use tapegate::config::{self, Config};
 use tapegate::mock::{
     self, DecodeKind, Fault, MacFault, MockConfig, MockEnvironment, MockHandle, Received,
@@ -518,6 +518,7 @@ fn backlog_gateway(mock: &MockHandle, shots: &[Shot], k: &Knobs) -> Gateway {
             product_id: "tape".into(),
             packet: s.packet(),
             rssi: Some(-60),
+            boot_ms: None,
         })
         .collect();
     for group in captures.chunks(1000) {
@@ -549,17 +550,6 @@ fn slow_backlog() -> (
     };
     let g = backlog_gateway(&mock, &shots, &k);
     (rt, mock, shots, k, g)
-}
-
-/// A mock service on a runtime of its own, for tests that drive the real binary.
-fn mock_on_own_runtime(config: MockConfig) -> (tokio::runtime::Runtime, MockHandle) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let mock = rt.block_on(mock::start(config)).expect("mock starts");
-    (rt, mock)
 }
 
 /// `tapegate <args>` with its log in `<log>` inside the gateway dir.

@@ -51,6 +51,7 @@ fn capture(i: u8, seq: u64) -> Capture {
         product_id: "tape".into(),
         packet: format!("{seq:08X}"),
         rssi: Some(-60),
+        boot_ms: None,
     }
 }
 

@@ -61,7 +61,12 @@ fn under_systemd_it_notifies_ready_status_watchdog_and_stopping() {
         receive_until(&sock, &mut seen, |m| m == "READY=1"),
         "no READY: {seen:?}"
     );
-    writeln!(stdin, "{}", tape_advert(tape_mac(1), 1_000, 1).to_record()).unwrap();
+    writeln!(
+        stdin,
+        "{}",
+        tape_advert(tape_mac(1), T0_MS + 1_000, 1).to_record()
+    )
+    .unwrap();
     stdin.flush().unwrap();
     // Every stage is alive: pings arrive at half of WatchdogSec.
     assert!(
@@ -72,6 +77,8 @@ fn under_systemd_it_notifies_ready_status_watchdog_and_stopping() {
         receive_until(&sock, &mut seen, |m| m.starts_with("STATUS=pending ")),
         "no STATUS: {seen:?}"
     );
+    // The capture is committed before the stop, so the count below cannot race it.
+    wait_pending(&g, 1);
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(
         receive_until(&sock, &mut seen, |m| m == "STOPPING=1"),
@@ -119,7 +126,7 @@ fn outside_systemd_nothing_is_notified_and_it_runs_the_same() {
     let mut daemon = Daemon::start_with(&g, |c| {
         c.env_remove("NOTIFY_SOCKET");
     });
-    daemon.send(&[tape_advert(tape_mac(1), 1_000, 1)]);
+    daemon.send(&[tape_advert(tape_mac(1), T0_MS + 1_000, 1)]);
     wait_pending(&g, 1);
     let (status, log) = daemon.terminate(Duration::from_secs(15));
     assert!(status.success(), "{log}");
@@ -131,9 +138,9 @@ fn outside_systemd_nothing_is_notified_and_it_runs_the_same() {
 }
 
 fn wait_pending(g: &Gateway, n: u64) {
+    // The database may exist before its schema does: read it only once it can be.
     let got = wait_for(Duration::from_secs(15), || {
-        // `try_stats`: the daemon may be creating the database right now.
-        g.try_stats().is_some_and(|s| s.pending == n).then_some(())
+        (g.try_stats()?.pending == n).then_some(())
     });
     assert!(got.is_some(), "pending never reached {n}");
 }
@@ -144,7 +151,7 @@ fn sighup_reloads_products_and_refuses_a_bad_config_without_dropping_anything() 
         |id: &str| format!("{STDIN_REPLAY}[[products]]\nid = \"{id}\"\nmanufacturer_id = 0x0EF7\n");
     let g = Gateway::new(&product("tape-v1"));
     let mut daemon = Daemon::start(&g);
-    let advert = |i: u32| tape_advert(tape_mac(i), 1_000 + i64::from(i), 1);
+    let advert = |i: u32| tape_advert(tape_mac(i), T0_MS + 1_000 + i64::from(i), 1);
     daemon.send(&[advert(1)]);
     wait_pending(&g, 1);
     let last_product = |g: &Gateway, mac| {
@@ -201,4 +208,84 @@ fn sighup_reloads_products_and_refuses_a_bad_config_without_dropping_anything() 
         "what was captured before stays as it was"
     );
     assert_eq!(rows.len() as u64, g.stats().admitted, "nothing dropped");
+}
+
+/// READY only once the source is up: a BLE source that cannot start (here no D-Bus
+/// system bus) fails the start instead of following a READY, says why at ERROR, and ends
+/// with exit 3, which the unit does not restart (`RestartPreventExitStatus=`).
+#[test]
+fn a_source_that_cannot_work_here_never_says_ready_and_exits_3() {
+    let g = Gateway::new("[scanner]\nsource = \"ble\"\n");
+    let socket = g.path("notify.sock");
+    let sock = UnixDatagram::bind(&socket).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let out = g
+        .command(&["run"])
+        .env("NOTIFY_SOCKET", &socket)
+        .env(
+            "DBUS_SYSTEM_BUS_ADDRESS",
+            format!("unix:path={}", g.path("no-bus").display()),
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("ERROR")
+            && err.contains("the source failed, stopping: cannot connect to the D-Bus system bus"),
+        "the reason is in the ERROR line itself: {err}"
+    );
+    let mut heard = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = sock.recv(&mut buf) {
+        heard.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    assert!(
+        heard.iter().any(|m| m.contains("STOPPING=1")),
+        "the socket heard the run: {heard:?}"
+    );
+    assert!(
+        !heard.iter().any(|m| m.lines().any(|l| l == "READY=1")),
+        "READY before the source was up: {heard:?}"
+    );
+}
+
+/// Under a unit, stderr is the journal stream (`JOURNAL_STREAM` names it): why a command
+/// failed is marked priority 3 there, so `journalctl -p warning` shows it; elsewhere
+/// (the variable inherited, the stream not) it is printed plain.
+#[test]
+fn a_failure_told_to_the_journal_stream_is_marked_as_an_error() {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::net::UnixStream;
+    let g = Gateway::new("[readings]\nretention_hours = 0\n");
+    let (journal, mut reader) = UnixStream::pair().unwrap();
+    let meta = std::fs::File::from(std::os::fd::OwnedFd::from(journal.try_clone().unwrap()))
+        .metadata()
+        .unwrap();
+    let status = g
+        .command(&["check", "--config-only"])
+        .env("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()))
+        .stderr(Stdio::from(std::os::fd::OwnedFd::from(journal)))
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(2));
+    let mut told = String::new();
+    std::io::Read::read_to_string(&mut reader, &mut told).unwrap();
+    assert!(
+        told.lines().all(|l| l.starts_with("<3>tapegate: "))
+            && told.contains("readings.retention_hours = 0"),
+        "{told:?}"
+    );
+
+    let out = g
+        .command(&["check", "--config-only"])
+        .env("JOURNAL_STREAM", "1:2")
+        .output()
+        .unwrap();
+    let plain = text(&out.stderr);
+    assert!(
+        plain.starts_with("tapegate: config") && !plain.contains("<3>"),
+        "{plain}"
+    );
 }

@@ -32,6 +32,24 @@ pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// A token is refreshed this long before it expires at most (10 % earlier for short
 /// lifetimes), so a request never leaves with a token about to die in flight.
 const REFRESH_MARGIN_MAX: Duration = Duration::from_secs(60);
+/// Shortest lifetime taken from an answer: a token endpoint that says 0 (or less) would
+/// otherwise be asked again for every request; with this, at most about once a second.
+pub(crate) const MIN_LIFETIME: Duration = Duration::from_secs(1);
+/// Longest lifetime taken from an answer. `expires_in` is the server's word, and a value
+/// such as 1e20 seconds is no `Duration` at all or overflows the clock when added to
+/// now; a week costs one grant a week, and a token revoked earlier gets a 401 anyway.
+pub(crate) const MAX_LIFETIME: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The lifetime to use for an `expires_in` of `secs` seconds as the server sent it:
+/// clamped to [`MIN_LIFETIME`]..=[`MAX_LIFETIME`]; `None` when it is no number (NaN).
+pub(crate) fn clamp_lifetime(secs: f64) -> Option<Duration> {
+    if secs.is_nan() {
+        return None;
+    }
+    let (lo, hi) = (MIN_LIFETIME.as_secs_f64(), MAX_LIFETIME.as_secs_f64());
+    // Clamped as a float first: `Duration::from_secs_f64` panics past u64 seconds.
+    Some(Duration::from_secs_f64(secs.clamp(lo, hi)))
+}
 
 /// What the token endpoint granted.
 #[derive(Debug, Clone)]
@@ -159,9 +177,12 @@ impl TokenCache {
         let mut st = self.lock();
         match result {
             Ok(grant) => {
+                // Lifetimes are clamped where they are read; `checked_add` keeps a
+                // grant made some other way from overflowing the clock all the same.
+                let usable = usable_for(grant.expires_in.min(MAX_LIFETIME));
                 st.token = Some(Cached {
                     token: grant.token.clone(),
-                    refresh_at: now + usable_for(grant.expires_in),
+                    refresh_at: now.checked_add(usable).unwrap_or(now),
                 });
                 st.failure = None;
                 st.backoff.reset();
@@ -173,6 +194,7 @@ impl TokenCache {
                 tracing::warn!(
                     retry_in_ms = delay.as_millis() as u64,
                     cause = %error.operator_cause(),
+                    %error,
                     "token grant failed; not asking again before the backoff ends"
                 );
                 let out = remembered(&error, delay);
@@ -184,6 +206,11 @@ impl TokenCache {
                 Err(out)
             }
         }
+    }
+
+    /// The cached token, if any (for scrubbing answer text of it).
+    pub(crate) fn current(&self) -> Option<Secret> {
+        self.lock().token.as_ref().map(|c| c.token.clone())
     }
 
     /// Drops the cached token (the next request fetches a new one).
@@ -237,6 +264,30 @@ mod tests {
             Duration::from_millis(900)
         );
         assert_eq!(usable_for(Duration::ZERO), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_lifetime_from_the_server_is_clamped_to_a_sane_range() {
+        assert_eq!(clamp_lifetime(3600.0), Some(Duration::from_secs(3600)));
+        for huge in [1e19, 1e20, 1e300, f64::INFINITY, u64::MAX as f64] {
+            assert_eq!(clamp_lifetime(huge), Some(MAX_LIFETIME), "{huge}");
+        }
+        for tiny in [0.0, -1.0, -1e20, f64::NEG_INFINITY, 0.5] {
+            assert_eq!(clamp_lifetime(tiny), Some(MIN_LIFETIME), "{tiny}");
+        }
+        assert_eq!(clamp_lifetime(f64::NAN), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_with_a_huge_lifetime_is_cached_without_overflowing_the_clock() {
+        let cache = TokenCache::new();
+        let huge = Grant {
+            token: Secret::new("t1"),
+            expires_in: Duration::MAX,
+        };
+        let t = cache.get(|| async { Ok(huge) }).await.unwrap();
+        assert_eq!(t.expose(), "t1");
+        assert_eq!(cache.get(|| async { Err(refused()) }).await.unwrap(), t);
     }
 
     #[tokio::test(start_paused = true)]

@@ -144,7 +144,14 @@ impl ServiceClient {
         if !answer.status.is_success() {
             return Err(Self::decode_error(&answer, false));
         }
-        parse_bulk_answer(&answer.body, items, correlation_id)
+        let mut answered = parse_bulk_answer(&answer.body, items, correlation_id)?;
+        // An item's error text is stored in a dead letter and shown: never a secret.
+        for item in &mut answered {
+            if let Err(text) = &mut item.result {
+                *text = self.scrub(text);
+            }
+        }
+        Ok(answered)
     }
 
     /// Decodes one packet (spec 4.3): the values go in headers, there is no body.

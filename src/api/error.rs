@@ -188,23 +188,44 @@ impl ApiError {
             return ApiError::InvalidRequest(chain_text(err));
         }
         let kind = classify(err);
+        let detail = chain_text(err);
+        // The cause names what failed, so that `status`, the log and `check` tell a
+        // DNS failure from a refused connection, a TLS failure (and why) or a timeout.
         let cause = match kind {
             TransportKind::Timeout => timeout.to_string(),
             TransportKind::Closed => "connection closed".to_string(),
             TransportKind::Other => "transport error".to_string(),
-            TransportKind::Dns
-            | TransportKind::ConnectionRefused
-            | TransportKind::Tls
-            | TransportKind::Connect => unreachable.to_string(),
+            TransportKind::Tls => format!("{unreachable}: TLS failure, {}", tls_reason(&detail)),
+            TransportKind::Dns | TransportKind::ConnectionRefused | TransportKind::Connect => {
+                format!("{unreachable}: {}", kind.describe())
+            }
         };
         ApiError::Transient {
             cause,
             retry_after: None,
-            transport: Some(Transport {
-                kind,
-                detail: chain_text(err),
-            }),
+            transport: Some(Transport { kind, detail }),
         }
+    }
+}
+
+/// Why a TLS handshake failed, in an installer's words, from the error chain's text
+/// (rustls names its certificate errors there).
+pub(crate) fn tls_reason(detail: &str) -> &'static str {
+    let d = detail.to_ascii_lowercase();
+    if d.contains("unknownissuer") || d.contains("unknown issuer") {
+        "unknown issuer (a private CA or a TLS-inspecting proxy? see [service] ca_file)"
+    } else if d.contains("expired") {
+        "certificate expired (or this clock is far ahead)"
+    } else if d.contains("notvalidyet") || d.contains("not valid yet") {
+        "certificate not yet valid (or this clock is behind)"
+    } else if d.contains("notvalidforname") || d.contains("not valid for name") {
+        "name mismatch (the certificate is for another host)"
+    } else if d.contains("corrupt message") {
+        "the server does not speak TLS on this port"
+    } else if d.contains("received fatal alert") {
+        "the server refused the handshake"
+    } else {
+        "handshake failed"
     }
 }
 
@@ -294,15 +315,6 @@ pub(crate) fn truncate(s: &str, max: usize) -> String {
         Some((i, _)) => format!("{}…", &s[..i]),
         None => s.to_string(),
     }
-}
-
-/// Replaces every occurrence of each non-empty secret in `text`.
-pub(crate) fn scrub(text: &str, secrets: &[&str]) -> String {
-    let mut out = text.to_string();
-    for s in secrets.iter().filter(|s| !s.is_empty()) {
-        out = out.replace(s, "<redacted>");
-    }
-    out
 }
 
 /// The operator-readable message of an error answer: `message` (and `errors`) of the
@@ -409,11 +421,17 @@ mod tests {
     }
 
     #[test]
-    fn scrub_removes_every_secret() {
-        assert_eq!(
-            scrub("pw hunter2 tok abc hunter2", &["hunter2", "abc", ""]),
-            "pw <redacted> tok <redacted> <redacted>"
-        );
+    fn tls_failures_say_why_in_an_installers_words() {
+        for (detail, want) in [
+            ("invalid peer certificate: UnknownIssuer", "unknown issuer"),
+            ("invalid peer certificate: certificate expired: verification time 1 (UNIX)", "certificate expired"),
+            ("invalid peer certificate: certificate not valid for name \"a\"; certificate is only valid for b", "name mismatch"),
+            ("invalid peer certificate: NotValidForName", "name mismatch"),
+            ("received corrupt message of type InvalidContentType", "does not speak TLS"),
+            ("something else", "handshake failed"),
+        ] {
+            assert!(tls_reason(detail).starts_with(want) || tls_reason(detail).contains(want), "{detail}");
+        }
     }
 
     #[test]

@@ -21,9 +21,15 @@ Why it is built this way:
   output, and answer text is scrubbed of both before it goes into an error.
 */
 
+mod assumed;
 mod auth;
 mod decode;
+mod devices;
 mod error;
+mod history;
+mod locate;
+mod messages;
+pub mod rate;
 
 use std::fmt;
 use std::sync::Arc;
@@ -36,13 +42,22 @@ use serde_json::Value;
 use url::Url;
 
 use crate::config::{EnvironmentSettings, ServiceSettings};
-use crate::secret::Secret;
+use crate::secret::{scrub, Secret};
 
+pub use assumed::{ConfigChange, DeviceEntry, LabelDevice, LabelRecord};
 pub use decode::{BulkAnswerItem, BulkItem, Decoded};
+pub use devices::{
+    AddDevice, AddOutcome, DeviceOp, DeviceOutcome, DeviceReport, Operator, OperatorError,
+};
 pub use error::{parse_retry_after, ApiError, Transport, TransportKind};
+pub use history::{
+    merge, month_windows, HistoricalEvent, HistoryFilter, HistoryQuery, HistoryWindow,
+};
+pub use locate::{Asset, LocationEvent, SensorReading, SENSORS};
+pub use messages::{check_payload, MessageType};
 
 use auth::{Grant, TokenCache};
-use error::{answer_message, scrub};
+use error::answer_message;
 
 /// Largest success answer read; a bigger one is [`ApiError::BadAnswer`]. 250 decoded
 /// items are a few tens of KiB, so this only stops a broken or hostile server.
@@ -57,6 +72,8 @@ const FALLBACK_TOKEN_LIFETIME: Duration = Duration::from_secs(300);
 #[derive(Clone)]
 pub struct ServiceClient {
     inner: Arc<Inner>,
+    /// Counts token grants for `/metrics` (the daemon's client only).
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 struct Inner {
@@ -85,11 +102,23 @@ impl fmt::Debug for ServiceClient {
     }
 }
 
+/// Where an operator call's account comes from (spec 5.8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Account {
+    /// The `customer_id` and `authorized_groups` headers: decode, locations, messages,
+    /// history, add-device.
+    Headers,
+    /// The token alone: label, status, config.
+    Token,
+}
+
 /// An HTTP answer, read (capped) into memory.
 struct Answer {
     status: StatusCode,
     retry_after: Option<Duration>,
-    /// The body of a success answer (empty otherwise).
+    /// The body of a success answer; of an error answer, its first
+    /// [`MAX_ERROR_BYTES`] (the operator calls read 207-shaped and validation bodies
+    /// from it; it is never logged or shown whole).
     body: Bytes,
     /// The message of an error answer, scrubbed of the token and password (empty on
     /// success).
@@ -176,7 +205,18 @@ impl ServiceClient {
             ));
         }
         let bulk_url = join(&e.base_url, &["external", "v1", "devices", "decode"])?;
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        if let Some(ca) = &settings.ca_file {
+            // Checked when the config was loaded; a failure here is a file changed since.
+            let certs = reqwest::Certificate::from_pem_bundle(&ca.pem).map_err(|e| {
+                ApiError::Setup(format!("ca_file {} cannot be used: {e}", ca.path.display()))
+            })?;
+            for cert in certs {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        // HTTPS_PROXY, HTTP_PROXY and NO_PROXY are honoured (reqwest reads them).
+        let http = builder
             .use_rustls_tls()
             .timeout(settings.request_timeout)
             .connect_timeout(settings.request_timeout)
@@ -196,7 +236,16 @@ impl ServiceClient {
                 tokens: TokenCache::new(),
                 clock_skew: std::sync::Mutex::new(None),
             }),
+            metrics: None,
         })
+    }
+
+    /// This client, counting its token grants in `metrics`.
+    pub fn with_metrics(self, metrics: Arc<crate::metrics::Metrics>) -> ServiceClient {
+        ServiceClient {
+            metrics: Some(metrics),
+            ..self
+        }
     }
 
     /// Name of the environment this client talks to.
@@ -218,6 +267,14 @@ impl ServiceClient {
         self.inner.clock_skew.lock().ok().and_then(|g| *g)
     }
 
+    /// `text` from a server answer (an item's `error`, an error body) with the password
+    /// and the current token taken out, for anything that stores or shows it.
+    pub fn scrub(&self, text: &str) -> String {
+        let token = self.inner.tokens.current();
+        let token = token.as_ref().map_or("", Secret::expose);
+        scrub(text, &[token, self.inner.endpoint.password.expose()])
+    }
+
     /// Drops the cached token; the next request fetches a new one.
     pub fn invalidate(&self) {
         self.inner.tokens.invalidate();
@@ -234,6 +291,54 @@ impl ServiceClient {
             .header("customer_id", self.inner.customer_id.clone())
             .header("authorized_groups", self.inner.authorized_groups.clone())
             .header("correlation_id", correlation_id)
+    }
+
+    /// An operator call (spec 4.1, 4.2, 4.5-4.7): `method` to `url` with the bearer
+    /// token, `correlation_id` (5.9), the account headers when `account` says so, the
+    /// `headers` given, and `body` as JSON; the one retry after a 401 as every call.
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        url: &Url,
+        account: Account,
+        headers: &[(&str, String)],
+        body: Option<Bytes>,
+        correlation_id: &str,
+    ) -> Result<Answer, ApiError> {
+        self.send(correlation_id, |token| {
+            let mut r = self
+                .inner
+                .http
+                .request(method.clone(), url.clone())
+                .bearer_auth(token.expose())
+                .header(CONTENT_TYPE, "application/json")
+                .header(ACCEPT, "application/json")
+                .header("correlation_id", correlation_id);
+            if account == Account::Headers {
+                r = r
+                    .header("customer_id", self.inner.customer_id.clone())
+                    .header("authorized_groups", self.inner.authorized_groups.clone());
+            }
+            for (name, value) in headers {
+                r = r.header(*name, value.as_str());
+            }
+            match &body {
+                Some(b) => r.body(b.clone()),
+                None => r,
+            }
+        })
+        .await
+    }
+
+    /// `{base_url}` with `segments` appended.
+    fn url(&self, segments: &[&str]) -> Result<Url, ApiError> {
+        join(&self.inner.endpoint.base_url, segments)
+    }
+
+    /// The account the client's configuration names, for bodies that carry it (4.2).
+    fn account_ids(&self) -> (&str, &str) {
+        let e = &self.inner.endpoint;
+        (&e.customer_id, &e.authorized_groups)
     }
 
     /// Sends a request built by `build` with the cached token; on 401 drops that
@@ -288,20 +393,23 @@ impl ServiceClient {
                 message: String::new(),
             });
         }
-        let message = match read_capped(resp, MAX_ERROR_BYTES)
+        let (body, message) = match read_capped(resp, MAX_ERROR_BYTES)
             .await
             .map_err(transport)?
         {
-            Some(body) => scrub(
-                &answer_message(&body),
-                &[token.expose(), self.inner.endpoint.password.expose()],
-            ),
-            None => "(error body too large)".to_string(),
+            Some(body) => {
+                let message = scrub(
+                    &answer_message(&body),
+                    &[token.expose(), self.inner.endpoint.password.expose()],
+                );
+                (body, message)
+            }
+            None => (Bytes::new(), "(error body too large)".to_string()),
         };
         Ok(Answer {
             status,
             retry_after,
-            body: Bytes::new(),
+            body,
             message,
         })
     }
@@ -351,6 +459,9 @@ impl ServiceClient {
         let code = status.as_u16();
         if status.is_success() {
             let grant = parse_token_answer(&body)?;
+            if let Some(m) = &self.metrics {
+                m.token_granted();
+            }
             tracing::debug!(
                 environment = %self.inner.environment,
                 expires_in_secs = grant.expires_in.as_secs(),
@@ -375,8 +486,9 @@ impl ServiceClient {
     }
 }
 
-/// Reads the token answer: `access_token` required, `expires_in` as an integer (or a
-/// numeric string), `token_type` expected to be Bearer.
+/// Reads the token answer: `access_token` required (and able to travel in a header),
+/// `expires_in` as a number (or a numeric string) clamped to a sane lifetime,
+/// `token_type` expected to be Bearer.
 fn parse_token_answer(body: &[u8]) -> Result<Grant, ApiError> {
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::BadAnswer(format!("token answer is not JSON: {e}")))?;
@@ -385,6 +497,13 @@ fn parse_token_answer(body: &[u8]) -> Result<Grant, ApiError> {
         .and_then(Value::as_str)
         .filter(|t| !t.is_empty())
         .ok_or_else(|| ApiError::BadAnswer("token answer has no access_token".into()))?;
+    // A token that cannot go into `Authorization` would fail every request for its whole
+    // life; refused here, it is not cached and the grant backs off like any failure.
+    if HeaderValue::from_str(&format!("Bearer {token}")).is_err() {
+        return Err(ApiError::BadAnswer(
+            "token answer's access_token holds characters an HTTP header cannot carry".into(),
+        ));
+    }
     if let Some(t) = v.get("token_type").and_then(Value::as_str) {
         if !t.eq_ignore_ascii_case("bearer") {
             tracing::warn!(
@@ -393,20 +512,30 @@ fn parse_token_answer(body: &[u8]) -> Result<Grant, ApiError> {
             );
         }
     }
-    let expires_in = match v.get("expires_in") {
+    let secs = match v.get("expires_in") {
         Some(Value::Number(n)) => n.as_f64(),
         Some(Value::String(s)) => s.trim().parse::<f64>().ok(),
         _ => None,
-    }
-    .filter(|s| s.is_finite() && *s >= 0.0)
-    .map(Duration::from_secs_f64);
-    let expires_in = expires_in.unwrap_or_else(|| {
-        tracing::warn!(
-            fallback_secs = FALLBACK_TOKEN_LIFETIME.as_secs(),
-            "token answer has no usable expires_in"
-        );
-        FALLBACK_TOKEN_LIFETIME
-    });
+    };
+    let expires_in = match secs.and_then(auth::clamp_lifetime) {
+        Some(d) => {
+            if secs != Some(d.as_secs_f64()) {
+                tracing::warn!(
+                    expires_in = secs.unwrap_or_default(),
+                    used_secs = d.as_secs(),
+                    "token answer's expires_in is out of range; using the nearest sane lifetime"
+                );
+            }
+            d
+        }
+        None => {
+            tracing::warn!(
+                fallback_secs = FALLBACK_TOKEN_LIFETIME.as_secs(),
+                "token answer has no usable expires_in"
+            );
+            FALLBACK_TOKEN_LIFETIME
+        }
+    };
     Ok(Grant {
         token: Secret::new(token),
         expires_in,
@@ -463,5 +592,45 @@ mod tests {
             parse_token_answer(b"nope"),
             Err(ApiError::BadAnswer(_))
         ));
+    }
+
+    #[test]
+    fn a_hostile_expires_in_is_clamped_not_a_panic() {
+        for (body, want) in [
+            (
+                r#"{"access_token":"t","expires_in":1e19}"#,
+                auth::MAX_LIFETIME,
+            ),
+            (
+                r#"{"access_token":"t","expires_in":1e20}"#,
+                auth::MAX_LIFETIME,
+            ),
+            (
+                r#"{"access_token":"t","expires_in":"1e400"}"#,
+                auth::MAX_LIFETIME,
+            ),
+            (
+                r#"{"access_token":"t","expires_in":-5}"#,
+                auth::MIN_LIFETIME,
+            ),
+            (
+                r#"{"access_token":"t","expires_in":"NaN"}"#,
+                FALLBACK_TOKEN_LIFETIME,
+            ),
+        ] {
+            assert_eq!(
+                parse_token_answer(body.as_bytes()).unwrap().expires_in,
+                want,
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_token_a_header_cannot_carry_is_refused_without_echoing_it() {
+        let err =
+            parse_token_answer(br#"{"access_token":"abc\ndef","expires_in":60}"#).unwrap_err();
+        assert!(matches!(err, ApiError::BadAnswer(_)), "{err:?}");
+        assert!(!err.to_string().contains("abc"), "{err}");
     }
 }

@@ -1,14 +1,22 @@
 /*!
 `tapegate check`: for installers. Validates the config (already done by loading it),
-fetches a token, and reaches the bulk decode endpoint with one harmless item, saying in
-one line each what worked and what did not, and what to do about it.
+fetches a token, and sends the bulk decode endpoint one real item (the oldest capture
+waiting in the outbox, or else a probe that no tape has), saying in one line each what
+worked, what did not and what to do about it. It proves what it says: the answer must
+be a per-item array holding an item for the MAC sent, or the endpoint is not the bulk
+decode the spec describes and the check fails. Warnings (`warn`) do not fail the check: a `base_url` that looks doubled
+(`/external/external`), a password readable by every user.
 */
 
 use std::io::Write;
 
-use crate::api::{ApiError, BulkItem, ServiceClient, TransportKind};
-use crate::clock::now_ms;
-use crate::config::Config;
+use crate::api::{ApiError, BulkAnswerItem, BulkItem, ServiceClient, TransportKind};
+use crate::clock::{
+    clock, decide, now_ms, ClockPolicy, ClockSettings, Facts, Reading, Trust,
+    Verdict as ClockVerdict,
+};
+use crate::config::{Config, MacFormat};
+use crate::outbox::Store;
 use crate::record::Mac;
 
 /// A MAC no tape has: the service answers it with an item error, which proves the
@@ -21,19 +29,28 @@ const MAX_SKEW_SECS: i64 = 300;
 /// The observed tape advert (company 0x0EF7, as on air).
 const PROBE_PACKET: &str = "F70E4956E29F84211E44FFB51E";
 
-/// Runs the checks; true when all passed.
+/// How a line of the report went.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Ok,
+    Warn,
+    Fail,
+}
+
+/// Runs the checks; true when all passed (warnings do not fail it).
 pub async fn run(config: &Config, config_path: &str, out: &mut dyn Write) -> bool {
     let mut ok = true;
-    let mut line = |good: bool, what: &str, detail: String| {
-        ok &= good;
-        let _ = writeln!(
-            out,
-            "{} {what:<16} {detail}",
-            if good { "ok  " } else { "FAIL" }
-        );
+    let mut say = |verdict: Verdict, what: &str, detail: String| {
+        ok &= verdict != Verdict::Fail;
+        let mark = match verdict {
+            Verdict::Ok => "ok  ",
+            Verdict::Warn => "warn",
+            Verdict::Fail => "FAIL",
+        };
+        let _ = writeln!(out, "{mark} {what:<16} {detail}");
     };
-    line(
-        true,
+    say(
+        Verdict::Ok,
         "config",
         format!(
             "{config_path} is valid (gateway {}, {} product(s))",
@@ -41,9 +58,19 @@ pub async fn run(config: &Config, config_path: &str, out: &mut dyn Write) -> boo
             config.products.0.len()
         ),
     );
+    let c = clock();
+    say(
+        Verdict::Ok,
+        "time sync",
+        time_sync(config.gateway.clock, &c.read(), c.time_service().as_deref()),
+    );
+    if let Some(warning) = crate::config::world_readable_password(std::path::Path::new(config_path))
+    {
+        say(Verdict::Warn, "password", warning);
+    }
     let Some(service) = &config.service else {
-        line(
-            false,
+        say(
+            Verdict::Fail,
             "service",
             "no [service] section: captures would only accumulate in the outbox".into(),
         );
@@ -52,14 +79,24 @@ pub async fn run(config: &Config, config_path: &str, out: &mut dyn Write) -> boo
     let client = match ServiceClient::new(service) {
         Ok(c) => c,
         Err(e) => {
-            line(false, "client", e.to_string());
+            say(Verdict::Fail, "client", e.to_string());
             return false;
         }
     };
+    if let Some(doubled) = doubled_path(client.decode_bulk_url().path()) {
+        say(
+            Verdict::Warn,
+            "base_url",
+            format!(
+                "requests go to {} ({doubled} twice): base_url should end before /external (paths are appended to it as written)",
+                client.decode_bulk_url()
+            ),
+        );
+    }
     let env = &service.endpoint;
     match client.fetch_token().await {
-        Ok(expires) => line(
-            true,
+        Ok(expires) => say(
+            Verdict::Ok,
             "token",
             format!(
                 "granted by {} (environment {}, valid {} s)",
@@ -69,13 +106,17 @@ pub async fn run(config: &Config, config_path: &str, out: &mut dyn Write) -> boo
             ),
         ),
         Err(e) => {
-            line(false, "token", token_advice(&e, env.auth_url.as_ref()));
+            say(
+                Verdict::Fail,
+                "token",
+                token_advice(&e, env.auth_url.as_ref()),
+            );
             return false;
         }
     }
     match client.clock_skew_secs() {
-        Some(skew) if skew.abs() > MAX_SKEW_SECS => line(
-            false,
+        Some(skew) if skew.abs() > MAX_SKEW_SECS => say(
+            Verdict::Fail,
             "clock",
             format!(
                 "this gateway's clock is {} s {} the service's: fix NTP (timedatectl status)",
@@ -83,47 +124,125 @@ pub async fn run(config: &Config, config_path: &str, out: &mut dyn Write) -> boo
                 if skew > 0 { "behind" } else { "ahead of" }
             ),
         ),
-        Some(skew) => line(
-            true,
+        Some(skew) => say(
+            Verdict::Ok,
             "clock",
             format!("within {} s of the service's", skew.abs().max(1)),
         ),
-        None => line(
-            true,
+        None => say(
+            Verdict::Ok,
             "clock",
             "not checked (the token endpoint sent no Date header)".into(),
         ),
     }
-    let product = config
-        .products
-        .0
-        .first()
-        .map(|p| p.id.clone())
-        .unwrap_or_else(|| "tape".into());
-    let probe = BulkItem {
-        mac_id: service.mac_format.format(PROBE_MAC),
-        ble_packet: PROBE_PACKET.into(),
-        product_id: product,
-        scan_time: (now_ms() / 1000).to_string(),
-    };
+    let (probe, what) = test_item(config, service.mac_format);
     let correlation_id = format!("{}-check-{}", config.gateway.id, now_ms());
-    match client.decode_bulk(&[probe], &correlation_id).await {
-        Ok(_) => line(
-            true,
+    let url = client.decode_bulk_url().to_string();
+    match client.decode_bulk(std::slice::from_ref(&probe), &correlation_id).await {
+        Ok(answer) => {
+            let (verdict, detail) = judge_answer(&answer, &probe.mac_id, &what);
+            say(
+                verdict,
+                "decode endpoint",
+                format!(
+                    "{url} {detail} (customer {}, correlation_id {correlation_id})",
+                    env.customer_id
+                ),
+            );
+        }
+        Err(ApiError::BadAnswer(m)) => say(
+            Verdict::Fail,
             "decode endpoint",
-            format!(
-                "{} answered (customer {}, correlation_id {correlation_id})",
-                client.decode_bulk_url(),
-                env.customer_id
-            ),
+            format!("{url} answered 200, but not with a per-item array as spec 4.4 describes ({m}): is base_url right?"),
         ),
-        Err(e) => line(
-            false,
-            "decode endpoint",
-            decode_advice(&e, client.decode_bulk_url().as_ref()),
-        ),
+        Err(e) => say(Verdict::Fail, "decode endpoint", decode_advice(&e, &url)),
     }
     ok
+}
+
+/// The item `check` sends: the oldest capture waiting in the outbox (a real packet of a
+/// real tape, as the daemon would send it), or else the probe MAC no tape has. With a
+/// sentence saying which.
+fn test_item(config: &Config, mac_format: MacFormat) -> (BulkItem, String) {
+    let pending = Store::open_existing(&config.gateway.state_dir)
+        .ok()
+        .flatten()
+        .and_then(|store| store.next_batch(1, 1).ok())
+        .and_then(|batch| batch.into_iter().next());
+    match pending {
+        Some(p) => {
+            let c = p.capture;
+            let item = BulkItem {
+                mac_id: mac_format.format(c.mac),
+                ble_packet: c.packet,
+                product_id: c.product_id,
+                scan_time: (c.ts_ms / 1000).to_string(),
+            };
+            (
+                item,
+                format!("the oldest capture waiting in the outbox (tape {})", c.mac),
+            )
+        }
+        None => {
+            let product = config
+                .products
+                .0
+                .first()
+                .map(|p| p.id.clone())
+                .unwrap_or_else(|| "tape".into());
+            let item = BulkItem {
+                mac_id: mac_format.format(PROBE_MAC),
+                ble_packet: PROBE_PACKET.into(),
+                product_id: product,
+                scan_time: (now_ms() / 1000).to_string(),
+            };
+            (item, "a probe (no capture is waiting in the outbox)".into())
+        }
+    }
+}
+
+/// What the answer to the one item says: decoded, refused by the service for a reason
+/// of its own (the endpoint works), or no item for the MAC sent (not the endpoint the
+/// spec describes).
+fn judge_answer(answer: &[BulkAnswerItem], mac_id: &str, what: &str) -> (Verdict, String) {
+    match answer.iter().find(|a| a.mac_id == mac_id) {
+        Some(BulkAnswerItem { result: Ok(d), .. }) => (
+            Verdict::Ok,
+            format!(
+                "decoded {what}: QR code {}",
+                d.qr_code.as_deref().unwrap_or("(none given)")
+            ),
+        ),
+        Some(BulkAnswerItem {
+            result: Err(error), ..
+        }) => (
+            Verdict::Ok,
+            format!("answered {what} with the item error \"{error}\""),
+        ),
+        None => (
+            Verdict::Fail,
+            format!(
+                "answered, but with no item for mac_id {mac_id} ({} item(s)): not a per-item answer as spec 4.4 describes; is base_url right?",
+                answer.len()
+            ),
+        ),
+    }
+}
+
+/// The segment that repeats in a request path (`/external/external/...`), if one does.
+fn doubled_path(path: &str) -> Option<String> {
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    segments
+        .windows(2)
+        .find(|w| w[0] == w[1])
+        .map(|w| format!("/{}", w[0]))
+        .or_else(|| {
+            // `/external/v1/external/v1/...`: the versioned prefix given twice.
+            segments
+                .windows(4)
+                .find(|w| w[0] == w[2] && w[1] == w[3])
+                .map(|w| format!("/{}/{}", w[0], w[1]))
+        })
 }
 
 fn transport_advice(e: &ApiError, url: &str) -> Option<String> {
@@ -132,9 +251,7 @@ fn transport_advice(e: &ApiError, url: &str) -> Option<String> {
         TransportKind::ConnectionRefused => {
             format!("{url}: connection refused (nothing listens there)")
         }
-        TransportKind::Tls => {
-            format!("{url}: TLS failure (certificate, or the clock is far off): {e}")
-        }
+        TransportKind::Tls => format!("{url}: {}", e.operator_cause()),
         TransportKind::Timeout => format!("{url}: timed out (network, firewall or proxy)"),
         TransportKind::Connect | TransportKind::Closed | TransportKind::Other => {
             format!("{url}: {e}")
@@ -179,5 +296,108 @@ fn decode_advice(e: &ApiError, url: &str) -> String {
         }
         ApiError::Rejected { message, .. } | ApiError::RequestRefused { message, .. } => format!("the request was refused (check customer_id and authorized_groups): {message}"),
         other => other.to_string(),
+    }
+}
+
+/// What the daemon would make of the clock now (the database's newest time aside), in
+/// words for the installer.
+fn time_sync(settings: ClockSettings, now: &Reading, service: Option<&str>) -> String {
+    let facts = Facts {
+        time_service: service.is_some(),
+        ..Facts::default()
+    };
+    let max_hold = settings.max_hold.as_secs();
+    match decide(settings.policy, max_hold as i64 * 1000, now, &facts) {
+        ClockVerdict::Synced => "the kernel reports the clock synchronised".into(),
+        ClockVerdict::Hold(_) if settings.policy == ClockPolicy::Wait => {
+            "unsynchronised: captures are held until it syncs, however long (gateway.clock = \"wait\")".into()
+        }
+        ClockVerdict::Hold(_) => format!(
+            "unsynchronised; {} runs to sync it: captures are held until it does (at most {max_hold} s)",
+            service.unwrap_or("a time service")
+        ),
+        ClockVerdict::Trusted(Trust::NoTimeService) => "unsynchronised and no time service runs (systemd-timesyncd, chrony, ntpd): the clock is trusted as it is; a gateway without a real-time clock needs one".into(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn unsynced() -> Reading {
+        Reading {
+            wall_ms: 1_795_392_000_000,
+            boot_ms: 5_000,
+            kernel_synced: false,
+        }
+    }
+
+    fn settings(policy: ClockPolicy) -> ClockSettings {
+        ClockSettings {
+            policy,
+            max_hold: Duration::from_secs(3600),
+        }
+    }
+
+    #[test]
+    fn the_time_sync_line_says_what_the_daemon_would_do_with_the_clock() {
+        let auto = settings(ClockPolicy::Auto);
+        let held = time_sync(auto, &unsynced(), Some("chronyd"));
+        assert!(
+            held.contains("chronyd runs to sync it") && held.contains("3600 s"),
+            "{held}"
+        );
+        let trusted = time_sync(auto, &unsynced(), None);
+        assert!(trusted.contains("no time service runs"), "{trusted}");
+        let synced = Reading {
+            kernel_synced: true,
+            ..unsynced()
+        };
+        assert_eq!(
+            time_sync(auto, &synced, None),
+            "the kernel reports the clock synchronised"
+        );
+        let wait = time_sync(settings(ClockPolicy::Wait), &unsynced(), None);
+        assert!(wait.contains("however long"), "{wait}");
+        let trust = time_sync(settings(ClockPolicy::Trust), &unsynced(), Some("ntpd"));
+        assert!(trust.contains("gateway.clock = \"trust\""), "{trust}");
+    }
+
+    #[test]
+    fn an_answer_without_the_item_sent_fails_the_check() {
+        let item = |mac: &str, result| BulkAnswerItem {
+            mac_id: mac.into(),
+            result,
+        };
+        let (v, said) = judge_answer(&[item("AA", Err("no".into()))], "BB", "a probe");
+        assert!(
+            v == Verdict::Fail && said.contains("no item for mac_id BB"),
+            "{said}"
+        );
+        let (v, said) = judge_answer(
+            &[item("BB", Err("device not found".into()))],
+            "BB",
+            "a probe",
+        );
+        assert!(
+            v == Verdict::Ok && said.contains("device not found"),
+            "{said}"
+        );
+    }
+
+    #[test]
+    fn a_doubled_path_is_named() {
+        assert_eq!(
+            doubled_path("/external/external/v1/devices/decode").as_deref(),
+            Some("/external")
+        );
+        assert_eq!(
+            doubled_path("/ppe/external/v1/external/v1/devices/decode").as_deref(),
+            Some("/external/v1")
+        );
+        assert_eq!(doubled_path("/ppe/external/v1/devices/decode"), None);
     }
 }

@@ -3,22 +3,27 @@
 mock tracking service, a simulated fleet of tapes (a few of them unknown to the
 service) and the real daemon on a temporary state directory, prints once a second what
 is happening, injects a short outage of the service and shows the catch-up after it.
+Then it does what a person at the dock does next: activates the tapes the service did
+not know (`device add`), re-queues their dead letters and shows them delivered, and
+reads one asset's latest location and history (`locate`, `history`).
 */
 
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::clock::age;
-use crate::clock::now_ms;
+use crate::api::{AddDevice, HistoryFilter, HistoryQuery};
+use crate::clock::{age, now_ms, rfc3339};
 use crate::config;
 use crate::mock::{self, MockConfig, Storm};
 use crate::outbox::Store;
 use crate::pipeline::{self, RunError, RunOptions};
+use crate::record::Mac;
 
-use super::CmdError;
+use super::{device, CmdError};
 
 /// What the demo runs.
 #[derive(Debug, Clone)]
@@ -28,6 +33,8 @@ pub struct DemoOptions {
     pub tapes: usize,
     /// Keep the state directory here instead of a temporary one.
     pub state_dir: Option<PathBuf>,
+    /// Serve /metrics, /healthz and the status page here.
+    pub http: Option<std::net::SocketAddr>,
 }
 
 /// Runs the demo until `stop` resolves or the duration ends.
@@ -47,8 +54,13 @@ pub async fn run(
         ),
     };
     let unregistered = (options.tapes / 60).clamp(1, 10);
-    let text = demo_config(&service, &state_dir, options.tapes, unregistered);
+    let mut text = demo_config(&service, &state_dir, options.tapes, unregistered);
+    if let Some(addr) = options.http {
+        text.push_str(&format!("\n[http]\nlisten = \"{addr}\"\n"));
+    }
     let config = config::from_toml(&text, Path::new("(demo)"), std::iter::empty())?;
+    let operator_config = config.clone();
+    let mut activated: Vec<Mac> = Vec::new();
 
     let _ = writeln!(
         out,
@@ -58,6 +70,12 @@ pub async fn run(
         service.base_url("ppe"),
         state_dir.display()
     );
+    if let Some(addr) = options.http {
+        let _ = writeln!(
+            out,
+            "status page: http://{addr}/ (also /metrics and /healthz)\n"
+        );
+    }
 
     let daemon_stop = tokio_util::sync::CancellationToken::new();
     let daemon = {
@@ -109,6 +127,11 @@ pub async fn run(
                 let _ = writeln!(out, "--- outage over: catching up ---");
                 service.set_storm(None);
                 outage = Phase::After;
+            }
+            // Once the catch-up has settled the unknown tapes' captures as dead letters.
+            Phase::After if elapsed >= outage_at + outage_len + ACTIVATE_AFTER => {
+                activated = at_the_dock(&operator_config, &state_dir, out).await?;
+                outage = Phase::Activated;
             }
             _ => {}
         }
@@ -178,6 +201,23 @@ pub async fn run(
                 );
             }
         }
+        if !activated.is_empty() {
+            let tapes = store.tapes(usize::MAX)?;
+            let _ = writeln!(out, "\nthe tapes activated at the dock, now delivered:");
+            for mac in &activated {
+                match tapes.iter().find(|t| t.mac == *mac) {
+                    Some(t) => writeln!(
+                        out,
+                        "  {:<16} {}  {:>6.2} °C  decoded {}",
+                        t.qr_code.as_deref().unwrap_or("-"),
+                        t.mac,
+                        t.temp.unwrap_or(f64::NAN),
+                        rfc3339(t.decoded_at)
+                    ),
+                    None => writeln!(out, "  {mac}  not decoded yet"),
+                }?;
+            }
+        }
         let dead = store.dead_letters(3)?;
         if let Some(d) = dead.first() {
             let _ = writeln!(
@@ -198,6 +238,128 @@ enum Phase {
     Before,
     During,
     After,
+    Activated,
+}
+
+/// How long after the outage the tapes are activated (the catch-up has run by then).
+const ACTIVATE_AFTER: Duration = Duration::from_secs(2);
+
+/// What a person at the dock does after the outage: `device add` for each tape the
+/// service refused as unknown, its dead letters re-queued; then `locate` and `history`
+/// of one asset. Returns the MACs activated.
+async fn at_the_dock(
+    config: &config::Config,
+    state_dir: &Path,
+    out: &mut (dyn Write + Send),
+) -> Result<Vec<Mac>, CmdError> {
+    let operator = device::operator(config)?;
+    // The tapes the daemon heard and the service refused as unknown, as `--nearest`
+    // sees them (the demo activates them all rather than the nearest).
+    let unknown: BTreeSet<Mac> = match Store::open_existing(state_dir)? {
+        Some(store) => store
+            .heard_since(0)?
+            .into_iter()
+            .filter(|h| h.known == Some(false))
+            .map(|h| h.mac)
+            .collect(),
+        None => BTreeSet::new(),
+    };
+    let _ = writeln!(
+        out,
+        "--- at the dock: activating the {} tape(s) the service did not know ---",
+        unknown.len()
+    );
+    let mut activated = Vec::new();
+    for mac in unknown {
+        let add = AddDevice {
+            qrcode: mock::fleet_qrcode(&mac),
+            tape_id: mac.plain(),
+            asset: Some(format!("DOCK-{}", mac.plain())),
+            ..AddDevice::default()
+        };
+        match operator.add_device(&add).await {
+            Ok(o) => {
+                let requeued = device::state(config)?.retry_dead_letters(Some(mac))?;
+                let _ = writeln!(
+                    out,
+                    "  tapegate device add --qr {} --tape-id {}: HTTP {} {}; {requeued} dead letter(s) re-queued",
+                    o.qrcode, o.tape_id, o.status, o.message
+                );
+                activated.push(mac);
+            }
+            Err(e) => {
+                let _ = writeln!(out, "  device add {}: {e}", add.qrcode);
+            }
+        }
+    }
+    let asset = mock::seed::SENSOR_ASSET;
+    let _ = writeln!(out, "--- tapegate locate {asset} --sensor ---");
+    match operator.locate(asset, true).await {
+        Ok(Some(event)) => {
+            for a in &event.assets {
+                let readings: Vec<String> = a
+                    .sensors
+                    .iter()
+                    .flatten()
+                    .map(|r| format!("{} {} {}", r.kind, r.data, r.units))
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "  {} at {} {}: {}, {} — {}",
+                    a.trk_asset_id.as_deref().unwrap_or(asset),
+                    a.timestamp,
+                    a.time_zone,
+                    a.location_detailed,
+                    a.location,
+                    readings.join(", ")
+                );
+            }
+        }
+        Ok(None) => {
+            let _ = writeln!(out, "  no current reading");
+        }
+        Err(e) => {
+            let _ = writeln!(out, "  locate: {e}");
+        }
+    }
+    let tape = mock::seed::SENSOR_TAPE;
+    let now = jiff::Timestamp::now();
+    let query = HistoryQuery {
+        filter: HistoryFilter::Tape(tape.to_string()),
+        event_type: Some("environment".into()),
+        from: Some(now - jiff::SignedDuration::from_hours(24)),
+        to: None,
+    };
+    let _ = writeln!(out, "--- tapegate history --qr {tape} (the last day) ---");
+    match operator.history(&query, now).await {
+        Ok((events, requests)) => {
+            let temps: Vec<f64> = events
+                .iter()
+                .filter_map(|e| e.sensors.iter().find(|s| s.kind == "ambient_temp"))
+                .map(|s| s.data)
+                .collect();
+            let range = temps
+                .iter()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), t| {
+                    (lo.min(*t), hi.max(*t))
+                });
+            let _ = writeln!(
+                out,
+                "  {} event(s) in {requests} request(s); ambient {:.1}..{:.1} °C; latest {}",
+                events.len(),
+                range.0,
+                range.1,
+                events
+                    .last()
+                    .map(|e| format!("{} at {}", e.timestamp, e.location_detailed))
+                    .unwrap_or_else(|| "-".into())
+            );
+        }
+        Err(e) => {
+            let _ = writeln!(out, "  history: {e}");
+        }
+    }
+    Ok(activated)
 }
 
 /// The demo's config, through the same validation as a user's file.
@@ -207,28 +369,15 @@ fn demo_config(
     tapes: usize,
     unregistered: usize,
 ) -> String {
-    let env = mock::MockEnvironment::demo();
+    // The demo mock always serves "ppe"; were it not so, the demo would only collect.
+    let service_toml = service.service_toml("ppe", 5).unwrap_or_default();
     format!(
         r#"
 [gateway]
 id = "demo"
 state_dir = "{state}"
 shutdown_grace_secs = 5
-
-[service]
-environment = "ppe"
-request_timeout_secs = 5
-
-[service.environments.ppe]
-base_url = "{base}"
-auth_url = "{auth}"
-client_id = "{client}"
-audience = "{audience}"
-username = "{user}"
-password = "{password}"
-customer_id = "{customer}"
-authorized_groups = "{groups}"
-
+{service_toml}
 [scanner]
 source = "sim"
 sim_tapes = {tapes}
@@ -250,13 +399,5 @@ backoff_max_secs = 4
 level = "warn"
 "#,
         state = state_dir.display(),
-        base = service.base_url("ppe"),
-        auth = service.auth_url("ppe"),
-        client = env.client_id,
-        audience = env.audience,
-        user = env.username,
-        password = env.password.expose(),
-        customer = env.customer_id,
-        groups = env.authorized_groups,
     )
 }

@@ -1,11 +1,17 @@
 //! The commands a person runs beside the daemon, apart from the pipeline stages:
 //! reading and changing the state database (`status`, `tapes`, `dead-letters`),
-//! `decode`, `check`, `scan` and `demo`. Each prints for a person or, where asked, as JSON.
+//! `decode`, `check`, `scan` and `demo`; and the operator's calls to the service
+//! (`device`, `locate`, `history`, `message`). Each prints for a person or, where asked,
+//! as JSON.
 
 pub mod check;
 pub mod decode;
 #[cfg(feature = "mock")]
 pub mod demo;
+pub mod device;
+pub mod history;
+pub mod locate;
+pub mod message;
 pub mod scan;
 pub mod state;
 
@@ -33,6 +39,12 @@ pub enum CmdError {
     Mock(#[source] std::io::Error),
     #[error("cannot write the output: {0}")]
     Output(#[from] std::io::Error),
+    /// The command line or its input cannot be used as given (exit 2).
+    #[error("{0}")]
+    Usage(String),
+    /// The command ran and said what failed (exit 1).
+    #[error("{0}")]
+    Failed(String),
 }
 
 impl CmdError {

@@ -40,6 +40,15 @@ pub struct StatusJson {
     /// Why the scanner's ladder last started.
     pub scanner_last_trouble: Option<String>,
     pub scanner_last_trouble_at: Option<String>,
+    /// The clock as the daemon judged it, e.g. "unsynchronised, no time service: trusted".
+    pub clock: Option<String>,
+    /// Pending captures held from delivery until the clock is trusted.
+    pub held: u64,
+    /// Captures re-timed from boot time when the clock synced.
+    pub clock_repaired: u64,
+    /// Captures sent with their best estimate (an earlier boot that never synced, or
+    /// the maximum hold passed).
+    pub clock_estimated: u64,
 }
 
 impl StatusJson {
@@ -69,6 +78,10 @@ impl StatusJson {
             scanner: s.scanner,
             scanner_last_trouble: s.scanner_last_trouble,
             scanner_last_trouble_at: s.scanner_last_trouble_at.map(rfc3339),
+            clock: s.clock.state,
+            held: s.clock.held,
+            clock_repaired: s.clock.repaired,
+            clock_estimated: s.clock.estimated,
         }
     }
 }
@@ -121,6 +134,16 @@ pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), Cm
         ),
     ));
     lines.push(("evicted", s.evicted.to_string()));
+    lines.push((
+        "clock",
+        format!(
+            "{}; {} held, {} repaired, {} estimated",
+            s.clock.as_deref().unwrap_or("not judged yet"),
+            s.held,
+            s.clock_repaired,
+            s.clock_estimated
+        ),
+    ));
     lines.push(("tapes seen", s.tapes.to_string()));
     if let (Some(n), Some(limit)) = (s.in_flight, s.concurrency_limit) {
         lines.push(("in flight", format!("{n} batches (limit now {limit})")));

@@ -17,11 +17,17 @@ pub const DEFAULTS: Defaults = Defaults {
     gateway: Gateway {
         state_dir: "/var/lib/tapegate",
         shutdown_grace_secs: 10,
+        clock: "auto",
+        clock_max_hold_secs: 3600,
     },
     service: Service {
         environment: "ppe",
         mac_format: "plain",
         request_timeout_secs: 30,
+        rate_window_secs: 60,
+    },
+    environment: Environment {
+        default_tape_type: "Green",
     },
     products: Product {
         packet: "manufacturer_data",
@@ -64,6 +70,8 @@ pub const DEFAULTS: Defaults = Defaults {
         retention_hours: 168,
     },
     log: Log { level: "info" },
+    // No listener unless one is asked for: a gateway opens no port by surprise.
+    http: Http { listen: None },
 };
 
 // The shapes of the table: one struct per section, a field per key with the type of
@@ -74,6 +82,8 @@ pub const DEFAULTS: Defaults = Defaults {
 pub struct Defaults {
     pub gateway: Gateway,
     pub service: Service,
+    /// Of each `[service.environments.<name>]` table.
+    pub environment: Environment,
     /// Of each `[[products]]` entry.
     pub products: Product,
     pub scanner: Scanner,
@@ -82,6 +92,7 @@ pub struct Defaults {
     pub flush: Flush,
     pub readings: Readings,
     pub log: Log,
+    pub http: Http,
 }
 
 /// `[gateway]`
@@ -89,6 +100,8 @@ pub struct Defaults {
 pub struct Gateway {
     pub state_dir: &'static str,
     pub shutdown_grace_secs: u64,
+    pub clock: &'static str,
+    pub clock_max_hold_secs: u64,
 }
 
 /// `[service]`
@@ -97,6 +110,14 @@ pub struct Service {
     pub environment: &'static str,
     pub mac_format: &'static str,
     pub request_timeout_secs: u64,
+    /// The service's shared rate window (spec 8).
+    pub rate_window_secs: u64,
+}
+
+/// Of each `[service.environments.<name>]`.
+#[cfg_attr(test, derive(serde::Serialize))]
+pub struct Environment {
+    pub default_tape_type: &'static str,
 }
 
 /// `[[products]]`
@@ -162,6 +183,13 @@ pub struct Log {
     pub level: &'static str,
 }
 
+/// `[http]`
+#[cfg_attr(test, derive(serde::Serialize))]
+pub struct Http {
+    /// `None`: no listener (the key is absent from the file).
+    pub listen: Option<&'static str>,
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
@@ -224,14 +252,24 @@ mod tests {
         assert_eq!(c.flush.max_delay, Duration::from_secs(5));
     }
 
+    /// As installed: the password is the file `password` beside the config (the unit's
+    /// credential of that name under systemd), and is not needed to validate.
     #[test]
-    fn the_shipped_example_is_valid() {
-        let text = EXAMPLE.replace(
-            "password_file = \"/run/credentials/tapegate.service/password\"",
-            "password = \"x\"",
+    fn the_shipped_example_is_valid_and_finds_the_password_beside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, EXAMPLE).unwrap();
+        let local = crate::config::load_with(&path, [], crate::config::Password::Skip);
+        assert!(local.unwrap().service.is_none());
+        let e = crate::config::load(&path, []).unwrap_err().to_string();
+        assert!(
+            e.contains(&dir.path().join("password").display().to_string()),
+            "{e}"
         );
-        let c = parse(&text, &[]).unwrap();
+        std::fs::write(dir.path().join("password"), "pw\n").unwrap();
+        let c = crate::config::load(&path, []).unwrap();
         let s = c.service.unwrap();
+        assert_eq!(s.endpoint.password.expose(), "pw");
         assert_eq!(s.environment, "ppe");
         assert_eq!(s.mac_format, MacFormat::Plain);
         assert_eq!(c.products.0[0].id, "tape");
@@ -245,6 +283,10 @@ mod tests {
             let shown = match example.get(&section) {
                 // [[products]]: the example's product shows the defaults of an entry.
                 Some(toml::Value::Array(entries)) => entries.first(),
+                // An environment's defaults are shown in the example's first one.
+                None if section == "environment" => example["service"]["environments"]
+                    .as_table()
+                    .and_then(|t| t.values().next()),
                 other => other,
             };
             for (key, default) in keys.as_table().into_iter().flatten() {
@@ -284,9 +326,15 @@ mod tests {
         tape.insert("id".into(), "tape".into());
         tape.insert("manufacturer_id".into(), 0x0EF7.into());
         file.insert("products".into(), vec![toml::Value::Table(tape)].into());
-        // [service] needs its environment, which has no defaults.
+        // [service] needs its environment, which has no defaults but these.
         let service: toml::Table = SERVICE.parse().unwrap();
-        let environments = service["service"]["environments"].clone();
+        let mut environments = service["service"]["environments"].clone();
+        let Some(toml::Value::Table(env_defaults)) = file.remove("environment") else {
+            panic!("no environment in the table");
+        };
+        if let Some(toml::Value::Table(ppe)) = environments.get_mut("ppe") {
+            ppe.extend(env_defaults);
+        }
         if let Some(toml::Value::Table(s)) = file.get_mut("service") {
             s.insert("environments".into(), environments);
         }

@@ -49,7 +49,12 @@ pub fn apply(
 fn set_path(table: &mut toml::Table, segments: &[String], raw: &str) -> Result<(), String> {
     let (first, rest) = segments.split_first().ok_or("empty key")?;
     if rest.is_empty() {
-        let value = env_value(table.get(first), raw);
+        // A secret is taken exactly as given: a password `1e3` is not the number 1000.
+        let value = if crate::secret::is_secret_key(first) {
+            toml::Value::String(raw.to_string())
+        } else {
+            env_value(table.get(first), raw)
+        };
         table.insert(first.clone(), value);
         return Ok(());
     }
@@ -126,6 +131,19 @@ mod tests {
         assert_eq!(c.gateway.id, "dock-9");
         assert_eq!(c.service.unwrap().endpoint.customer_id, "12345");
         assert_eq!(c.outbox.durability, Durability::Normal);
+    }
+
+    #[test]
+    fn a_password_override_is_the_exact_string_never_a_toml_scalar() {
+        let text = SERVICE.replace("password = \"s3cr3t-value\"\n", "");
+        for pw in ["1e3", "true", "0x10", "\"quoted\"", "007"] {
+            let c = parse(
+                &text,
+                &[("TAPEGATE_SERVICE__ENVIRONMENTS__PPE__PASSWORD", pw)],
+            )
+            .unwrap();
+            assert_eq!(c.service.unwrap().endpoint.password.expose(), pw);
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@ pub struct Host {
     /// The default `gateway.id`.
     pub hostname: String,
     /// `$CREDENTIALS_DIRECTORY`: where systemd's `LoadCredential=` puts credentials, and
-    /// where a relative `password_file` is looked up.
+    /// where a relative `password_file` is looked up when it is set.
     pub credentials_dir: Option<PathBuf>,
 }
 
@@ -34,12 +34,20 @@ impl Host {
         }
     }
 
-    /// Where `password_file` is: a relative path is looked up in the credentials
-    /// directory when there is one.
-    pub fn credential_path(&self, file: &Path) -> PathBuf {
+    /// Where `password_file` is for the config at `config_path`: a relative path names
+    /// a credential of the unit (in the credentials directory) when there is one, and
+    /// otherwise a file beside the config. So `password_file = "password"` is the
+    /// credential under the unit (`LoadCredential=password:/etc/tapegate/password`) and
+    /// that same root-only file for `sudo tapegate check` outside it.
+    pub fn password_path(&self, file: &Path, config_path: &Path) -> PathBuf {
+        if file.is_absolute() {
+            return file.to_path_buf();
+        }
         match &self.credentials_dir {
-            Some(dir) if file.is_relative() => dir.join(file),
-            _ => file.to_path_buf(),
+            Some(dir) => dir.join(file),
+            None => config_path
+                .parent()
+                .map_or_else(|| file.to_path_buf(), |dir| dir.join(file)),
         }
     }
 }
@@ -57,6 +65,48 @@ impl PasswordFile {
         let contents = std::fs::read_to_string(&path).map(Secret::new);
         PasswordFile { path, contents }
     }
+}
+
+/// The CA file as it was read: where, and its bytes (or why it could not be read).
+#[derive(Debug)]
+pub struct CaFileRead {
+    pub path: PathBuf,
+    pub contents: std::io::Result<Vec<u8>>,
+}
+
+impl CaFileRead {
+    pub fn read(path: &Path) -> CaFileRead {
+        CaFileRead {
+            path: path.to_path_buf(),
+            contents: std::fs::read(path),
+        }
+    }
+}
+
+/// A warning when the config file at `path` holds a password inline (any
+/// `[service.environments.*]` with `password`) and every user of the machine may read
+/// it; `None` otherwise, or when the file cannot be read.
+pub fn world_readable_password(path: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path).ok()?.permissions().mode();
+    if mode & 0o004 == 0 {
+        return None;
+    }
+    let table: toml::Table = std::fs::read_to_string(path).ok()?.parse().ok()?;
+    let envs = table.get("service")?.get("environments")?.as_table()?;
+    let inline: Vec<&String> = envs
+        .iter()
+        .filter(|(_, e)| e.get("password").is_some())
+        .map(|(name, _)| name)
+        .collect();
+    (!inline.is_empty()).then(|| {
+        format!(
+            "{} is readable by every user (mode {:o}) and holds a password inline (environment {}): use password_file, or chmod o-r it",
+            path.display(),
+            mode & 0o777,
+            inline.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        )
+    })
 }
 
 #[cfg(test)]
@@ -103,7 +153,47 @@ mod tests {
         );
         // An absolute path is taken as written.
         let absolute = Path::new("/etc/tapegate/password");
-        assert_eq!(host.credential_path(absolute), absolute);
+        let config = Path::new("/etc/tapegate/config.toml");
+        assert_eq!(host.password_path(absolute, config), absolute);
+    }
+
+    #[test]
+    fn outside_the_unit_a_relative_password_file_is_beside_the_config() {
+        let host = Host {
+            hostname: "test-host".into(),
+            credentials_dir: None,
+        };
+        let config = Path::new("/etc/tapegate/config.toml");
+        assert_eq!(
+            host.password_path(Path::new("password"), config),
+            Path::new("/etc/tapegate/password")
+        );
+        assert_eq!(
+            host.password_path(Path::new("password"), Path::new("config.toml")),
+            Path::new("password")
+        );
+    }
+
+    #[test]
+    fn an_inline_password_in_a_world_readable_file_is_warned_about() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.toml");
+        std::fs::write(&file, SERVICE).unwrap();
+        let chmod = |mode| std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode));
+        chmod(0o644).unwrap();
+        let warning = world_readable_password(&file).expect("a warning");
+        assert!(
+            warning.contains("ppe") && warning.contains("644"),
+            "{warning}"
+        );
+        assert!(!warning.contains("s3cr3t-value"), "{warning}");
+        chmod(0o640).unwrap();
+        assert_eq!(world_readable_password(&file), None);
+        let by_file = SERVICE.replace("password = \"s3cr3t-value\"", "password_file = \"pw\"");
+        std::fs::write(&file, by_file).unwrap();
+        chmod(0o644).unwrap();
+        assert_eq!(world_readable_password(&file), None);
     }
 
     #[test]

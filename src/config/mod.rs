@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use url::Url;
 
+use crate::clock::ClockSettings;
 use crate::dedup::DedupSettings;
 use crate::outbox::Durability;
 use crate::products::Products;
@@ -39,14 +40,16 @@ mod test_support;
 mod validate;
 
 pub use defaults::DEFAULTS;
-use host::{Host, PasswordFile};
+pub use host::world_readable_password;
+use host::{CaFileRead, Host, PasswordFile};
 use raw::RawConfig;
 
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub gateway: GatewaySettings,
-    /// `None`: no `[service]` section; captures accumulate in the outbox.
+    /// `None`: no `[service]` section (captures accumulate in the outbox), or loaded
+    /// with [`Password::Skip`].
     pub service: Option<ServiceSettings>,
     pub products: Products,
     pub scanner: ScannerSettings,
@@ -55,6 +58,10 @@ pub struct Config {
     pub flush: FlushSettings,
     pub readings: ReadingsSettings,
     pub log: LogSettings,
+    pub http: HttpSettings,
+    /// The operator commands' settings (`device`, `locate`, `history`); `None` without
+    /// a `[service]` section.
+    pub operator: Option<OperatorSettings>,
 }
 
 #[derive(Debug, Clone)]
@@ -62,6 +69,8 @@ pub struct GatewaySettings {
     pub id: String,
     pub state_dir: PathBuf,
     pub shutdown_grace: Duration,
+    /// When captures are held for an untrusted clock.
+    pub clock: ClockSettings,
 }
 
 /// `mac_id` on the wire.
@@ -89,8 +98,26 @@ pub struct ServiceSettings {
     pub environment: String,
     pub mac_format: MacFormat,
     pub request_timeout: Duration,
+    /// `[service] ca_file`: CA certificates trusted besides the system's.
+    pub ca_file: Option<CaFile>,
     /// The selected environment's settings.
     pub endpoint: EnvironmentSettings,
+}
+
+/// A PEM file of CA certificates, as read and checked when the config was loaded.
+#[derive(Clone)]
+pub struct CaFile {
+    pub path: PathBuf,
+    /// The PEM text (one or more certificates).
+    pub pem: Vec<u8>,
+}
+
+impl fmt::Debug for CaFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CaFile")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Everything onboarding hands out for one environment.
@@ -106,11 +133,35 @@ pub struct EnvironmentSettings {
     pub authorized_groups: String,
 }
 
+/// What the operator commands need beyond the decode client: the history address and
+/// the defaults of `device add` and `device label`, from the selected environment, and
+/// the length of the service's rate window.
+#[derive(Debug, Clone)]
+pub struct OperatorSettings {
+    /// `None`: not configured; `tapegate history` says which key to set.
+    pub historical_base_url: Option<Url>,
+    pub history_operation_id: Option<String>,
+    pub default_app_id: Option<String>,
+    pub default_tape_type: String,
+    pub rate_window: Duration,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SourceKind {
     Ble,
     Replay,
     Sim,
+}
+
+impl SourceKind {
+    /// As `scanner.source` names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SourceKind::Ble => "ble",
+            SourceKind::Replay => "replay",
+            SourceKind::Sim => "sim",
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -161,6 +212,12 @@ pub struct ReadingsSettings {
 pub struct LogSettings {
     /// A tracing filter (`info`, `tapegate=debug`); `RUST_LOG` wins when set.
     pub level: String,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct HttpSettings {
+    /// Where /metrics, /healthz and the status page are served; `None`: nowhere.
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 /// The default config path (`--config` and `TAPEGATE_CONFIG` override it).
@@ -216,25 +273,50 @@ impl fmt::Display for Problems<'_> {
     }
 }
 
-/// Reads `path`, applies `TAPEGATE_<SECTION>__<KEY>` overrides from `env`, and validates.
+/// Whether loading reads the service password.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Password {
+    /// Read it: the caller talks to the service (`run`, `check`, the operator commands).
+    #[default]
+    Read,
+    /// Leave it unread, and the `[service]` settings out of the result (`service` is
+    /// `None`), every other key validated as usual: for what does not talk to the
+    /// service (`status`, `tapes`, `dead-letters`, `scan`, `check --config-only`, a
+    /// reload), so that it works where the password cannot be read (outside the unit,
+    /// as another user, in `ExecReload=`).
+    Skip,
+}
+
+/// Reads `path`, applies `TAPEGATE_<SECTION>__<KEY>` overrides from `env`, and validates,
+/// reading the password.
 pub fn load(
     path: &Path,
     env: impl IntoIterator<Item = (String, String)>,
+) -> Result<Config, ConfigError> {
+    load_with(path, env, Password::Read)
+}
+
+/// [`load`] with the password read or not.
+pub fn load_with(
+    path: &Path,
+    env: impl IntoIterator<Item = (String, String)>,
+    password: Password,
 ) -> Result<Config, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_path_buf(),
         source,
     })?;
-    from_toml(&text, path, env)
+    from_toml_on(&text, path, env, &Host::from_system(), password)
 }
 
-/// Like [`load`], from the text of a config file (`path` names it in errors).
+/// Like [`load`], from the text of a config file (`path` names it in errors, and a
+/// relative `password_file` is looked up beside it).
 pub fn from_toml(
     text: &str,
     path: &Path,
     env: impl IntoIterator<Item = (String, String)>,
 ) -> Result<Config, ConfigError> {
-    from_toml_on(text, path, env, &Host::from_system())
+    from_toml_on(text, path, env, &Host::from_system(), Password::Read)
 }
 
 /// [`from_toml`] on a given host: everything but reading the host itself. The password
@@ -245,20 +327,28 @@ fn from_toml_on(
     path: &Path,
     env: impl IntoIterator<Item = (String, String)>,
     host: &Host,
+    password: Password,
 ) -> Result<Config, ConfigError> {
     let mut table: toml::Table =
         text.parse()
             .map_err(|e: toml::de::Error| ConfigError::Syntax {
                 path: path.to_path_buf(),
-                message: e.to_string(),
+                message: syntax_message(text, &e),
             })?;
     let mut problems = Vec::new();
     env::apply(&mut table, env, &mut problems);
     let raw = RawConfig::from_table(table, &mut problems);
     let password_file = raw
         .password_file()
-        .map(|file| PasswordFile::read(host.credential_path(file)));
-    let config = validate::validate(raw, host, password_file.as_ref(), &mut problems);
+        .filter(|_| password == Password::Read)
+        .map(|file| PasswordFile::read(host.password_path(file, path)));
+    let ca_file = raw.ca_file().map(CaFileRead::read);
+    let files = validate::Files {
+        password_file: password_file.as_ref(),
+        ca_file: ca_file.as_ref(),
+        password,
+    };
+    let config = validate::validate(raw, host, files, &mut problems);
     match config {
         Some(c) if problems.is_empty() => Ok(c),
         _ => Err(ConfigError::Invalid {
@@ -268,9 +358,90 @@ fn from_toml_on(
     }
 }
 
+/// Where a TOML syntax error is and what is wrong, without the text of the line: the
+/// parser's own message quotes the line, and that line may hold the password. The key
+/// of the line is named when there is one; the parser's words are left out too when
+/// that key holds a secret (they can quote a character of the value).
+fn syntax_message(text: &str, e: &toml::de::Error) -> String {
+    let Some(at) = e.span().map(|s| s.start.min(text.len())) else {
+        return "a syntax error (position unknown)".into();
+    };
+    let before = text.get(..at).unwrap_or("");
+    let line_no = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before[line_start..].chars().count() + 1;
+    let line = text[line_start..].lines().next().unwrap_or("");
+    let key = line
+        .split_once('=')
+        .map(|(k, _)| k.trim().trim_matches('"').trim())
+        .filter(|k| {
+            !k.is_empty()
+                && k.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+        });
+    let what = e.message().lines().next().unwrap_or("").trim();
+    match key {
+        Some(k) if crate::secret::is_secret_key(k) => {
+            format!("line {line_no}, column {column}, in the value of `{k}` (not shown: it is a secret)")
+        }
+        Some(k) => format!("line {line_no}, column {column}, key `{k}`: {what}"),
+        None => format!("line {line_no}, column {column}: {what}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::test_support::{problems, SERVICE};
+    use super::test_support::{problems, test_host, SERVICE};
+    use super::*;
+
+    /// `status`, `tapes`, `dead-letters`, `scan`, `check --config-only` and a reload work
+    /// where the password cannot be read (the unit stopped, `ExecReload=`), and still
+    /// refuse a config that is wrong elsewhere, in `[service]` too.
+    #[test]
+    fn what_does_not_talk_to_the_service_never_reads_the_password() {
+        let text = SERVICE.replace(
+            "password = \"s3cr3t-value\"",
+            "password_file = \"/nonexistent/pw\"",
+        );
+        let path = Path::new("test.toml");
+        let local = |text: &str| from_toml_on(text, path, [], &test_host(), Password::Skip);
+        let c = local(&text).unwrap();
+        assert!(c.service.is_none());
+        let read = from_toml_on(&text, path, [], &test_host(), Password::Read).unwrap_err();
+        assert!(
+            read.to_string().contains("password_file = /nonexistent/pw"),
+            "{read}"
+        );
+
+        let bad_url = text.replace("https://api.example.com/", "not a url");
+        let e = local(&bad_url).unwrap_err();
+        assert!(e.to_string().contains("base_url = \"not a url\""), "{e}");
+        let both = text.replace(
+            "[service.environments.ppe]",
+            "[service.environments.ppe]\npassword = \"x\"",
+        );
+        let e = local(&both).unwrap_err();
+        assert!(e.to_string().contains("not both"), "{e}");
+    }
+
+    #[test]
+    fn a_syntax_error_on_the_password_line_names_the_place_but_never_the_value() {
+        let text = SERVICE.replace("password = \"s3cr3t-value\"", "password = \"s3cr3t-value");
+        let err = super::test_support::parse(&text, &[]).unwrap_err();
+        let shown = format!("{err} {err:?}");
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+        assert!(
+            shown.contains("line 10") && shown.contains("`password`"),
+            "{shown}"
+        );
+        // Elsewhere the parser's words help and are kept.
+        let err = super::test_support::parse("[flush]\nmax_batch = = 3\n", &[]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("line 2, column 13, key `max_batch`: "),
+            "{err}"
+        );
+    }
 
     #[test]
     fn every_problem_is_reported_at_once_naming_key_value_and_expectation() {

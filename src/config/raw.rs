@@ -81,6 +81,7 @@ pub struct RawConfig {
     pub flush: RawFlush,
     pub readings: RawReadings,
     pub log: RawLog,
+    pub http: RawHttp,
 }
 
 /// `[gateway]`
@@ -94,6 +95,11 @@ pub struct RawGateway {
     pub state_dir: Option<PathBuf>,
     /// How long a shutdown may take to finish the batch in flight.
     pub shutdown_grace_secs: Option<u64>,
+    /// When captures are held for an untrusted clock: `auto` | `wait` | `trust`.
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub clock: Option<String>,
+    /// Under `clock = "auto"`, the longest captures are held waiting for a sync.
+    pub clock_max_hold_secs: Option<u64>,
 }
 
 /// `[service]`
@@ -108,6 +114,12 @@ pub struct RawService {
     pub mac_format: Option<String>,
     /// Timeout of one request to the service.
     pub request_timeout_secs: Option<u64>,
+    /// A PEM file of CA certificates trusted besides the system's (a private CA, or a
+    /// TLS-inspecting proxy's).
+    pub ca_file: Option<PathBuf>,
+    /// Length of the service's shared rate window of the label, status and config
+    /// calls (spec 8: 60 s); change it only if the operator says so.
+    pub rate_window_secs: Option<u64>,
     /// What onboarding hands out, per environment.
     pub environments: Option<BTreeMap<String, RawEnvironment>>,
 }
@@ -143,6 +155,18 @@ pub struct RawEnvironment {
     /// The authorized groups from onboarding.
     #[serde(default, deserialize_with = "lenient::string")]
     pub authorized_groups: Option<String>,
+    /// The address history (spec 4.2) is served from.
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub historical_base_url: Option<String>,
+    /// The fixed UUID that ends the history path (spec 4.2).
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub history_operation_id: Option<String>,
+    /// `appId` of `device add` and `application_id` of labels when none is given.
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub default_app_id: Option<String>,
+    /// `tt` of `device add` when `--tape-type` is not given.
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub default_tape_type: Option<String>,
 }
 
 /// `[[products]]`
@@ -273,8 +297,19 @@ pub struct RawLog {
     pub level: Option<String>,
 }
 
+/// `[http]`
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RawHttp {
+    /// Address and port of the read-only HTTP server (/metrics, /healthz, the status
+    /// page); absent: no listener.
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub listen: Option<String>,
+}
+
 const SECTIONS: &[&str] = &[
     "gateway", "service", "products", "scanner", "dedup", "outbox", "flush", "readings", "log",
+    "http",
 ];
 
 impl RawConfig {
@@ -322,6 +357,7 @@ impl RawConfig {
         raw.flush = section(take("flush"), "flush", problems).unwrap_or_default();
         raw.readings = section(take("readings"), "readings", problems).unwrap_or_default();
         raw.log = section(take("log"), "log", problems).unwrap_or_default();
+        raw.http = section(take("http"), "http", problems).unwrap_or_default();
         raw
     }
 
@@ -335,6 +371,13 @@ impl RawConfig {
             (None, Some(file)) => Some(file),
             _ => None,
         }
+    }
+}
+
+impl RawConfig {
+    /// `[service] ca_file`, if set.
+    pub fn ca_file(&self) -> Option<&Path> {
+        self.service.as_ref()?.ca_file.as_deref()
     }
 }
 

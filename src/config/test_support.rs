@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::host::Host;
-use super::{from_toml_on, Config, ConfigError, Problem};
+use super::{from_toml_on, Config, ConfigError, Password, Problem};
 
 /// A `[service]` section with every onboarding value, the password inline.
 pub const SERVICE: &str = r#"
@@ -40,6 +40,7 @@ pub fn parse_on(text: &str, env: &[(&str, &str)], host: &Host) -> Result<Config,
         Path::new("test.toml"),
         env.iter().map(|(k, v)| (k.to_string(), v.to_string())),
         host,
+        Password::Read,
     )
 }
 

@@ -12,13 +12,14 @@ use std::time::Duration;
 
 use url::Url;
 
-use super::host::{Host, PasswordFile};
+use super::host::{CaFileRead, Host, PasswordFile};
 use super::raw::{RawConfig, RawProduct, RawService};
 use super::{
-    Config, EnvironmentSettings, FlushSettings, GatewaySettings, LogSettings, MacFormat,
-    OutboxSettings, Problem, ReadingsSettings, ScannerSettings, ServiceSettings, SourceKind,
-    DEFAULTS,
+    CaFile, Config, EnvironmentSettings, FlushSettings, GatewaySettings, HttpSettings, LogSettings,
+    MacFormat, OperatorSettings, OutboxSettings, Password, Problem, ReadingsSettings,
+    ScannerSettings, ServiceSettings, SourceKind, DEFAULTS,
 };
+use crate::clock::{ClockPolicy, ClockSettings};
 use crate::dedup::DedupSettings;
 use crate::outbox::Durability;
 use crate::products::{expand_uuid, PacketEncoding, PacketSource, Product, Products};
@@ -125,6 +126,18 @@ impl Check<'_> {
     fn url(&mut self, key: &str, v: Option<String>) -> Option<Url> {
         let s = self.text(key, v, "an http(s) URL")?;
         match Url::parse(&s) {
+            // Credentials in a URL end up in logs, `check` and proxies' records; the value
+            // shown has them taken out.
+            Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
+                let _ = u.set_username("");
+                let _ = u.set_password(None);
+                self.bad(
+                    key,
+                    format!("{:?} (its user name and password not shown)", u.as_str()),
+                    "a URL without credentials in it: they go in username and password",
+                );
+                None
+            }
             Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Some(u),
             _ => {
                 self.bad(
@@ -138,13 +151,24 @@ impl Check<'_> {
     }
 }
 
+/// The files a config points to, as the caller read them.
+#[derive(Default, Clone, Copy)]
+pub struct Files<'a> {
+    /// The file [`RawConfig::password_file`] names.
+    pub password_file: Option<&'a PasswordFile>,
+    /// The file [`RawConfig::ca_file`] names.
+    pub ca_file: Option<&'a CaFileRead>,
+    /// Whether the password is wanted: with [`Password::Skip`] the `[service]` settings,
+    /// validated but for the password, are left out of the result.
+    pub password: Password,
+}
+
 /// Turns `raw` into a [`Config`], adding a problem for each thing wrong; `None` when
-/// something is too wrong to build one (the problems say what). `password_file` is the
-/// file [`RawConfig::password_file`] names, as the caller read it.
+/// something is too wrong to build one (the problems say what).
 pub fn validate(
     raw: RawConfig,
     host: &Host,
-    password_file: Option<&PasswordFile>,
+    files: Files<'_>,
     problems: &mut Vec<Problem>,
 ) -> Option<Config> {
     let mut c = Check { problems };
@@ -183,11 +207,28 @@ pub fn validate(
             1,
             600,
         )),
+        clock: ClockSettings {
+            policy: c.choice(
+                "gateway.clock",
+                raw.gateway.clock.as_deref(),
+                DEFAULTS.gateway.clock,
+                &[
+                    ("auto", ClockPolicy::Auto),
+                    ("wait", ClockPolicy::Wait),
+                    ("trust", ClockPolicy::Trust),
+                ],
+            ),
+            max_hold: Duration::from_secs(c.int(
+                "gateway.clock_max_hold_secs",
+                raw.gateway.clock_max_hold_secs,
+                DEFAULTS.gateway.clock_max_hold_secs,
+                1,
+                604_800,
+            )),
+        },
     };
 
-    let service = raw
-        .service
-        .map(|s| validate_service(s, host, password_file, &mut c));
+    let service = raw.service.map(|s| validate_service(s, files, &mut c));
 
     let products = match raw.products {
         None => Products(vec![Product::tape()]),
@@ -436,10 +477,28 @@ pub fn validate(
         );
     }
 
-    let service = match service {
-        Some(Some(s)) => Some(s),
-        Some(None) => return None,
-        None => None,
+    let http = HttpSettings {
+        listen: raw
+            .http
+            .listen
+            .or(DEFAULTS.http.listen.map(String::from))
+            .and_then(|text| match text.trim().parse() {
+                Ok(addr) => Some(addr),
+                Err(_) => {
+                    c.bad(
+                        "http.listen",
+                        format!("{text:?}"),
+                        "an IP address and port such as \"0.0.0.0:9464\", \"127.0.0.1:9464\" or \"[::]:9464\"",
+                    );
+                    None
+                }
+            }),
+    };
+
+    let (service, operator) = match service {
+        Some(Ok(Some((s, o)))) => (Some(s), Some(o)),
+        Some(Ok(None)) | None => (None, None),
+        Some(Err(Invalid)) => return None,
     };
     Some(Config {
         gateway,
@@ -451,16 +510,31 @@ pub fn validate(
         flush,
         readings,
         log: LogSettings { level },
+        http,
+        operator,
     })
 }
 
+/// A section found invalid; the problems say why.
+struct Invalid;
+
+/// The `[service]` settings and the operator's; `Ok(None)` when they are valid but left
+/// out because the password was not to be read.
 fn validate_service(
     s: RawService,
-    host: &Host,
-    password_file: Option<&PasswordFile>,
+    files: Files<'_>,
     c: &mut Check,
-) -> Option<ServiceSettings> {
+) -> Result<Option<(ServiceSettings, OperatorSettings)>, Invalid> {
+    let password_file = files.password_file;
+    let ca_file = files.ca_file.and_then(|read| ca_file(read, c));
     let environment = s.environment().to_string();
+    let rate_window = Duration::from_secs(c.int(
+        "service.rate_window_secs",
+        s.rate_window_secs,
+        DEFAULTS.service.rate_window_secs,
+        1,
+        3600,
+    ));
     let mac_format = c.choice(
         "service.mac_format",
         s.mac_format.as_deref(),
@@ -486,7 +560,7 @@ fn validate_service(
                 format!("the name of a [service.environments.<name>] table: {known:?}")
             },
         );
-        return None;
+        return Err(Invalid);
     };
     let k = |f: &str| format!("service.environments.{environment}.{f}");
     let base_url = c.url(&k("base_url"), e.base_url);
@@ -508,6 +582,42 @@ fn validate_service(
         e.authorized_groups,
         "the authorized groups from onboarding",
     );
+    let historical_base_url = match e.historical_base_url {
+        None => None,
+        some => c.url(&k("historical_base_url"), some),
+    };
+    let operator_text = |c: &mut Check, key: &str, v: Option<String>, what: &str| match v {
+        None => None,
+        some => c.text(&k(key), some, what),
+    };
+    let history_operation_id = operator_text(
+        c,
+        "history_operation_id",
+        e.history_operation_id,
+        "the fixed UUID that ends the history path",
+    );
+    if let Some(id) = history_operation_id.as_deref() {
+        if uuid::Uuid::parse_str(id).is_err() {
+            c.bad(
+                k("history_operation_id"),
+                format!("{id:?}"),
+                "a UUID such as \"3f2a9c4e-8b1d-4e6f-a7c2-5d9e0b1f6a38\"",
+            );
+        }
+    }
+    let default_app_id = operator_text(
+        c,
+        "default_app_id",
+        e.default_app_id,
+        "an application id from the operator",
+    );
+    let default_tape_type = operator_text(
+        c,
+        "default_tape_type",
+        e.default_tape_type,
+        "a tape type such as Green or Black",
+    )
+    .unwrap_or_else(|| DEFAULTS.environment.default_tape_type.to_string());
     // The password's value never appears in a problem.
     let password = match (e.password, e.password_file) {
         (Some(_), Some(_)) => {
@@ -526,34 +636,91 @@ fn validate_service(
             None
         }
         (Some(p), None) => Some(Secret::new(p)),
+        (None, Some(_)) if files.password == Password::Skip => None,
         (None, Some(file)) => match password_file {
             Some(read) => password_from_file(read, &k("password_file"), c),
             // Only a caller that skipped reading the file gets here.
             None => {
                 c.bad(
                     k("password_file"),
-                    host.credential_path(&file).display(),
+                    file.display(),
                     "a readable file holding the password (it was not read)",
                 );
                 None
             }
         },
     };
-    Some(ServiceSettings {
+    let (
+        Some(base_url),
+        Some(auth_url),
+        Some(client_id),
+        Some(audience),
+        Some(username),
+        Some(customer_id),
+        Some(authorized_groups),
+    ) = (
+        base_url,
+        auth_url,
+        client_id,
+        audience,
+        username,
+        customer_id,
+        authorized_groups,
+    )
+    else {
+        return Err(Invalid);
+    };
+    if files.password == Password::Skip {
+        return Ok(None);
+    }
+    let password = password.ok_or(Invalid)?;
+    let service = ServiceSettings {
         environment: environment.clone(),
         mac_format,
         request_timeout,
+        ca_file,
         endpoint: EnvironmentSettings {
-            base_url: base_url?,
-            auth_url: auth_url?,
-            client_id: client_id?,
-            audience: audience?,
-            username: username?,
-            password: password?,
-            customer_id: customer_id?,
-            authorized_groups: authorized_groups?,
+            base_url,
+            auth_url,
+            client_id,
+            audience,
+            username,
+            password,
+            customer_id,
+            authorized_groups,
         },
-    })
+    };
+    let operator = OperatorSettings {
+        historical_base_url,
+        history_operation_id,
+        default_app_id,
+        default_tape_type,
+        rate_window,
+    };
+    Ok(Some((service, operator)))
+}
+
+/// The CA certificates of `[service] ca_file`: a readable PEM file holding at least one.
+fn ca_file(read: &CaFileRead, c: &mut Check) -> Option<CaFile> {
+    let key = "service.ca_file";
+    let path = read.path.display();
+    let expected = "a PEM file of CA certificates (-----BEGIN CERTIFICATE-----)";
+    match &read.contents {
+        Ok(pem) => match reqwest::Certificate::from_pem_bundle(pem) {
+            Ok(certs) if !certs.is_empty() => Some(CaFile {
+                path: read.path.clone(),
+                pem: pem.clone(),
+            }),
+            _ => {
+                c.bad(key, path, &format!("{expected}; it holds none"));
+                None
+            }
+        },
+        Err(e) => {
+            c.bad(key, path, &format!("{expected} that can be read ({e})"));
+            None
+        }
+    }
 }
 
 /// The password a password file holds; one trailing newline is dropped.
@@ -697,6 +864,80 @@ mod tests {
     }
 
     #[test]
+    fn a_url_with_credentials_is_refused_naming_the_key_without_the_secret() {
+        let text = SERVICE.replace(
+            "https://api.example.com/",
+            "https://gw:hunter2@api.example.com/",
+        );
+        let p = problems(&text, &[]);
+        assert_eq!(p[0].key, "service.environments.ppe.base_url");
+        let shown = p[0].to_string();
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("gw:"),
+            "{shown}"
+        );
+        assert!(shown.contains("without credentials"), "{shown}");
+    }
+
+    #[test]
+    fn a_ca_file_must_be_a_readable_pem_file_of_certificates() {
+        let dir = tempfile::tempdir().unwrap();
+        let not_pem = dir.path().join("ca.pem");
+        std::fs::write(&not_pem, "not a certificate\n").unwrap();
+        for (path, why) in [
+            (not_pem.display().to_string(), "it holds none"),
+            ("/nonexistent/ca.pem".to_string(), "that can be read"),
+        ] {
+            let text = SERVICE.replace(
+                "environment = \"ppe\"",
+                &format!("environment = \"ppe\"\nca_file = \"{path}\""),
+            );
+            let p = problems(&text, &[]);
+            let shown = p[0].to_string();
+            assert!(
+                shown.starts_with(&format!("service.ca_file = {path}: expected a PEM file")),
+                "{shown}"
+            );
+            assert!(shown.contains(why), "{shown}");
+        }
+    }
+
+    #[test]
+    fn the_operator_keys_are_optional_and_a_bad_one_is_named_with_its_value() {
+        let c = parse(SERVICE, &[]).unwrap();
+        let o = c.operator.unwrap();
+        assert_eq!(o.historical_base_url, None);
+        assert_eq!(o.default_tape_type, "Green");
+        assert_eq!(o.rate_window, Duration::from_secs(60));
+        let text = format!(
+            "{SERVICE}historical_base_url = \"ftp://h/\"\nhistory_operation_id = \"not-a-uuid\"\ndefault_app_id = \"\"\n"
+        );
+        let p = problems(
+            &text.replace("[service]\n", "[service]\nrate_window_secs = 0\n"),
+            &[],
+        );
+        let keys: Vec<(&str, Option<&str>)> = p
+            .iter()
+            .map(|p| (p.key.as_str(), p.value.as_deref()))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                ("service.rate_window_secs", Some("0")),
+                (
+                    "service.environments.ppe.historical_base_url",
+                    Some("\"ftp://h/\"")
+                ),
+                (
+                    "service.environments.ppe.history_operation_id",
+                    Some("\"not-a-uuid\"")
+                ),
+                ("service.environments.ppe.default_app_id", Some("\"\"")),
+            ]
+        );
+    }
+
+    #[test]
     fn the_selected_environment_must_exist() {
         let text = SERVICE.replace("environment = \"ppe\"", "environment = \"production\"");
         let p = problems(&text, &[]);
@@ -754,7 +995,12 @@ mod tests {
             contents: Ok(Secret::new("from-memory\n")),
         };
         let mut p = Vec::new();
-        let c = validate(raw(&mut p), &test_host(), Some(&read), &mut p).unwrap();
+        let files = |pw| Files {
+            password_file: Some(pw),
+            ca_file: None,
+            password: Password::Read,
+        };
+        let c = validate(raw(&mut p), &test_host(), files(&read), &mut p).unwrap();
         assert!(p.is_empty(), "{p:?}");
         assert_eq!(c.service.unwrap().endpoint.password.expose(), "from-memory");
 
@@ -763,10 +1009,41 @@ mod tests {
             contents: Ok(Secret::new("\n")),
         };
         let mut p = Vec::new();
-        assert!(validate(raw(&mut p), &test_host(), Some(&empty), &mut p).is_none());
+        assert!(validate(raw(&mut p), &test_host(), files(&empty), &mut p).is_none());
         assert_eq!(
             p[0].to_string(),
             "service.environments.ppe.password_file = /nonexistent/pw: expected a file holding the password (it is empty)"
         );
+    }
+}
+
+#[cfg(test)]
+mod http_tests {
+    use std::net::SocketAddr;
+
+    use crate::config::test_support::{parse, problems};
+
+    #[test]
+    fn no_http_listener_unless_one_is_configured() {
+        assert_eq!(parse("", &[]).unwrap().http.listen, None);
+        let c = parse("[http]\nlisten = \"0.0.0.0:9464\"\n", &[]).unwrap();
+        assert_eq!(c.http.listen, Some(SocketAddr::from(([0, 0, 0, 0], 9464))));
+        let c = parse("", &[("TAPEGATE_HTTP__LISTEN", "[::1]:9000")]).unwrap();
+        assert_eq!(c.http.listen, Some("[::1]:9000".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_listen_address_without_a_port_is_refused_naming_key_and_value() {
+        for bad in ["9464", "localhost:9464", "0.0.0.0"] {
+            let p = problems(&format!("[http]\nlisten = \"{bad}\"\n"), &[]);
+            let shown: Vec<String> = p.iter().map(|p| p.to_string()).collect();
+            assert_eq!(p.len(), 1, "{shown:?}");
+            assert!(
+                shown[0].starts_with(&format!(
+                    "http.listen = \"{bad}\": expected an IP address and port"
+                )),
+                "{shown:?}"
+            );
+        }
     }
 }

@@ -29,6 +29,7 @@ mod deadlog;
 pub mod plan;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -40,6 +41,7 @@ use tracing::Instrument;
 use crate::api::{ApiError, BulkAnswerItem, BulkItem, ServiceClient};
 use crate::clock::{now_ms, rfc3339};
 use crate::config::{FlushSettings, MacFormat};
+use crate::metrics::Metrics;
 use crate::outbox::{FlusherState, Outbox, OutboxError, Outcome, PendingCapture};
 use crate::systemd::Beat;
 
@@ -76,6 +78,8 @@ pub struct Flusher {
     pub retention: Duration,
     /// Touched on every turn, for the watchdog.
     pub beat: Beat,
+    /// Request latency, batch sizes, failures by cause, for `/metrics` and `/healthz`.
+    pub metrics: Arc<Metrics>,
 }
 
 /// How the flusher is told to end.
@@ -260,9 +264,13 @@ impl Flusher {
         );
         let client = self.client.clone();
         let id = batch.id;
+        let metrics = self.metrics.clone();
+        let rows = batch.rows.clone();
         let task = async move {
             let started = Instant::now();
+            let request = metrics.request();
             let answer = client.decode_bulk(&items, &correlation_id).await;
+            request.answered(&rows, &answer);
             Answered {
                 batch: id,
                 mac_ids,

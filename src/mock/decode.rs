@@ -15,24 +15,58 @@ use serde_json::{Map, Value};
 use super::fault::{self, Fault};
 use super::packet::decode_packet;
 use super::service::{
-    error_answer, header, json_answer, mac_key, unauthorized, Answer, CloseConnection, Shared,
+    error_answer, header, json_answer, mac_key, unauthorized, validation_failed, Answer,
+    CloseConnection, Shared,
 };
 use super::token::bearer_ok;
-use super::{DecodeKind, MockEnvironment, Received, ReceivedItem, Registry, FW_VER};
+use super::{DecodeKind, MockEnvironment, Received, ReceivedItem, Registry, WireRules, FW_VER};
+use crate::config::MacFormat;
 use crate::record::Mac;
 use crate::tape::TapeReading;
 
 const NOT_FOUND_ITEM: &str = "device not found or not associated with the customer";
 const INVALID_PACKET_ITEM: &str = "invalid ble_packet";
+const MAC_FORMAT_ITEM: &str = "invalid mac_id format";
+const PACKET_ENCODING_ITEM: &str = "invalid ble_packet encoding";
+const PRODUCT_ITEM: &str = "unknown product_id";
 const REQUIRED_FIELDS: [&str; 4] = ["mac_id", "ble_packet", "product_id", "scan_time"];
 
-/// The MAC of a `mac_id`, accepted as `AABBCCDDEEFF` or `AA:BB:CC:DD:EE:FF`.
-fn parse_mac_id(mac_id: &str) -> Option<Mac> {
-    let colons = mac_id.matches(':').count();
-    if mac_id.contains('-') || (colons != 0 && colons != 5) {
-        return None;
+/// The MAC of a `mac_id` written in `format` exactly: `AABBCCDDEEFF` or
+/// `AA:BB:CC:DD:EE:FF`, upper case.
+fn parse_mac_id(mac_id: &str, format: MacFormat) -> Option<Mac> {
+    let upper_hex = |s: &str| {
+        s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(&b))
+    };
+    let shaped = match format {
+        MacFormat::Plain => mac_id.len() == 12 && upper_hex(mac_id),
+        MacFormat::Colon => {
+            mac_id.len() == 17
+                && mac_id.split(':').count() == 6
+                && mac_id.split(':').all(|o| o.len() == 2 && upper_hex(o))
+        }
+    };
+    shaped.then(|| mac_id.parse().ok()).flatten()
+}
+
+/// Whether the item is in a form `wire` accepts; the item error when not.
+fn check_wire(item: &ReceivedItem, wire: &WireRules) -> Result<Mac, &'static str> {
+    let mac = wire
+        .mac_formats
+        .iter()
+        .find_map(|f| parse_mac_id(&item.mac_id, *f))
+        .ok_or(MAC_FORMAT_ITEM)?;
+    let upper_hex = item
+        .ble_packet
+        .bytes()
+        .all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(&b));
+    if !upper_hex && !wire.any_packet_encoding {
+        return Err(PACKET_ENCODING_ITEM);
     }
-    mac_id.parse().ok()
+    if !wire.product_ids.is_empty() && !wire.product_ids.contains(&item.product_id) {
+        return Err(PRODUCT_ITEM);
+    }
+    Ok(mac)
 }
 
 /// The items of a bulk body, leniently, for the record.
@@ -60,11 +94,12 @@ fn received_items(body: &Value) -> Vec<ReceivedItem> {
 fn decode_item(
     item: &ReceivedItem,
     associated: bool,
-    registry: &Registry,
+    rules: &Rules,
 ) -> Result<(Mac, TapeReading, Value), &'static str> {
-    let mac = parse_mac_id(&item.mac_id)
-        .filter(|m| associated && registry.is_registered(&m.plain()))
-        .ok_or(NOT_FOUND_ITEM)?;
+    let mac = check_wire(item, &rules.wire)?;
+    if !associated || !rules.registry.is_registered(&mac.plain()) {
+        return Err(NOT_FOUND_ITEM);
+    }
     let payload = decode_packet(&item.ble_packet).ok_or(INVALID_PACKET_ITEM)?;
     let ts = scan_time_number(&item.scan_time).ok_or("invalid scan_time")?;
     Ok((mac, payload, ts))
@@ -115,6 +150,12 @@ pub(super) async fn decode(
         s.stats.decode_requests += 1;
         let rules = Rules {
             registry: s.registry.clone(),
+            wire: s.wire.clone(),
+            permission_denied: s.permission_denied,
+            echo_token: s
+                .echo_token_in_errors
+                .then(|| header(&parts, "authorization"))
+                .flatten(),
             max_items: s.max_items,
             poison: s.poison.clone(),
             drop_items: 0,
@@ -202,6 +243,11 @@ pub(super) async fn decode(
 /// The per-request copy of the runtime settings that shape a decode answer.
 struct Rules {
     registry: Registry,
+    wire: WireRules,
+    /// The identity lacks the permission: 401 whatever the token.
+    permission_denied: bool,
+    /// The `Authorization` header, quoted in every item error (a careless server).
+    echo_token: Option<String>,
     max_items: usize,
     /// Plain form of the poison MAC.
     poison: Option<String>,
@@ -221,7 +267,7 @@ fn answer_decode(
     parsed_body: Option<Value>,
     rules: &Rules,
 ) -> (Answer, usize) {
-    let token_ok = bearer_ok(shared, env, parts);
+    let token_ok = bearer_ok(shared, env, parts) && !rules.permission_denied;
     if !token_ok || !body_in_limit {
         return (unauthorized(), 0);
     }
@@ -237,6 +283,14 @@ fn answer_decode(
     }
     let associated = rec.customer_id.as_deref() == Some(env.customer_id.as_str())
         && rec.authorized_groups.as_deref() == Some(env.authorized_groups.as_str());
+    let json_body = header(parts, "content-type")
+        .is_some_and(|c| c.to_ascii_lowercase().starts_with("application/json"));
+    if rec.kind == DecodeKind::Bulk && !json_body {
+        return (
+            error_answer(400, "Content-Type must be application/json"),
+            0,
+        );
+    }
     match rec.kind {
         DecodeKind::Single => answer_single(parts, rec, associated, rules),
         DecodeKind::Bulk => answer_bulk(shared, parsed_body, associated, rules),
@@ -264,7 +318,7 @@ fn answer_single(
         let msg = format!("Invalid ble_packet for {}", item.mac_id);
         return (error_answer(400, &msg), 0);
     }
-    match decode_item(item, associated, &rules.registry) {
+    match decode_item(item, associated, rules) {
         Ok((mac, payload, ts)) => (
             json_answer(
                 StatusCode::OK,
@@ -306,39 +360,37 @@ fn answer_bulk(
         return (error_answer(413, &msg), 0);
     }
     let mut items = Vec::with_capacity(raw_items.len());
+    let mut errors = Vec::new();
     for (index, raw) in raw_items.iter().enumerate() {
         let mut fields = Vec::with_capacity(4);
         for k in REQUIRED_FIELDS {
             match raw.get(k) {
                 Some(Value::String(s)) => fields.push(s.clone()),
-                _ => {
-                    let msg = format!(
-                        "Validation failed: item {index}: {k} is required and must be a string"
-                    );
-                    return (error_answer(400, &msg), 0);
-                }
+                _ => errors.push(format!(
+                    "item {index}: {k} is required and must be a string"
+                )),
             }
         }
-        let [mac_id, ble_packet, product_id, scan_time]: [String; 4] = match fields.try_into() {
-            Ok(f) => f,
-            Err(_) => return (error_answer(400, "Validation failed"), 0),
-        };
-        items.push(ReceivedItem {
-            mac_id,
-            ble_packet,
-            product_id,
-            scan_time,
-        });
+        if let Ok([mac_id, ble_packet, product_id, scan_time]) = <[String; 4]>::try_from(fields) {
+            items.push(ReceivedItem {
+                mac_id,
+                ble_packet,
+                product_id,
+                scan_time,
+            });
+        }
     }
     let mut first_index: HashMap<String, usize> = HashMap::new();
     for (index, item) in items.iter().enumerate() {
         if let Some(first) = first_index.insert(mac_key(&item.mac_id), index) {
-            let msg = format!(
+            errors.push(format!(
                 "Duplicate mac_id {} (items {first} and {index})",
                 item.mac_id
-            );
-            return (error_answer(400, &msg), 0);
+            ));
         }
+    }
+    if !errors.is_empty() {
+        return (validation_failed(&errors), 0);
     }
     let poisoned = rules
         .poison
@@ -351,7 +403,7 @@ fn answer_bulk(
 
     let keep = items.len().saturating_sub(rules.drop_items);
     let mut answer = Vec::with_capacity(keep);
-    let (mut decoded, mut errors) = (0usize, 0u64);
+    let (mut decoded, mut item_errors) = (0usize, 0u64);
     for item in items.iter().take(keep) {
         let key = mac_key(&item.mac_id);
         if rules.shaping.leave_out.contains(&key) {
@@ -363,19 +415,23 @@ fn answer_bulk(
             answer.push(Value::Object(m));
             continue;
         }
-        match decode_item(item, associated, &rules.registry) {
+        match decode_item(item, associated, rules) {
             Ok((mac, payload, ts)) => {
                 m.extend(decoded_fields(mac, &payload, ts, false));
                 decoded += 1;
             }
             Err(e) => {
-                m.insert("error".into(), Value::from(e));
-                errors += 1;
+                let text = match &rules.echo_token {
+                    Some(auth) => format!("{e} (request {auth})"),
+                    None => e.to_string(),
+                };
+                m.insert("error".into(), Value::from(text));
+                item_errors += 1;
             }
         }
         answer.push(Value::Object(m));
     }
-    shared.with(|s| s.stats.item_errors += errors);
+    shared.with(|s| s.stats.item_errors += item_errors);
     (json_answer(StatusCode::OK, &Value::Array(answer)), decoded)
 }
 
@@ -384,12 +440,53 @@ mod tests {
     use super::*;
 
     #[test]
-    fn mac_ids_are_accepted_plain_or_with_colons_in_any_case() {
+    fn a_mac_id_is_accepted_only_in_the_form_asked_for() {
         let want = "AABBCCDDEEFF".parse::<Mac>().ok();
-        assert_eq!(parse_mac_id("AABBCCDDEEFF"), want);
-        assert_eq!(parse_mac_id("aa:bb:cc:dd:ee:ff"), want);
-        assert_eq!(parse_mac_id("AA-BB-CC-DD-EE-FF"), None);
-        assert_eq!(parse_mac_id("AABBCCDDEE"), None);
-        assert_eq!(parse_mac_id("AA:BBCCDDEEFF"), None);
+        assert_eq!(parse_mac_id("AABBCCDDEEFF", MacFormat::Plain), want);
+        assert_eq!(parse_mac_id("AA:BB:CC:DD:EE:FF", MacFormat::Colon), want);
+        for (mac, format) in [
+            ("aabbccddeeff", MacFormat::Plain),
+            ("AA:BB:CC:DD:EE:FF", MacFormat::Plain),
+            ("aa:bb:cc:dd:ee:ff", MacFormat::Colon),
+            ("AABBCCDDEEFF", MacFormat::Colon),
+            ("AA-BB-CC-DD-EE-FF", MacFormat::Colon),
+            ("AABBCCDDEE", MacFormat::Plain),
+            ("AA:BBCCDDEEFF", MacFormat::Colon),
+        ] {
+            assert_eq!(parse_mac_id(mac, format), None, "{mac} as {format:?}");
+        }
+    }
+
+    #[test]
+    fn by_default_an_item_in_another_form_is_an_item_error_naming_the_mistake() {
+        let item = |mac: &str, packet: &str, product: &str| ReceivedItem {
+            mac_id: mac.into(),
+            ble_packet: packet.into(),
+            product_id: product.into(),
+            scan_time: "1".into(),
+        };
+        let strict = WireRules::default();
+        let good = item("C0FFEE000001", "F70E4956", "tape");
+        assert!(check_wire(&good, &strict).is_ok());
+        for (bad, why) in [
+            (
+                item("C0:FF:EE:00:00:01", "F70E4956", "tape"),
+                MAC_FORMAT_ITEM,
+            ),
+            (
+                item("C0FFEE000001", "f70e4956", "tape"),
+                PACKET_ENCODING_ITEM,
+            ),
+            (
+                item("C0FFEE000001", "9w5JVuKfhCEeRP+1Hg==", "tape"),
+                PACKET_ENCODING_ITEM,
+            ),
+            (item("C0FFEE000001", "F70E4956", "tag"), PRODUCT_ITEM),
+        ] {
+            assert_eq!(check_wire(&bad, &strict), Err(why), "{bad:?}");
+            assert!(check_wire(&bad, &WireRules::lenient()).is_ok(), "{bad:?}");
+        }
+        let lower = item("c0ffee000001", "F70E4956", "tape");
+        assert_eq!(check_wire(&lower, &strict), Err(MAC_FORMAT_ITEM));
     }
 }

@@ -20,7 +20,7 @@ use super::fault::{Fault, Standing, Storm};
 use super::token::IssuedToken;
 use super::{
     decode, token, DecodeKind, MockConfig, MockEnvironment, MockStats, Received, Registry,
-    DEFAULT_RECORD_LIMIT,
+    WireRules, DEFAULT_RECORD_LIMIT,
 };
 use crate::record::Mac;
 
@@ -46,6 +46,11 @@ pub(super) struct State {
     pub envs: Vec<MockEnvironment>,
     pub registry: Registry,
     pub max_items: usize,
+    pub wire: WireRules,
+    /// The API identity lacks the decode permission: 401 with any token.
+    pub permission_denied: bool,
+    /// Item errors quote the request's bearer token (a careless server).
+    pub echo_token_in_errors: bool,
     pub tokens: HashMap<String, IssuedToken>,
     pub faults: VecDeque<Fault>,
     pub storm: Option<(Storm, fastrand::Rng)>,
@@ -53,23 +58,36 @@ pub(super) struct State {
     pub poison: Option<String>,
     pub standing: Standing,
     pub received: VecDeque<Received>,
+    /// What the token answer says in `expires_in` instead of the environment's lifetime
+    /// (any JSON, such as 1e20); the tokens stay valid for the environment's lifetime.
+    pub answered_expires_in: Option<Value>,
+    /// The `access_token` text granted instead of a generated one.
+    pub token_text: Option<String>,
     pub recording: bool,
     pub record_limit: usize,
     pub stats: MockStats,
+    /// The operator endpoints' state: devices, seeds, rate windows, their record.
+    pub ops: super::ops::OpsState,
 }
 
 impl State {
     pub(super) fn new(config: MockConfig) -> Self {
         State {
+            ops: super::ops::OpsState::new(&config),
             envs: config.environments,
             registry: config.registry,
             max_items: config.max_items,
+            wire: config.wire,
+            permission_denied: false,
+            echo_token_in_errors: false,
             tokens: HashMap::new(),
             faults: VecDeque::new(),
             storm: None,
             poison: None,
             standing: Standing::default(),
             received: VecDeque::new(),
+            answered_expires_in: None,
+            token_text: None,
             recording: true,
             record_limit: DEFAULT_RECORD_LIMIT,
             stats: MockStats::default(),
@@ -150,6 +168,15 @@ pub(super) fn error_answer(code: u16, message: &str) -> Answer {
     json_answer(status_of(code), &json!({"message": message, "code": code}))
 }
 
+/// The spec's validation failure (section 7): `Validation failed`, code 400, and one
+/// entry in `errors` per problem.
+pub(super) fn validation_failed(errors: &[String]) -> Answer {
+    json_answer(
+        StatusCode::BAD_REQUEST,
+        &json!({"message": "Validation failed", "code": 400, "errors": errors}),
+    )
+}
+
 pub(super) fn unauthorized() -> Answer {
     error_answer(401, "Unauthorized access")
 }
@@ -193,6 +220,16 @@ pub(super) async fn handle(
 ) -> Result<Answer, CloseConnection> {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
+    if let Some(op) = super::ops::route(&parts.method, &path) {
+        let (env_name, endpoint, arg) = match op {
+            Ok(r) => r,
+            Err(answer) => return Ok(answer),
+        };
+        let Some(env) = shared.environment(&env_name) else {
+            return Ok(error_answer(404, "Not found"));
+        };
+        return super::ops::handle(shared, env, endpoint, arg, parts, body).await;
+    }
     let Some(route) = route(&path) else {
         return Ok(error_answer(404, "Not found"));
     };

@@ -78,7 +78,7 @@ pub(super) fn token(shared: &Shared, env: &MockEnvironment, parts: &Parts, body:
     {
         return oauth_error(401, "invalid_grant", "Wrong email or password.");
     }
-    let token = format!(
+    let generated = format!(
         "mock-{}-{}",
         env.name,
         (0..40)
@@ -86,7 +86,12 @@ pub(super) fn token(shared: &Shared, env: &MockEnvironment, parts: &Parts, body:
             .collect::<String>()
     );
     let now = Instant::now();
-    shared.with(|s| {
+    let (token, expires_in) = shared.with(|s| {
+        let token = s.token_text.clone().unwrap_or(generated);
+        let answered = s
+            .answered_expires_in
+            .clone()
+            .unwrap_or_else(|| json!(env.expires_in));
         s.tokens.retain(|_, t| t.expires_at > now);
         s.tokens.insert(
             token.clone(),
@@ -96,10 +101,11 @@ pub(super) fn token(shared: &Shared, env: &MockEnvironment, parts: &Parts, body:
             },
         );
         s.stats.token_grants += 1;
+        (token, answered)
     });
     let mut resp = json_answer(
         StatusCode::OK,
-        &json!({"access_token": token, "token_type": "Bearer", "expires_in": env.expires_in}),
+        &json!({"access_token": token, "token_type": "Bearer", "expires_in": expires_in}),
     );
     resp.headers_mut()
         .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -137,6 +143,18 @@ impl MockHandle {
                 }
                 None => false,
             })
+    }
+
+    /// What token answers say in `expires_in` from now on: any JSON (1e20, -5, "soon").
+    /// Granted tokens stay valid for the environment's own lifetime; `None` restores it.
+    pub fn set_answered_expires_in(&self, value: Option<serde_json::Value>) {
+        self.shared.with(|s| s.answered_expires_in = value);
+    }
+
+    /// The `access_token` text of every grant from now on (such as one holding a line
+    /// break, which no header can carry); `None` restores generated tokens.
+    pub fn set_token_text(&self, token: Option<String>) {
+        self.shared.with(|s| s.token_text = token);
     }
 
     /// Every granted token becomes invalid (the next decode gets 401).

@@ -25,6 +25,9 @@ impl Outbox {
             .spawn(move || {
                 let mut store = store;
                 while let Some(job) = rx.blocking_recv() {
+                    // Before every job (a commit group, a batch): a file deleted or
+                    // replaced under us is noticed before anything else goes into it.
+                    store.reopen_if_replaced();
                     job(&mut store);
                 }
             })?;

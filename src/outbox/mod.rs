@@ -7,7 +7,7 @@ token expires or the power is cut. Every admitted capture is written here first;
 flusher delivers from here, and a row leaves only in the transaction that records its
 outcome (a decoded reading or a dead letter). Delivery is therefore at-least-once.
 
-# Schema (`PRAGMA user_version` = 1)
+# Schema (`PRAGMA user_version` = 3)
 | table | holds |
 |---|---|
 | `pending` | captures not yet delivered: `id` (admission order), `mac` (48-bit integer), `captured_at` (epoch ms), `product_id`, `packet` (the `ble_packet` as sent), `rssi` |
@@ -15,9 +15,18 @@ outcome (a decoded reading or a dead letter). Delivery is therefore at-least-onc
 | `readings` | decoded readings (history, bounded by `readings.retention_hours`) |
 | `tapes` | the latest reading of each tape |
 | `counters` | `admitted`, `delivered`, `dead_lettered`, `evicted`, `dead_letters_dropped` |
-| `meta` | `last_flush_ok_at`, `last_error`, `last_error_at`; the flusher's batches in flight and concurrency limit (`flush_in_flight`, `flush_concurrency`, written with each settle); the BLE scanner's ladder counts (`scanner_*`) |
+| `meta` | `last_flush_ok_at`, `last_error`, `last_error_at`; the flusher's batches in flight and concurrency limit (`flush_in_flight`, `flush_concurrency`, written with each settle); the BLE scanner's ladder counts (`scanner_*`); `clock_state` |
+| `boots` | each boot seen (`boot_id` from the kernel) and `synced_at`, when its clock was first seen synchronised |
+| `rate_window` | per API identity, the service's shared rate window (spec 8): when it began and how many requests it took; shared by every CLI run |
+| `heard` | per tape heard in the last [`HEARD_KEEP_MS`]: last capture time, strongest recent RSSI, and whether the service knows it (decoded, or refused as not found); written in the commit groups and settlements the daemon already makes, read by `device add --nearest` |
 
-A row's life: admitted → `pending` → delivered (row deleted, reading stored) | dead
+A live capture's `pending` row also has `boot` (its `boots.id`), `boot_ms` (`CLOCK_BOOTTIME`
+at capture) and `held` (1: the clock was not trusted when it was committed; not handed
+to the flusher until the clock keeper releases it, re-timed from `boot_ms` when the
+clock has synced; see `clock.rs`). Replayed captures carry recorded times: `boot` NULL,
+never held. `counters` also has `clock_repaired` and `clock_estimated`.
+
+A row's life: admitted → `pending` (held while the clock is not trusted) → delivered (row deleted, reading stored) | dead
 letter (row moved to `dead_letters`) | evicted (deleted when `max_pending` is exceeded,
 oldest first). `tapegate dead-letters retry` moves dead letters back to `pending`.
 
@@ -41,6 +50,13 @@ oldest first). `tapegate dead-letters retry` moves dead letters back to `pending
   while the daemon runs.
 - **A write that fails** (disk full, I/O error) rolls its transaction back; nothing
   already committed is lost and the caller keeps the group and retries later.
+- **One daemon per state directory.** `tapegate run` holds an exclusive `flock` on
+  `tapegate.lock` beside the database (`lock.rs`); a second one is refused at start.
+- **A database deleted or replaced under the daemon** (its path no longer names the
+  file we write to) is noticed before the next job, logged at ERROR, and a fresh one is
+  started there: what was not yet committed goes into it. What the old file held is
+  gone with it; new rows take ids above the old file's, so a batch in flight from it
+  settles nothing of theirs.
 - **A corrupt database** (fails to open or fails `quick_check`) is moved aside with an
   ERROR log naming both paths, and a fresh one is started, so the daemon never
   crash-loops on it.
@@ -53,19 +69,27 @@ oldest first). `tapegate dead-letters retry` moves dead letters back to `pending
   in admission order, which is capture order, however many batches are in flight.
 
 # Code
-[`Store`] is one type in three files, by seam: `store.rs` opens, migrates and
+[`Store`] is one type in several files, by seam: `store.rs` opens, migrates and
 quarantines; `queue.rs` is the daemon's path (enqueue, next batch, settle); `operator.rs`
-is what `status`, `tapes` and `dead-letters` read and change. `handle.rs` is the owner
-thread.
+is what `status`, `tapes` and `dead-letters` read and change; `clock.rs` records boots
+and holds and releases captures for the clock keeper; `dock.rs` the rate window and the
+tapes heard, for the operator commands of the service interface; `lock.rs` the state
+directory's one owner. `handle.rs` is the owner thread.
 */
 
+mod clock;
+mod dock;
 mod handle;
+mod lock;
 mod operator;
 mod queue;
 mod store;
 
+pub use clock::{BootStart, ClockChange, ClockStatus, Released};
+pub use dock::{HeardTape, WindowState, HEARD_BEST_MS, HEARD_KEEP_MS};
 pub use handle::Outbox;
-pub use operator::{DeadLetter, FlusherState, ScannerCounts, Stats, TapeRow};
+pub use lock::{LockError, StateLock, LOCK_FILE};
+pub use operator::{DeadLetter, FlusherState, ScannerCounts, Stats, TapeKnown, TapeRow};
 pub use queue::{Fetched, Outcome, PendingCapture, Reading};
 pub use store::{OpenReport, Store, StoreOptions};
 

@@ -5,6 +5,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
+use super::clock::{clock_status, ClockStatus};
 use super::store::{int_to_mac, mac_to_int, read_counters, write_counters, write_tx};
 use super::{OutboxError, Store};
 use crate::record::{EpochMillis, Mac};
@@ -34,6 +35,15 @@ pub struct TapeRow {
     pub bat: Option<f64>,
 }
 
+/// What the state database knows of a tape heard now (the status page).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TapeKnown {
+    /// Its latest decoded reading: the service knows it.
+    pub reading: Option<TapeRow>,
+    /// The service's error on its latest refused capture, if one is stored.
+    pub refused: Option<String>,
+}
+
 /// Counters and state for `tapegate status`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Stats {
@@ -58,6 +68,8 @@ pub struct Stats {
     pub scanner: ScannerCounts,
     pub scanner_last_trouble: Option<String>,
     pub scanner_last_trouble_at: Option<EpochMillis>,
+    /// The clock's state, held captures and repairs.
+    pub clock: ClockStatus,
 }
 
 /// What the BLE scanner has been through.
@@ -196,6 +208,7 @@ impl Store {
             },
             scanner_last_trouble: meta("scanner_last_trouble")?,
             scanner_last_trouble_at: int_meta("scanner_last_trouble_at")?,
+            clock: clock_status(&tx)?,
         };
         tx.finish()?;
         Ok(stats)
@@ -267,20 +280,63 @@ impl Store {
             "SELECT mac, qr_code, captured_at, decoded_at, rssi, temp, bat FROM tapes ORDER BY captured_at DESC LIMIT ?1",
         )?;
         let rows = stmt
-            .query_map([limit as i64], |r| {
-                Ok(TapeRow {
-                    mac: int_to_mac(r.get(0)?),
-                    qr_code: r.get(1)?,
-                    captured_at: r.get(2)?,
-                    decoded_at: r.get(3)?,
-                    rssi: r.get(4)?,
-                    temp: r.get(5)?,
-                    bat: r.get(6)?,
-                })
-            })?
+            .query_map([limit as i64], tape_row)?
             .collect::<Result<_, _>>()?;
         Ok(rows)
     }
+}
+
+impl Store {
+    /// What is known of each of `macs` (in the same order): one query per table, so a
+    /// page that shows a dock full of tapes costs two statements.
+    pub fn tapes_known(&self, macs: &[Mac]) -> Result<Vec<TapeKnown>, OutboxError> {
+        if macs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ints: Vec<i64> = macs.iter().map(|m| mac_to_int(*m)).collect();
+        let marks = vec!["?"; ints.len()].join(",");
+        let mut readings = std::collections::HashMap::new();
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT mac, qr_code, captured_at, decoded_at, rssi, temp, bat FROM tapes WHERE mac IN ({marks})"
+        ))?;
+        let rows = stmt.query_map(rusqlite::params_from_iter(&ints), tape_row)?;
+        for row in rows {
+            let row = row?;
+            readings.insert(row.mac, row);
+        }
+        // Newest refusal of each MAC: later rows overwrite earlier ones.
+        let mut refused = std::collections::HashMap::new();
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT mac, error FROM dead_letters WHERE mac IN ({marks}) ORDER BY id"
+        ))?;
+        let rows = stmt.query_map(rusqlite::params_from_iter(&ints), |r| {
+            Ok((int_to_mac(r.get(0)?), r.get::<_, String>(1)?))
+        })?;
+        for row in rows {
+            let (mac, error) = row?;
+            refused.insert(mac, error);
+        }
+        Ok(macs
+            .iter()
+            .map(|m| TapeKnown {
+                reading: readings.remove(m),
+                refused: refused.remove(m),
+            })
+            .collect())
+    }
+}
+
+/// A `tapes` row selected as `mac, qr_code, captured_at, decoded_at, rssi, temp, bat`.
+fn tape_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TapeRow> {
+    Ok(TapeRow {
+        mac: int_to_mac(r.get(0)?),
+        qr_code: r.get(1)?,
+        captured_at: r.get(2)?,
+        decoded_at: r.get(3)?,
+        rssi: r.get(4)?,
+        temp: r.get(5)?,
+        bat: r.get(6)?,
+    })
 }
 
 fn set_meta(conn: &Connection, key: &str, value: &str) -> rusqlite::Result<()> {
@@ -289,4 +345,79 @@ fn set_meta(conn: &Connection, key: &str, value: &str) -> rusqlite::Result<()> {
         [key, value],
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outbox::{Outcome, Reading, StoreOptions};
+    use crate::record::Capture;
+
+    fn capture(mac: Mac, ts_ms: EpochMillis) -> Capture {
+        Capture {
+            mac,
+            ts_ms,
+            product_id: "tape".into(),
+            packet: "F70E".into(),
+            rssi: Some(-60),
+            boot_ms: None,
+        }
+    }
+
+    #[test]
+    fn tapes_known_joins_each_macs_reading_and_newest_refusal_in_the_order_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let [known, refused, unheard] = [1, 2, 3].map(|i| Mac::new([0xC0, 0xFF, 0xEE, 0, 0, i]));
+        store
+            .enqueue(&[
+                capture(known, 1_000),
+                capture(refused, 1_000),
+                capture(refused, 2_000),
+            ])
+            .unwrap();
+        let pending = store.next_batch(10, 100).unwrap();
+        let outcomes: Vec<_> = pending
+            .into_iter()
+            .map(|p| {
+                let o = if p.capture.mac == known {
+                    Outcome::Delivered(Reading {
+                        qr_code: Some("QR1".into()),
+                        temp: Some(4.5),
+                        bat: Some(80.0),
+                        raw: "{}".into(),
+                    })
+                } else {
+                    Outcome::DeadLetter("first refusal".into())
+                };
+                (p, o)
+            })
+            .collect();
+        store.settle(&outcomes, 5_000).unwrap();
+        let second = store.next_batch(10, 100).unwrap();
+        let refusal = vec![(
+            second[0].clone(),
+            Outcome::DeadLetter("device not found".into()),
+        )];
+        store.settle(&refusal, 6_000).unwrap();
+
+        let got = store.tapes_known(&[unheard, refused, known]).unwrap();
+        assert_eq!(got.len(), 3);
+        assert_eq!(
+            got[0],
+            TapeKnown {
+                reading: None,
+                refused: None
+            }
+        );
+        assert_eq!(got[1].reading, None);
+        assert_eq!(got[1].refused.as_deref(), Some("device not found"));
+        let reading = got[2].reading.as_ref().unwrap();
+        assert_eq!(
+            (reading.qr_code.as_deref(), reading.temp),
+            (Some("QR1"), Some(4.5))
+        );
+        assert_eq!(got[2].refused, None);
+        assert!(store.tapes_known(&[]).unwrap().is_empty());
+    }
 }

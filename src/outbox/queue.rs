@@ -6,7 +6,12 @@ use std::collections::HashSet;
 
 use rusqlite::{params, Transaction};
 
-use super::store::{int_to_mac, mac_to_int, read_counters, write_counters, write_tx, Counters};
+use super::clock::first_held;
+use super::dock::{note_heard, note_known};
+use super::store::{
+    hold_id_floor, int_to_mac, mac_to_int, read_counters, release_id_floor, write_counters,
+    write_tx, Counters,
+};
 use super::{FlusherState, OutboxError, Store, MAX_DEAD_LETTERS};
 use crate::record::{Capture, EpochMillis, Mac};
 
@@ -55,17 +60,27 @@ impl Store {
             return Ok(0);
         }
         let tx = write_tx(&mut self.conn).map_err(OutboxError::WriteFailed)?;
-        let (evicted, next) = (|| -> rusqlite::Result<(u64, Counters)> {
+        let clock = self.clock;
+        let (evicted, next, held_from) = (|| -> rusqlite::Result<(u64, Counters, Option<i64>)> {
             let current = read_counters(&tx)?;
             let mut next = current;
+            let mut held_from = clock.first_held;
+            hold_id_floor(&tx, self.id_floor)?;
             {
                 let mut insert = tx.prepare_cached(
-                    "INSERT INTO pending(mac, captured_at, product_id, packet, rssi) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    "INSERT INTO pending(mac, captured_at, product_id, packet, rssi, boot, boot_ms, held) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 )?;
                 for c in group {
-                    insert.execute(params![mac_to_int(c.mac), c.ts_ms, c.product_id, c.packet, c.rssi])?;
+                    let live = c.boot_ms.is_some();
+                    let held = clock.holds(live);
+                    insert.execute(params![mac_to_int(c.mac), c.ts_ms, c.product_id, c.packet, c.rssi, clock.boot_of(live), c.boot_ms, held])?;
+                    if held && held_from.is_none() {
+                        held_from = Some(tx.last_insert_rowid());
+                    }
                 }
             }
+            release_id_floor(&tx, self.id_floor)?;
+            note_heard(&tx, group)?;
             next.admitted += group.len() as u64;
             let excess = next.pending().saturating_sub(self.options.max_pending);
             let evicted = if excess > 0 {
@@ -77,17 +92,23 @@ impl Store {
                 0
             };
             next.evicted += evicted;
+            if evicted > 0 && held_from.is_some() {
+                held_from = first_held(&tx)?;
+            }
             write_counters(&tx, &current, &next)?;
-            Ok((evicted, next))
+            Ok((evicted, next, held_from))
         })()
         .map_err(OutboxError::WriteFailed)?;
         tx.commit().map_err(OutboxError::WriteFailed)?;
         self.counters = next;
+        self.clock.first_held = held_from;
+        self.id_floor = 0;
         Ok(evicted)
     }
 
     /// The next batch: the oldest pending capture of each MAC, oldest first, at most
-    /// `max` and each MAC once. Looks at most `scan_limit` rows deep.
+    /// `max` and each MAC once, none held for the clock (`clock.rs`). Looks at most
+    /// `scan_limit` rows deep.
     pub fn next_batch(
         &self,
         max: usize,
@@ -114,12 +135,15 @@ impl Store {
         let mut after = i64::MIN;
         let mut scanned = 0usize;
         let mut backlog = false;
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT id, mac FROM pending WHERE id > ?1 ORDER BY id LIMIT 4096")?;
+        // Held captures (`clock.rs`) are not deliverable, nor is anything after the
+        // first of them: the scan stops there.
+        let below = self.clock.deliverable_below();
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, mac FROM pending WHERE id > ?1 AND id < ?2 AND held = 0 ORDER BY id LIMIT 4096",
+        )?;
         let complete = 'scan: loop {
             let rows: Vec<(i64, i64)> = stmt
-                .query_map([after], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .query_map([after, below], |r| Ok((r.get(0)?, r.get(1)?)))?
                 .collect::<Result<_, _>>()?;
             let Some(last) = rows.last() else {
                 // Every pending row was seen.
@@ -146,7 +170,7 @@ impl Store {
             }
         };
         let mut read = self.conn.prepare_cached(
-            "SELECT id, mac, captured_at, product_id, packet, rssi FROM pending WHERE id = ?1",
+            "SELECT id, mac, captured_at, product_id, packet, rssi, boot_ms FROM pending WHERE id = ?1",
         )?;
         let rows = chosen
             .into_iter()
@@ -208,9 +232,13 @@ impl Store {
                         let row = params![mac, r.qr_code, c.ts_ms, now, c.rssi, r.temp, r.bat, r.raw];
                         reading.execute(row)?;
                         tape.execute(row)?;
+                        note_known(&tx, c.mac, true)?;
                         next.delivered += u64::from(gone);
                     }
                     Outcome::DeadLetter(error) if gone => {
+                        if refused_as_unknown(error) {
+                            note_known(&tx, c.mac, false)?;
+                        }
                         dead.execute(params![mac, c.ts_ms, c.product_id, c.packet, c.rssi, error, now])?;
                         next.dead_lettered += 1;
                     }
@@ -242,7 +270,7 @@ impl Store {
     /// Every pending capture in admission order (for tests and small tools).
     pub fn pending_captures(&self) -> Result<Vec<PendingCapture>, OutboxError> {
         let mut stmt = self.conn.prepare(
-            "SELECT id, mac, captured_at, product_id, packet, rssi FROM pending ORDER BY id",
+            "SELECT id, mac, captured_at, product_id, packet, rssi, boot_ms FROM pending ORDER BY id",
         )?;
         let rows = stmt
             .query_map([], row_to_pending)?
@@ -260,8 +288,16 @@ fn row_to_pending(r: &rusqlite::Row<'_>) -> rusqlite::Result<PendingCapture> {
             product_id: r.get(3)?,
             packet: r.get(4)?,
             rssi: r.get(5)?,
+            boot_ms: r.get(6)?,
         },
     })
+}
+
+/// Whether a refused capture's error says the service does not know the tape. Bulk
+/// decode items carry only a text (spec 4.4, no code), so the text is all there is:
+/// "device not found or not associated with the customer" (the 404 of 4.3).
+fn refused_as_unknown(error: &str) -> bool {
+    error.to_ascii_lowercase().contains("not found")
 }
 
 fn cap_dead_letters(tx: &Transaction<'_>, max: u64) -> rusqlite::Result<u64> {

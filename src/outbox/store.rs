@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, Transaction};
 
+use super::clock::ClockRows;
 use super::{Durability, OutboxError, DB_FILE};
 use crate::clock::now_ms;
 use crate::record::Mac;
@@ -19,7 +20,12 @@ use crate::record::Mac;
 /// The schema, as the steps that build it: `MIGRATIONS[i]` takes a database from
 /// `user_version` `i` to `i + 1`. Steps are only ever appended, and each adds (tables,
 /// columns, indexes) rather than rewrites, so an older database upgrades in place.
-const MIGRATIONS: &[&str] = &[MIGRATION_1];
+const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_CLOCK, MIGRATION_OPERATOR];
+
+/// How long `open_existing` waits for a database being created or migrated beside it
+/// (steps of this, this many times): migrating takes milliseconds.
+const MIGRATION_WAIT_STEP: Duration = Duration::from_millis(20);
+const MIGRATION_WAIT_STEPS: u32 = 100;
 
 /// The `user_version` of a database this tapegate has fully migrated.
 const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -70,6 +76,40 @@ INSERT INTO counters(name, value) VALUES
     ('admitted', 0), ('delivered', 0), ('dead_lettered', 0), ('evicted', 0),
     ('dead_letters_dropped', 0);
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+";
+
+/// Clock repair (issue 13): the boots seen, and beside each live capture its boot, its
+/// boot-relative time and whether it is held from delivery (see `clock.rs`).
+const MIGRATION_CLOCK: &str = "
+CREATE TABLE boots (
+    id          INTEGER PRIMARY KEY,
+    boot_id     TEXT NOT NULL UNIQUE,
+    synced_at   INTEGER
+);
+ALTER TABLE pending ADD COLUMN boot INTEGER;
+ALTER TABLE pending ADD COLUMN boot_ms INTEGER;
+ALTER TABLE pending ADD COLUMN held INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX pending_held ON pending(id) WHERE held = 1;
+INSERT INTO counters(name, value) VALUES ('clock_repaired', 0), ('clock_estimated', 0);
+";
+
+/// The operator interface (issue 11): the service's shared rate window, kept here so
+/// that separate CLI runs share it, and the tapes heard lately, written by the daemon for
+/// `device add --nearest`.
+const MIGRATION_OPERATOR: &str = "
+CREATE TABLE rate_window (
+    identity    TEXT PRIMARY KEY,
+    started_at  INTEGER NOT NULL,
+    used        INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE heard (
+    mac         INTEGER PRIMARY KEY,
+    last_at     INTEGER NOT NULL,
+    best_rssi   INTEGER,
+    best_at     INTEGER NOT NULL,
+    known       INTEGER
+);
+CREATE INDEX heard_by_last_at ON heard(last_at);
 ";
 
 /// How the store is opened.
@@ -126,7 +166,15 @@ pub struct Store {
     pub(super) conn: Connection,
     pub(super) options: StoreOptions,
     pub(super) counters: Counters,
+    pub(super) clock: ClockRows,
     path: PathBuf,
+    /// Device and inode of the file opened at `path`: a file deleted or replaced under
+    /// the daemon is noticed by comparing them. `None` for the CLI's connections, and
+    /// after a reopen that failed (so the next job tries again).
+    identity: Option<(u64, u64)>,
+    /// After a reopen, the first id of the fresh database's `pending` rows: ids of the
+    /// old file may still be in flight, and must not name new rows when they settle.
+    pub(super) id_floor: i64,
 }
 
 /// The `mac` column holds the 48-bit address as an integer.
@@ -224,7 +272,10 @@ impl Store {
             conn,
             options: options.clone(),
             counters,
+            clock: ClockRows::default(),
             path: path.to_path_buf(),
+            identity: file_identity(path),
+            id_floor: 0,
         })
     }
 
@@ -240,7 +291,26 @@ impl Store {
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
         conn.busy_timeout(Duration::from_secs(5))?;
-        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let read_version = || conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0));
+        let mut version = read_version()?;
+        if version == 0 {
+            // The daemon has created the file but not yet committed its schema (it is
+            // starting right now), or the file is empty: either way nothing is stored yet.
+            let tables: i64 =
+                conn.query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get(0))?;
+            if tables == 0 {
+                return Ok(None);
+            }
+        }
+        // A daemon starting beside us may be migrating it, one step a transaction:
+        // give it the moment that takes before calling the version wrong.
+        for _ in 0..MIGRATION_WAIT_STEPS {
+            if version == 0 || version >= SCHEMA_VERSION {
+                break;
+            }
+            std::thread::sleep(MIGRATION_WAIT_STEP);
+            version = read_version()?;
+        }
         if version != SCHEMA_VERSION {
             return Err(OutboxError::Unusable {
                 path,
@@ -252,12 +322,87 @@ impl Store {
             conn,
             options: StoreOptions::default(),
             counters,
+            clock: ClockRows::default(),
             path,
+            identity: None,
+            id_floor: 0,
         }))
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Why the file at our path is no longer the one we write to (deleted, or replaced
+    /// by another file), or `None` while it is. One `stat`: cheap enough to ask before
+    /// every commit.
+    pub fn replaced(&self) -> Option<&'static str> {
+        let ours = self.identity?;
+        match std::fs::metadata(&self.path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("deleted"),
+            Err(_) => None,
+            Ok(m) => {
+                use std::os::unix::fs::MetadataExt;
+                ((m.dev(), m.ino()) != ours).then_some("replaced by another file")
+            }
+        }
+    }
+
+    /// When the database file was deleted or replaced under the daemon: logs it at
+    /// ERROR and starts a fresh database at the path, so that what comes next is kept
+    /// (writing on into an unlinked file would lose it at stop, silently). What the old
+    /// file held is beyond reach. Returns whether a fresh database was opened.
+    pub fn reopen_if_replaced(&mut self) -> bool {
+        if self.identity.is_none() && self.id_floor == 0 {
+            return false;
+        }
+        let why = match self.replaced() {
+            Some(why) => why,
+            // A reopen that failed before: try again.
+            None if self.identity.is_none() => "unusable",
+            None => return false,
+        };
+        // New rows start above every id the old file handed out, some of which may be
+        // in a batch in flight.
+        let floor = self
+            .conn
+            .query_row("SELECT IFNULL(MAX(id), 0) + 1 FROM pending", [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .unwrap_or(0)
+            .max(self.id_floor);
+        tracing::error!(
+            path = %self.path.display(),
+            why,
+            pending_lost = self.counters.pending(),
+            "the outbox database was {why} under the running daemon: what it held is gone; starting a fresh one"
+        );
+        // The old connection is closed first: its WAL must not meet the new file.
+        let placeholder = Connection::open_in_memory();
+        let Ok(placeholder) = placeholder else {
+            return false;
+        };
+        drop(std::mem::replace(&mut self.conn, placeholder));
+        self.identity = None;
+        self.id_floor = floor.max(1);
+        if let Some(dir) = self.path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        match Self::open_checked(&self.path, &self.options) {
+            Ok(fresh) => {
+                self.conn = fresh.conn;
+                self.counters = fresh.counters;
+                self.identity = fresh.identity;
+                true
+            }
+            Err(b) => {
+                tracing::error!(
+                    error = %b.into_error(&self.path),
+                    "cannot start a fresh outbox database; writes fail and are retried"
+                );
+                false
+            }
+        }
     }
 
     /// Pending rows as the counters say (equal to the row count at every commit).
@@ -268,6 +413,37 @@ impl Store {
     pub fn set_max_pending(&mut self, max_pending: u64) {
         self.options.max_pending = max_pending;
     }
+}
+
+/// Device and inode of the file at `path`, if it can be read.
+fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Makes the next row inserted into `pending` in `tx` take an id of at least `floor`:
+/// a row at `floor - 1` holds the place until [`release_id_floor`] removes it in the
+/// same transaction, after the new rows are in.
+pub(super) fn hold_id_floor(tx: &Transaction<'_>, floor: i64) -> rusqlite::Result<()> {
+    if floor > 1 {
+        tx.execute(
+            "INSERT INTO pending(id, mac, captured_at, product_id, packet, rssi)
+             SELECT ?1, 0, 0, '', '', NULL WHERE NOT EXISTS (SELECT 1 FROM pending WHERE id >= ?1)",
+            [floor - 1],
+        )?;
+    }
+    Ok(())
+}
+
+/// Removes the place holder of [`hold_id_floor`].
+pub(super) fn release_id_floor(tx: &Transaction<'_>, floor: i64) -> rusqlite::Result<()> {
+    if floor > 1 {
+        tx.execute(
+            "DELETE FROM pending WHERE id = ?1 AND product_id = '' AND packet = ''",
+            [floor - 1],
+        )?;
+    }
+    Ok(())
 }
 
 /// A write transaction that takes the write lock at once, so that counters read in it
@@ -400,6 +576,48 @@ fn quarantine(path: &Path) -> std::io::Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn capture(i: u8) -> crate::record::Capture {
+        crate::record::Capture {
+            mac: Mac::new([0xC0, 0xFF, 0xEE, 0, 0, i]),
+            ts_ms: 1_763_719_200_000 + i64::from(i),
+            product_id: "tape".into(),
+            packet: "F70E".into(),
+            rssi: None,
+            boot_ms: None,
+        }
+    }
+
+    #[test]
+    fn a_deleted_database_is_replaced_by_a_fresh_one_whose_ids_start_above_the_old() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        store
+            .enqueue(&[capture(1), capture(2), capture(3)])
+            .unwrap();
+        assert!(!store.reopen_if_replaced(), "nothing happened to the file");
+
+        std::fs::remove_file(Store::path_in(dir.path())).unwrap();
+        assert_eq!(store.replaced(), Some("deleted"));
+        assert!(store.reopen_if_replaced());
+        assert_eq!(store.pending(), 0);
+        store.enqueue(&[capture(4)]).unwrap();
+        store.enqueue(&[capture(5)]).unwrap();
+        let ids: Vec<i64> = store
+            .pending_captures()
+            .unwrap()
+            .iter()
+            .map(|p| p.id)
+            .collect();
+        assert_eq!(
+            ids,
+            [4, 5],
+            "a batch of the old file in flight names none of these"
+        );
+        assert_eq!(store.pending(), 2);
+        assert_eq!(store.count_pending_rows().unwrap(), 2);
+        assert_eq!(store.replaced(), None);
+    }
 
     #[test]
     fn mac_survives_the_integer_column() {

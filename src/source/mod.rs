@@ -97,6 +97,12 @@ impl Configured {
         }
     }
 
+    /// Whether the source says when it is up through [`SourceHealth::started`] (BLE,
+    /// once discovery has started); the others are up as soon as they run.
+    pub fn announces_start(&self) -> bool {
+        matches!(self, Configured::Ble(_))
+    }
+
     /// Shares what a live source goes through (the BLE ladder's counts) with `health`.
     pub fn with_health(self, health: Arc<SourceHealth>) -> Configured {
         match self {
@@ -134,6 +140,9 @@ pub struct SourceHealth {
     pub forgotten: AtomicU64,
     /// Why the ladder last started, and when.
     pub last_trouble: Mutex<Option<(String, EpochMillis)>>,
+    /// Notified once the source is up (the BLE source: adapter found, discovery
+    /// started), for READY.
+    pub started: tokio::sync::Notify,
 }
 
 impl SourceHealth {
@@ -145,6 +154,22 @@ impl SourceHealth {
         if let Ok(mut t) = self.last_trouble.lock() {
             *t = Some((reason.to_string(), crate::clock::now_ms()));
         }
+    }
+}
+
+impl SourceError {
+    /// Whether the source cannot work on this machine as configured (no D-Bus, BlueZ
+    /// absent, access denied, no adapter, no replay input): starting again will not
+    /// help, unlike a scanner lost while running ([`SourceError::GaveUp`]).
+    pub fn cannot_work_here(&self) -> bool {
+        matches!(
+            self,
+            SourceError::Replay { .. }
+                | SourceError::SystemBus(_)
+                | SourceError::BluezNotRunning
+                | SourceError::AccessDenied(_)
+                | SourceError::NoAdapter { .. }
+        )
     }
 }
 

@@ -8,7 +8,10 @@ time, decides exactly as it did live.
 
 A malformed line (not UTF-8, not JSON, a bad field) is logged at WARN with its line
 number, counted in [`SourceReport::malformed`] and skipped: one bad line in a long
-recording must not cost the rest. Blank lines are ignored.
+recording must not cost the rest. Blank lines are ignored. A record no radio could
+have produced is malformed too: a capture time more than a day ahead of this clock
+(milliseconds written as seconds) or before 2015 (a clock left at 1970), or
+advertising data longer than one AD structure carries.
 
 Reading goes through tokio's file (or stdin) behind a 1 MiB buffer, reusing one line
 buffer: the blocking pool is entered once per megabyte, and parsing the record is the
@@ -27,6 +30,23 @@ use super::{Heard, Source, SourceError, SourceReport};
 
 /// Read buffer: large, so that a recording is read in few blocking calls.
 const BUFFER: usize = 1 << 20;
+
+/// A capture time before this (2015-01-01 UTC) is refused: no tape of this kind
+/// advertised then, and such a time is a unit or clock mistake (seconds divided once too
+/// often, a gateway's clock at its 1970 default), which the service would store as is.
+const MIN_TS_MS: i64 = 1_420_070_400_000;
+
+/// A capture time further ahead of this clock is refused: a clock a little off is
+/// possible, a capture from tomorrow is not (milliseconds written as seconds land in
+/// the year 57,000; `1e20` would be sent as a `scan_time` of 9223372036854775).
+const MAX_AHEAD_MS: i64 = 24 * 3600 * 1000;
+
+/// The most data one AD structure can carry after its type: its length octet counts at
+/// most 255 bytes, one of them the AD type. This holds for legacy advertising (31 bytes
+/// in all) and extended advertising (up to 1,650 bytes, but still in AD structures of at
+/// most 255), so it is the bound that refuses no real advert. Manufacturer data gives 2
+/// of these bytes to the company identifier, service data at least 2 to its UUID.
+const MAX_AD_DATA: usize = 252;
 
 /// Replays a JSON Lines recording.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,9 +163,39 @@ fn parse_line(bytes: &[u8]) -> Result<Option<Advertisement>, String> {
     if line.is_empty() {
         return Ok(None);
     }
-    Advertisement::from_record(line)
-        .map(Some)
-        .map_err(|e| e.to_string())
+    let adv = Advertisement::from_record(line).map_err(|e| e.to_string())?;
+    check_bounds(&adv, crate::clock::now_ms())?;
+    Ok(Some(adv))
+}
+
+/// Refuses what no radio heard: a capture time before 2015 or more than a day ahead of
+/// `now_ms`, and advertising data longer than an AD structure holds.
+fn check_bounds(adv: &Advertisement, now_ms: i64) -> Result<(), String> {
+    let ts_secs = adv.ts_ms as f64 / 1000.0;
+    if adv.ts_ms < MIN_TS_MS {
+        return Err(format!(
+            "ts: {ts_secs} is before 2015 (epoch seconds are expected; a clock left at 1970?)"
+        ));
+    }
+    if adv.ts_ms > now_ms.saturating_add(MAX_AHEAD_MS) {
+        return Err(format!(
+            "ts: {ts_secs} is more than a day ahead of this clock (epoch seconds are expected; milliseconds?)"
+        ));
+    }
+    let longest = |lens: &mut dyn Iterator<Item = usize>| lens.max().unwrap_or(0);
+    let manufacturer = longest(&mut adv.manufacturer_data.iter().map(|(_, d)| d.len()));
+    let service = longest(&mut adv.service_data.iter().map(|(_, d)| d.len()));
+    for (field, len) in [
+        ("manufacturer_data", manufacturer),
+        ("service_data", service),
+    ] {
+        if len > MAX_AD_DATA {
+            return Err(format!(
+                "{field}: a value of {len} bytes is longer than BLE advertising carries ({MAX_AD_DATA})"
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -202,6 +252,43 @@ mod tests {
             .collect();
         assert_eq!(got, want);
         assert_eq!(got[0].ts_ms, 1_763_719_200_500);
+    }
+
+    #[test]
+    fn capture_times_outside_a_sane_range_and_oversized_packets_are_refused() {
+        let now = 1_763_719_200_000;
+        let line = |ts: &str, data_bytes: usize| {
+            let data = "ab".repeat(data_bytes);
+            let text = format!(
+                r#"{{"ts": {ts}, "mac": "C0:FF:EE:00:00:01", "manufacturer_data": {{"3831": "{data}"}}}}"#
+            );
+            let adv = Advertisement::from_record(&text).unwrap();
+            check_bounds(&adv, now)
+        };
+        assert_eq!(line("1763719200.5", 11), Ok(()));
+        assert_eq!(line("1763805500", 252), Ok(()), "a clock a little ahead");
+        for (ts, why) in [
+            ("1e20", "ahead"),
+            ("1763719200500", "milliseconds?"),
+            ("1763719.2", "before 2015"),
+            ("0", "before 2015"),
+        ] {
+            let err = line(ts, 11).unwrap_err();
+            assert!(err.starts_with("ts: ") && err.contains(why), "{ts}: {err}");
+        }
+        let err = line("1763719200", 100 * 1024).unwrap_err();
+        assert!(
+            err.starts_with("manufacturer_data: a value of 102400 bytes"),
+            "{err}"
+        );
+        let service = format!(
+            r#"{{"ts": 1763719200, "mac": "C0:FF:EE:00:00:01", "service_data": {{"feaa": "{}"}}}}"#,
+            "00".repeat(253)
+        );
+        let adv = Advertisement::from_record(&service).unwrap();
+        assert!(check_bounds(&adv, now)
+            .unwrap_err()
+            .starts_with("service_data"));
     }
 
     #[tokio::test]

@@ -11,6 +11,7 @@ properties change through org.freedesktop.DBus.Properties.Set, which emits Prope
 Commands (MAC as AA:BB:CC:DD:EE:FF, CID decimal, HEX the bytes after the company id):
   wait-bluez SECS                      until org.bluez has an owner
   adapter HCI                          Mock.AddAdapter
+  remove-adapter HCI                   Mock.RemoveAdapter (an adapter unplugged: its devices stay)
   wait-discovering HCI 0|1 SECS        until the adapter's Discovering is that
   add HCI MAC NAME RSSI CID HEX        a device with manufacturer data
   add-svc HCI MAC RSSI UUID HEX        a device with service data only
@@ -133,6 +134,9 @@ def command(words):
         return 'ok' if ok else 'err org.bluez has no owner'
     if cmd == 'adapter':
         root().AddAdapter(a[0], 'test-gw', dbus_interface='org.bluez.Mock')
+        return 'ok'
+    if cmd == 'remove-adapter':
+        root().RemoveAdapter(a[0], dbus_interface='org.bluez.Mock')
         return 'ok'
     if cmd == 'wait-discovering':
         want = a[1] == '1'

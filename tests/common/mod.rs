@@ -14,6 +14,10 @@ use tapegate::record::{hex_upper, Advertisement, Mac};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_tapegate");
 
+/// A capture time to build traces on (2025-11-21 10:00 UTC): replay refuses times
+/// before 2015 as no radio's.
+pub const T0_MS: i64 = 1_763_719_200_000;
+
 /// A temp dir holding `config.toml` and `state/`.
 pub struct Gateway {
     pub dir: tempfile::TempDir,
@@ -149,6 +153,31 @@ pub fn stdin_replay_config(commit_interval_ms: u64) -> String {
     format!(
         "[scanner]\nsource = \"replay\"\nreplay_path = \"-\"\n\n[dedup]\nwindow_secs = 0\nmin_interval_secs = 0\n\n[outbox]\ncommit_interval_ms = {commit_interval_ms}\n"
     )
+}
+
+/// The mock on a runtime of its own, so that a test thread can block on a child process
+/// (or on an in-process daemon's runtime) while the mock answers.
+#[cfg(feature = "mock")]
+pub fn mock_with(
+    config: tapegate::mock::MockConfig,
+) -> (tokio::runtime::Runtime, tapegate::mock::MockHandle) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mock = rt
+        .block_on(tapegate::mock::start(config))
+        .expect("mock starts");
+    (rt, mock)
+}
+
+/// A `[service]` section for the mock's "ppe" environment with its demo credentials
+/// (password inline), short timeouts and quick backoff.
+#[cfg(feature = "mock")]
+pub fn mock_service_section(mock: &tapegate::mock::MockHandle) -> String {
+    let service = mock.service_toml("ppe", 5).expect("the mock serves ppe");
+    format!("{service}\n[flush]\nmax_delay_secs = 0.05\nbackoff_initial_ms = 50\nbackoff_max_secs = 1\n")
 }
 
 /// `tapegate run` as a child process fed through its stdin, its stderr collected as it

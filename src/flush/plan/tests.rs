@@ -29,6 +29,7 @@ fn row(id: i64, m: u8) -> PendingCapture {
             product_id: "tape".into(),
             packet: format!("{id:02X}"),
             rssi: None,
+            boot_ms: None,
         },
     }
 }

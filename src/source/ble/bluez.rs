@@ -1,35 +1,48 @@
 /*!
-Plain D-Bus calls to BlueZ through the `dbus` crate's blocking API, beside the scan's
-session: whether BlueZ runs and who owns its name, whether the adapter is powered and
-discovering, and forgetting a device.
+Plain D-Bus calls to BlueZ beside the scan's session: whether BlueZ runs and who owns its
+name, whether the adapter is powered and discovering, and forgetting a device.
 
 - [`preflight`] runs once before the scan and turns every way of not being able to scan
   into a [`SourceError`] that says what to do.
-- [`Watcher`] is one thread with its own connection: it polls the health of BlueZ and
-  the adapter every [`POLL`] and removes the devices the source forgets. Polling (a few
-  small calls a second) adds no match rule and sees a bluetoothd restart even when it
-  happens between two polls (the name's unique owner changes).
+- [`Watcher`] keeps the health of BlueZ and the adapter current on its own connection,
+  told by signals, not by polling: `NameOwnerChanged` for `org.bluez` (bluetoothd
+  leaving, or restarting under a new owner, even between two reads), the adapter's
+  `PropertiesChanged` (`Powered`, `Discovering`) and `InterfacesAdded`/`Removed` of the
+  adapter object. Its match rules name the adapter's own path, so the adverts (each a
+  `PropertiesChanged` of a device) never reach it. It reads the state itself
+  ([`Watcher::probe`]) only when the scan starts and after each step of the ladder, so
+  that a step is judged by what BlueZ says after it; with nothing happening it costs no
+  wake-up at all. It also sends the removals of the devices the source forgets.
 */
 
-use std::sync::mpsc as std_mpsc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use dbus::arg::{prop_cast, PropMap};
-use dbus::blocking::stdintf::org_freedesktop_dbus::{ObjectManager, Properties};
+use dbus::blocking::stdintf::org_freedesktop_dbus::ObjectManager;
 use dbus::blocking::Connection;
-use tokio::sync::watch;
+use dbus::channel::{MatchingReceiver, Sender};
+use dbus::message::{MatchRule, MessageType, SignalArgs};
+use dbus::nonblock::stdintf::org_freedesktop_dbus::{
+    ObjectManagerInterfacesAdded, ObjectManagerInterfacesRemoved, Properties,
+    PropertiesPropertiesChanged,
+};
+use dbus::nonblock::{Proxy, SyncConnection};
+use dbus::Message;
+use futures::channel::mpsc::{unbounded, UnboundedReceiver};
+use futures::StreamExt;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::source::SourceError;
 
 const BLUEZ: &str = "org.bluez";
 const ADAPTER: &str = "org.bluez.Adapter1";
+const PROPERTIES: &str = "org.freedesktop.DBus.Properties";
+const OBJECT_MANAGER: &str = "org.freedesktop.DBus.ObjectManager";
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
-/// How often the watcher looks at BlueZ.
-pub(super) const POLL: Duration = Duration::from_millis(500);
-/// Device removals waiting for the watcher at most; more are skipped (BlueZ forgets
-/// temporary devices by itself too, this only keeps it lean).
-const REMOVALS_QUEUED: usize = 4096;
+/// Signals applied at most per wake-up of the watcher (more wait for the next turn).
+const SIGNALS_PER_TURN: usize = 64;
 
 /// Checks that a scan can start: the system bus, BlueZ on it, access to it, and the
 /// adapter (`wanted`, or the first). Returns the adapter's name (`hci0`) and the unique
@@ -90,12 +103,11 @@ fn owner(conn: &Connection) -> Result<Option<String>, dbus::Error> {
     }
 }
 
-/// What the watcher saw at one poll.
+/// What the watcher knows of BlueZ and the adapter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Health {
-    /// When this was seen (a step taken later is judged by a later poll). The watcher
-    /// thread has no runtime, so this is the real clock, as the source's is outside a
-    /// paused test runtime.
+    /// When this was last learned (a signal, or a read): a ladder step taken later is
+    /// judged only by what is learned after it.
     pub at: Instant,
     /// The system bus answered.
     pub bus: bool,
@@ -124,125 +136,378 @@ impl Health {
             && self.powered == Some(true)
             && self.discovering == Some(true)
     }
+
+    /// Takes `Powered` and `Discovering` from an adapter's properties, as far as given.
+    fn adapter(&mut self, props: &PropMap) {
+        if let Some(p) = prop_cast::<bool>(props, "Powered") {
+            self.powered = Some(*p);
+        }
+        if let Some(d) = prop_cast::<bool>(props, "Discovering") {
+            self.discovering = Some(*d);
+        }
+    }
 }
 
-/// The watcher thread's handle. The thread ends at its next poll once this is dropped.
+/// The watcher's connection to the system bus.
+struct Link {
+    conn: Arc<SyncConnection>,
+    /// Drives the connection; ends when the bus connection is lost.
+    io: JoinHandle<()>,
+    signals: UnboundedReceiver<Message>,
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.io.abort();
+    }
+}
+
+/// The health of BlueZ and the adapter, kept current by signals (see the module doc).
 pub(super) struct Watcher {
-    pub health: watch::Receiver<Health>,
-    removals: std_mpsc::SyncSender<String>,
-    adapter: watch::Sender<String>,
+    adapter: String,
+    link: Option<Link>,
+    health: Health,
+    /// `org.bluez` has a new owner, whose adapter is read at the next [`refresh`](Self::refresh).
+    stale: bool,
 }
 
 impl Watcher {
-    pub fn spawn(adapter: String) -> std::io::Result<Watcher> {
-        let (health_tx, health) = watch::channel(Health::unknown());
-        let (removals, removals_rx) = std_mpsc::sync_channel(REMOVALS_QUEUED);
-        let (adapter_tx, adapter_rx) = watch::channel(adapter);
-        std::thread::Builder::new()
-            .name("bluez-watch".into())
-            .spawn(move || watch_loop(health_tx, removals_rx, adapter_rx))?;
-        Ok(Watcher {
-            health,
-            removals,
-            adapter: adapter_tx,
-        })
+    /// A watcher of `adapter` (`hci0`); it connects at its first [`probe`](Self::probe).
+    pub fn new(adapter: String) -> Watcher {
+        Watcher {
+            adapter,
+            link: None,
+            health: Health::unknown(),
+            stale: false,
+        }
     }
 
-    /// Asks BlueZ to forget a device (`hci0/dev_AA_BB_...`). `false` if the queue is full.
-    pub fn remove(&self, device: String) -> bool {
-        self.removals.try_send(device).is_ok()
+    pub fn health(&self) -> &Health {
+        &self.health
     }
 
-    /// Watches another adapter from now on.
-    pub fn set_adapter(&self, name: &str) {
-        self.adapter.send_if_modified(|a| {
-            let changed = a != name;
-            if changed {
-                *a = name.to_string();
-            }
-            changed
-        });
+    fn adapter_path(&self) -> String {
+        format!("/org/bluez/{}", self.adapter)
     }
-}
 
-fn watch_loop(
-    health: watch::Sender<Health>,
-    removals: std_mpsc::Receiver<String>,
-    adapter: watch::Receiver<String>,
-) {
-    let mut conn: Option<Connection> = None;
-    let mut next_poll = Instant::now();
-    loop {
-        if health.is_closed() {
+    /// Reads the state now (connecting first if needed): after a ladder step, so that
+    /// the step is judged by what BlueZ says after it.
+    pub async fn probe(&mut self) {
+        self.stale = false;
+        // Stamped before asking: a step taken after this instant is not judged by it.
+        let mut h = Health::unknown();
+        if self.link.is_none() {
+            self.link = self.connect().await;
+        }
+        let Some(link) = &self.link else {
+            self.health = h;
             return;
-        }
-        let now = Instant::now();
-        if now >= next_poll {
-            if conn.is_none() {
-                conn = Connection::new_system().ok();
+        };
+        let bus = Proxy::new(
+            "org.freedesktop.DBus",
+            "/org/freedesktop/DBus",
+            CALL_TIMEOUT,
+            link.conn.clone(),
+        );
+        let owner: Result<(String,), dbus::Error> = bus
+            .method_call("org.freedesktop.DBus", "GetNameOwner", (BLUEZ,))
+            .await;
+        match owner {
+            Ok((o,)) => h.owner = Some(o),
+            Err(e) if e.name() == Some("org.freedesktop.DBus.Error.NameHasNoOwner") => {}
+            Err(_) => {
+                self.link = None;
+                self.health = h;
+                return;
             }
-            let name = adapter.borrow().clone();
-            let seen = match &conn {
-                Some(c) => probe(c, &name),
-                None => Health::unknown(),
-            };
-            if !seen.bus {
-                conn = None;
-            }
-            health.send_replace(seen);
-            next_poll = now + POLL;
         }
-        match removals.recv_timeout(next_poll.saturating_duration_since(Instant::now())) {
-            Ok(device) => {
-                if let Some(c) = &conn {
-                    remove_device(c, &device);
+        h.bus = true;
+        if h.owner.is_some() {
+            let adapter = Proxy::new(BLUEZ, self.adapter_path(), CALL_TIMEOUT, link.conn.clone());
+            if let Ok(props) = adapter.get_all(ADAPTER).await {
+                h.powered = Some(false);
+                h.discovering = Some(false);
+                h.adapter(&props);
+            }
+        }
+        self.health = h;
+    }
+
+    /// A new connection with the match rules of this adapter; `None` when the bus
+    /// cannot be reached.
+    async fn connect(&self) -> Option<Link> {
+        // Connecting blocks (a hung bus could hold it for long): not on the runtime.
+        let connected = tokio::task::spawn_blocking(dbus_tokio::connection::new_system_sync).await;
+        let (resource, conn) = match connected {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %describe(&e), "the BlueZ watcher cannot connect to the system bus");
+                return None;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "the BlueZ watcher's connecting task failed");
+                return None;
+            }
+        };
+        let io = tokio::spawn(async move {
+            let _lost = resource.await;
+        });
+        let (tx, signals) = unbounded();
+        // The bus sends only what the rules below select; everything it sends is taken.
+        let mut any_signal = MatchRule::new();
+        any_signal.msg_type = Some(MessageType::Signal);
+        conn.start_receive(
+            any_signal,
+            Box::new(move |msg, _| tx.unbounded_send(msg).is_ok()),
+        );
+        let path = self.adapter_path();
+        let rules = [
+            format!(
+                "type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='{BLUEZ}'"
+            ),
+            format!(
+                "type='signal',sender='{BLUEZ}',path='{path}',interface='{PROPERTIES}',member='PropertiesChanged',arg0='{ADAPTER}'"
+            ),
+            format!(
+                "type='signal',sender='{BLUEZ}',interface='{OBJECT_MANAGER}',member='InterfacesAdded',arg0path='{path}'"
+            ),
+            format!(
+                "type='signal',sender='{BLUEZ}',interface='{OBJECT_MANAGER}',member='InterfacesRemoved',arg0path='{path}'"
+            ),
+        ];
+        for rule in &rules {
+            if let Err(e) = conn.add_match_no_cb(rule).await {
+                tracing::debug!(error = %describe(&e), "the BlueZ watcher cannot subscribe to a signal");
+                io.abort();
+                return None;
+            }
+        }
+        Some(Link { conn, io, signals })
+    }
+
+    /// Reads the state again if a signal said it should (a new bluetoothd).
+    pub async fn refresh(&mut self) {
+        if self.stale {
+            self.probe().await;
+        }
+    }
+
+    /// Waits until something is learned (signals, or the bus connection lost), and
+    /// applies everything already queued. Pends forever without a connection (the
+    /// ladder's next step probes, which reconnects). Cancel-safe: nothing is awaited
+    /// once a signal is taken.
+    pub async fn changed(&mut self) {
+        let Some(link) = &mut self.link else {
+            return std::future::pending().await;
+        };
+        let first = tokio::select! {
+            msg = link.signals.next() => msg,
+            _ = &mut link.io => None,
+        };
+        let Some(first) = first else {
+            tracing::debug!("the BlueZ watcher lost its system bus connection");
+            self.link = None;
+            self.health = Health::unknown();
+            return;
+        };
+        let mut batch = vec![first];
+        while batch.len() < SIGNALS_PER_TURN {
+            match link.signals.try_recv() {
+                Ok(msg) => batch.push(msg),
+                Err(_) => break,
+            }
+        }
+        let path = self.adapter_path();
+        for msg in &batch {
+            // A new bluetoothd: what it says of the adapter is read at the next refresh.
+            self.stale |= self.apply(msg, &path);
+        }
+        self.health.at = Instant::now();
+    }
+
+    /// Applies one signal; `true` when `org.bluez` has a new owner. Only the bus itself
+    /// and BlueZ's owner are believed (anyone may send a signal to this connection).
+    fn apply(&mut self, msg: &Message, path: &str) -> bool {
+        let h = &mut self.health;
+        let sender = msg.sender();
+        if sender.as_deref() == Some("org.freedesktop.DBus") {
+            if msg.member().is_some_and(|m| &*m == "NameOwnerChanged") {
+                if let Ok((BLUEZ, _old, new)) = msg.read3::<&str, &str, &str>() {
+                    h.powered = None;
+                    h.discovering = None;
+                    if new.is_empty() {
+                        h.owner = None;
+                    } else {
+                        h.owner = Some(new.to_string());
+                        return true;
+                    }
                 }
             }
-            Err(std_mpsc::RecvTimeoutError::Timeout) => {}
-            Err(std_mpsc::RecvTimeoutError::Disconnected) => {
-                std::thread::sleep(next_poll.saturating_duration_since(Instant::now()));
+            return false;
+        }
+        if sender.is_none() || sender.as_deref() != h.owner.as_deref() {
+            return false;
+        }
+        let from_path = msg.path().is_some_and(|p| &*p == path);
+        if let Some(pc) = PropertiesPropertiesChanged::from_message(msg) {
+            if from_path && pc.interface_name == ADAPTER {
+                h.adapter(&pc.changed_properties);
+            }
+        } else if let Some(added) = ObjectManagerInterfacesAdded::from_message(msg) {
+            if &*added.object == path {
+                if let Some(props) = added.interfaces.get(ADAPTER) {
+                    h.powered = Some(false);
+                    h.discovering = Some(false);
+                    h.adapter(props);
+                }
+            }
+        } else if let Some(removed) = ObjectManagerInterfacesRemoved::from_message(msg) {
+            if &*removed.object == path && removed.interfaces.iter().any(|i| i == ADAPTER) {
+                h.powered = None;
+                h.discovering = None;
             }
         }
+        false
     }
-}
 
-fn probe(conn: &Connection, adapter: &str) -> Health {
-    // Stamped before asking: a step taken after this instant is not judged by it.
-    let mut h = Health::unknown();
-    let Ok(owner) = owner(conn) else { return h };
-    h.bus = true;
-    h.owner = owner;
-    if h.owner.is_some() {
-        let path = format!("/org/bluez/{adapter}");
-        let props: Result<PropMap, _> = conn.with_proxy(BLUEZ, path, CALL_TIMEOUT).get_all(ADAPTER);
-        if let Ok(props) = props {
-            h.powered = Some(
-                prop_cast::<bool>(&props, "Powered")
-                    .copied()
-                    .unwrap_or(false),
-            );
-            h.discovering = Some(
-                prop_cast::<bool>(&props, "Discovering")
-                    .copied()
-                    .unwrap_or(false),
-            );
+    /// Asks BlueZ to forget a device (`hci0/dev_AA_BB_...`), without waiting for the
+    /// answer (BlueZ forgets temporary devices by itself too: this only keeps it lean).
+    pub fn remove(&self, device: &str) {
+        let Some(link) = &self.link else { return };
+        let Some((adapter, _)) = device.split_once('/') else {
+            return;
+        };
+        let Ok(path) = dbus::Path::new(format!("/org/bluez/{device}")) else {
+            return;
+        };
+        let Ok(msg) = Message::new_method_call(
+            BLUEZ,
+            format!("/org/bluez/{adapter}"),
+            ADAPTER,
+            "RemoveDevice",
+        ) else {
+            return;
+        };
+        let mut msg = msg.append1(path);
+        msg.set_no_reply(true);
+        if link.conn.send(msg).is_err() {
+            tracing::debug!(device, "BlueZ was not asked to remove a forgotten device");
         }
     }
-    h
+
+    /// Watches another adapter from now on (its rules are made at the next probe).
+    pub fn set_adapter(&mut self, name: &str) {
+        if self.adapter != name {
+            self.adapter = name.to_string();
+            self.link = None;
+        }
+    }
 }
 
-/// `device` is `hci0/dev_AA_BB_CC_DD_EE_FF` (a bluez-async `DeviceId` displayed).
-fn remove_device(conn: &Connection, device: &str) {
-    let Some((adapter, _)) = device.split_once('/') else {
-        return;
-    };
-    let Ok(path) = dbus::Path::new(format!("/org/bluez/{device}")) else {
-        return;
-    };
-    let result: Result<(), dbus::Error> = conn
-        .with_proxy(BLUEZ, format!("/org/bluez/{adapter}"), CALL_TIMEOUT)
-        .method_call(ADAPTER, "RemoveDevice", (path,));
-    if let Err(e) = result {
-        tracing::debug!(device, error = %describe(&e), "BlueZ did not remove a forgotten device");
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dbus::arg::Variant;
+    use std::collections::HashMap;
+
+    const HCI0: &str = "/org/bluez/hci0";
+
+    /// A watcher of hci0 that knows BlueZ (`:1.7`) and a scanning adapter.
+    fn watcher() -> Watcher {
+        let mut w = Watcher::new("hci0".into());
+        w.health = Health {
+            at: Instant::now(),
+            bus: true,
+            owner: Some(":1.7".into()),
+            powered: Some(true),
+            discovering: Some(true),
+        };
+        w
+    }
+
+    fn signal(sender: &str, path: &str, iface: &str, member: &str) -> Message {
+        let mut m = Message::new_signal(path, iface, member).unwrap();
+        m.set_sender(Some(sender.into()));
+        m
+    }
+
+    fn adapter_props(powered: Option<bool>, discovering: bool) -> PropMap {
+        let mut props: PropMap = HashMap::new();
+        if let Some(p) = powered {
+            props.insert("Powered".into(), Variant(Box::new(p)));
+        }
+        props.insert("Discovering".into(), Variant(Box::new(discovering)));
+        props
+    }
+
+    fn discovering(sender: &str, path: &str, on: bool) -> Message {
+        signal(sender, path, PROPERTIES, "PropertiesChanged").append3(
+            ADAPTER,
+            adapter_props(None, on),
+            Vec::<String>::new(),
+        )
+    }
+
+    fn owner_changed(sender: &str, old: &str, new: &str) -> Message {
+        signal(
+            sender,
+            "/org/freedesktop/DBus",
+            "org.freedesktop.DBus",
+            "NameOwnerChanged",
+        )
+        .append3(BLUEZ, old, new)
+    }
+
+    #[test]
+    fn the_adapters_own_signals_keep_its_health_current() {
+        let mut w = watcher();
+        assert!(!w.apply(&discovering(":1.7", HCI0, false), HCI0));
+        assert_eq!(w.health.discovering, Some(false));
+        assert!(!w.health.scanning());
+        w.apply(&discovering(":1.7", HCI0, true), HCI0);
+        assert!(w.health.scanning());
+    }
+
+    #[test]
+    fn only_bluezs_owner_and_the_bus_are_believed() {
+        let mut w = watcher();
+        let before = w.health.clone();
+        w.apply(&discovering(":1.99", HCI0, false), HCI0);
+        w.apply(&discovering(":1.7", "/org/bluez/hci1", false), HCI0);
+        w.apply(&owner_changed(":1.99", ":1.7", ""), HCI0);
+        assert_eq!(w.health, before);
+    }
+
+    #[test]
+    fn bluez_leaving_and_back_under_a_new_owner_asks_for_a_fresh_read() {
+        let mut w = watcher();
+        assert!(!w.apply(&owner_changed("org.freedesktop.DBus", ":1.7", ""), HCI0));
+        assert_eq!(w.health.owner, None);
+        assert_eq!(w.health.powered, None, "no BlueZ, no adapter");
+        assert!(w.apply(&owner_changed("org.freedesktop.DBus", "", ":1.9"), HCI0));
+        assert_eq!(w.health.owner.as_deref(), Some(":1.9"));
+        // The old owner is not believed any more; the new one is.
+        w.apply(&discovering(":1.7", HCI0, true), HCI0);
+        assert_eq!(w.health.discovering, None);
+        w.apply(&discovering(":1.9", HCI0, true), HCI0);
+        assert_eq!(w.health.discovering, Some(true));
+    }
+
+    #[test]
+    fn the_adapter_object_removed_and_added_back_is_followed() {
+        let mut w = watcher();
+        let removed = signal(":1.7", "/", OBJECT_MANAGER, "InterfacesRemoved")
+            .append2(dbus::Path::from(HCI0), vec![ADAPTER.to_string()]);
+        w.apply(&removed, HCI0);
+        assert_eq!((w.health.powered, w.health.discovering), (None, None));
+        let mut interfaces: HashMap<String, PropMap> = HashMap::new();
+        interfaces.insert(ADAPTER.into(), adapter_props(Some(true), false));
+        let added = signal(":1.7", "/", OBJECT_MANAGER, "InterfacesAdded")
+            .append2(dbus::Path::from(HCI0), interfaces);
+        w.apply(&added, HCI0);
+        assert_eq!(
+            (w.health.powered, w.health.discovering),
+            (Some(true), Some(false))
+        );
     }
 }

@@ -1,9 +1,11 @@
 /*!
 The liveness ladder of the BLE source, pure: the source passes in the time, the adverts
-it hears, the state of its scan and the last poll of the BlueZ [`Watcher`]; the ladder
-answers with the step to take. The source makes the D-Bus calls and writes the log; the
-rules (what is trouble, which poll judges a step, when the next step is due, when to
-give up) are all here, tested with the time passed in.
+it hears, the state of its scan and what the BlueZ [`Watcher`] knows; the ladder
+answers with the step to take, and when it must be asked again if nothing happens
+([`Ladder::next_check`]), so that the source arms one deadline instead of ticking. The
+source makes the D-Bus calls and writes the log; the rules (what is trouble, what judges
+a step, when the next step is due, when to give up) are all here, tested with the time
+passed in.
 
 Field gateways stop hearing adverts while looking alive (btleplug #332), adapters get
 powered off or vanish, bluetoothd restarts. Trouble is one of: the system bus or
@@ -16,8 +18,11 @@ powered off or no longer discovering, the event stream ended, or no advert for
 3. if the scanner is still not back after `scanner.give_up_secs`: give up (the daemon
    exits 1 and systemd restarts it).
 
-The scanner is back when a poll taken after the last step sees BlueZ, the adapter and
-discovery all there again (for silence: when an advert arrives).
+The scanner is back when what the watcher learned after the last step (a signal, or the
+read the source makes after each step) shows BlueZ, the adapter and discovery all there
+again (for silence: when an advert arrives). A bluetoothd seen under a new owner while
+climbing renames the trouble "bluetoothd restarted", whatever was seen first (its
+leaving).
 
 bluez-async offers no way to close a session's D-Bus connection (the task that owns it
 runs on), so step 2 makes one session per episode and its retries reuse it while it
@@ -39,7 +44,10 @@ pub const STEP_WAIT: Duration = Duration::from_secs(2);
 /// that systemd starts it afresh: bluez-async never closes a session's connection.
 pub(super) const MAX_MANAGERS: u32 = 32;
 
-/// What the source knows of its own scan, beside the watcher's polls.
+/// Why a new owner of `org.bluez` is trouble.
+const RESTARTED: &str = "bluetoothd restarted (org.bluez has a new owner)";
+
+/// What the source knows of its own scan, beside what the watcher knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Scan {
     /// No adapter session (re-acquiring it has failed so far).
@@ -77,12 +85,12 @@ pub(super) struct GaveUp {
 #[derive(Debug)]
 struct Trouble {
     reason: String,
-    /// Silence ends with an advert; other trouble with a poll that sees the scan.
+    /// Silence ends with an advert; other trouble when the watcher sees the scan.
     silence: bool,
     since: Instant,
     /// Whether step 2 has been taken.
     reacquiring: bool,
-    /// When the last step was taken: only later polls judge it.
+    /// When the last step was taken: only what is learned later judges it.
     acted: Instant,
     /// When the next step is due.
     next: Instant,
@@ -130,16 +138,26 @@ impl Ladder {
         self.last_heard = now;
     }
 
-    /// Trouble the source saw by itself at `now` (its adapter was powered off): step 1,
-    /// unless the ladder is already being climbed.
-    pub fn trouble(&mut self, now: Instant, reason: String) -> Step {
-        if self.trouble.is_some() {
-            return Step::Nothing;
+    /// When the ladder must be asked again if nothing else happens (no advert, nothing
+    /// learned of BlueZ, the scan unchanged): the end of the silence allowed, the next
+    /// step, giving up. `None`: only an event can change its answer, and the source arms
+    /// no timer.
+    pub fn next_check(&self) -> Option<Instant> {
+        match &self.trouble {
+            Some(t) => Some(t.next.min(t.since + self.give_up)),
+            None => {
+                let silence = self.silence?;
+                self.heard_any.then(|| self.last_heard + silence)
+            }
         }
-        self.begin(now, reason, false)
     }
 
-    /// The step to take at `now`, given the watcher's last poll, the scan, and the
+    /// Whether trouble is being climbed out of (an advert may end it).
+    pub fn troubled(&self) -> bool {
+        self.trouble.is_some()
+    }
+
+    /// The step to take at `now`, given what the watcher knows, the scan, and the
     /// adapter scanned (named in the reasons).
     pub fn poll(&mut self, now: Instant, health: &Health, scan: Scan, adapter: &str) -> Step {
         let Some(t) = &mut self.trouble else {
@@ -152,6 +170,13 @@ impl Ladder {
                 None => Step::Nothing,
             };
         };
+        if self
+            .owner
+            .as_ref()
+            .is_some_and(|o| health.owner.as_ref().is_some_and(|now| now != o))
+        {
+            RESTARTED.clone_into(&mut t.reason);
+        }
         let back = if t.silence {
             self.last_heard > t.since
         } else {
@@ -186,7 +211,7 @@ impl Ladder {
         }
     }
 
-    /// Step 1's restart finished at `at`: polls taken while it ran do not judge it.
+    /// Step 1's restart finished at `at`: what was learned while it ran does not judge it.
     pub fn restarted(&mut self, at: Instant) {
         if let Some(t) = &mut self.trouble {
             t.acted = at;
@@ -241,7 +266,7 @@ impl Ladder {
         (self.heard_any && quiet >= silence).then(|| format!("no advert for {} s", quiet.as_secs()))
     }
 
-    /// What is wrong with the scan, judged by a poll taken after it (re)started.
+    /// What is wrong with the scan, judged by what was learned after it (re)started.
     fn scan_trouble(&mut self, h: &Health, scan: Scan, adapter: &str) -> Option<String> {
         let started = match scan {
             Scan::Missing => return Some("there is no scan".into()),
@@ -268,7 +293,7 @@ fn judge(h: &Health, adapter: &str, owner: Option<&str>) -> Option<String> {
         return Some("BlueZ (org.bluez) left the system bus".into());
     };
     if owner.is_some_and(|o| o != now_owner) {
-        return Some("bluetoothd restarted (org.bluez has a new owner)".into());
+        return Some(RESTARTED.into());
     }
     match (h.powered, h.discovering) {
         (None, _) => Some(format!("adapter {adapter} disappeared")),
@@ -538,18 +563,12 @@ mod tests {
     }
 
     #[test]
-    fn trouble_seen_by_the_source_starts_the_ladder_only_once() {
-        let (mut l, t0) = ladder();
-        let reason = || "adapter hci0 was powered off".to_string();
-        assert_eq!(
-            l.trouble(t0, reason()),
-            restart("adapter hci0 was powered off")
-        );
-        assert_eq!(l.trouble(t0 + POLL, reason()), Step::Nothing);
+    fn trouble_seen_again_while_climbing_does_not_start_the_ladder_again() {
+        let (mut l, t0) = in_trouble();
         assert_eq!(
             poll_off(&mut l, t0 + POLL, Scan::Since(t0)),
             Step::Nothing,
-            "a poll that sees the same trouble does not start it again"
+            "the same trouble, seen again before the next step is due"
         );
     }
 
@@ -631,6 +650,108 @@ mod tests {
             l.poll(after, &new_owner(after), Scan::Since(t0), "hci0"),
             Step::Nothing,
             "the new owner is the owner now"
+        );
+    }
+
+    #[test]
+    fn all_well_and_nothing_heard_asks_for_no_deadline() {
+        let (mut l, t0) = ladder();
+        assert_eq!(l.next_check(), None);
+        assert_eq!(poll_healthy(&mut l, t0 + POLL, t0), Step::Nothing);
+        assert_eq!(l.next_check(), None, "a healthy look at BlueZ arms nothing");
+        let t0 = Instant::now();
+        let mut quiet = Ladder::new(None, GIVE_UP, ":1.7".into(), t0);
+        quiet.heard(t0);
+        assert_eq!(quiet.next_check(), None, "no silence setting, no deadline");
+    }
+
+    #[test]
+    fn the_deadline_is_the_end_of_the_silence_then_each_step_then_giving_up() {
+        let (mut l, t0) = ladder();
+        l.heard(t0);
+        assert_eq!(l.next_check(), Some(t0 + SILENCE));
+        // Adverts move the end of the silence on.
+        let later = t0 + Duration::from_secs(10);
+        l.heard(later);
+        assert_eq!(l.next_check(), Some(later + SILENCE));
+        // Asked at that deadline, the ladder takes step 1 and names the next one.
+        let quiet = later + SILENCE;
+        assert_eq!(
+            poll_healthy(&mut l, quiet, t0),
+            restart("no advert for 60 s")
+        );
+        assert!(l.troubled());
+        assert_eq!(l.next_check(), Some(quiet + STEP_WAIT));
+        assert!(matches!(
+            poll_healthy(&mut l, quiet + STEP_WAIT, t0),
+            Step::Reacquire { first: true, .. }
+        ));
+        assert_eq!(l.next_check(), Some(quiet + STEP_WAIT * 2));
+    }
+
+    #[test]
+    fn the_last_deadline_of_a_trouble_is_giving_up() {
+        let t0 = Instant::now();
+        let give_up = STEP_WAIT + Duration::from_millis(500);
+        let mut l = Ladder::new(Some(SILENCE), give_up, ":1.7".into(), t0);
+        let now = t0 + POLL;
+        assert_eq!(
+            poll_off(&mut l, now, Scan::Since(t0)),
+            restart("adapter hci0 was powered off")
+        );
+        assert_eq!(l.next_check(), Some(now + STEP_WAIT));
+        assert!(matches!(
+            poll_off(&mut l, now + STEP_WAIT, Scan::Missing),
+            Step::Reacquire { .. }
+        ));
+        assert_eq!(l.next_check(), Some(now + give_up), "before the next step");
+        assert!(matches!(
+            poll_off(&mut l, now + give_up, Scan::Missing),
+            Step::GiveUp(_)
+        ));
+    }
+
+    #[test]
+    fn bluez_seen_leaving_then_under_a_new_owner_is_a_bluetoothd_restart() {
+        let (mut l, t0) = ladder();
+        let gone = |at| Health {
+            owner: None,
+            powered: None,
+            discovering: None,
+            ..healthy(at)
+        };
+        let now = t0 + POLL;
+        assert_eq!(
+            l.poll(now, &gone(now), Scan::Since(t0), "hci0"),
+            restart("BlueZ (org.bluez) left the system bus")
+        );
+        let new_owner = Health {
+            owner: Some(":1.9".into()),
+            discovering: Some(false),
+            ..healthy(now + POLL)
+        };
+        assert_eq!(
+            l.poll(now + POLL, &new_owner, Scan::Since(t0), "hci0"),
+            Step::Nothing
+        );
+        assert_eq!(
+            l.poll(now + STEP_WAIT, &new_owner, Scan::Since(t0), "hci0"),
+            Step::Reacquire {
+                reason: RESTARTED.into(),
+                first: true
+            }
+        );
+        let back = now + STEP_WAIT + POLL;
+        let scanning = Health {
+            owner: Some(":1.9".into()),
+            ..healthy(back)
+        };
+        assert_eq!(
+            l.poll(back, &scanning, Scan::Since(back - POLL / 2), "hci0"),
+            Step::Back {
+                reason: RESTARTED.into(),
+                after: STEP_WAIT + POLL
+            }
         );
     }
 }

@@ -17,12 +17,17 @@ match is sent on with the advert, so that ingest does not match it again. A radi
 cannot be back-pressured: when the channel is full the advert is dropped and counted
 (logged at most every 10 s).
 
-A `bluez::Watcher` polls BlueZ beside the scan, and the liveness ladder (`ladder.rs`) turns
-its polls, the adverts heard and the state of the scan into steps: restart the scan,
-re-acquire the adapter, give up ([`SourceError::GaveUp`]: the daemon exits 1 and
-systemd restarts it). This file takes them, each logged once at WARN with the reason;
-the scanner being back is logged once at INFO. Counts of restarts and re-acquisitions
-are logged when the source ends.
+A `bluez::Watcher` keeps the health of BlueZ and the adapter current beside the scan,
+told by signals, and the liveness ladder (`ladder.rs`) turns what it knows, the adverts
+heard and the state of the scan into steps: restart the scan, re-acquire the adapter,
+give up ([`SourceError::GaveUp`]: the daemon exits 1 and systemd restarts it). This file
+takes them, each logged once at WARN with the reason; the scanner being back is logged
+once at INFO. Counts of restarts and re-acquisitions are logged when the source ends.
+
+Nothing here ticks. The source wakes for an event of the scan (and then takes every
+event already queued, up to [`EVENTS_PER_TURN`]), for something the watcher learned,
+or at the one deadline the ladder asks for (the end of the silence allowed, the next
+step of a trouble): on a dock where all is well and nothing is heard, it sleeps.
 */
 
 use std::pin::Pin;
@@ -30,10 +35,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bluez_async::{
-    AdapterEvent, AdapterId, BluetoothError, BluetoothEvent, BluetoothSession, DeviceEvent,
-    DeviceId, DeviceInfo, DiscoveryFilter, Transport,
+    AdapterId, BluetoothError, BluetoothEvent, BluetoothSession, DeviceEvent, DeviceId, DeviceInfo,
+    DiscoveryFilter, Transport,
 };
-use futures::{stream, Stream, StreamExt};
+use futures::{stream, FutureExt, Stream, StreamExt};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -50,8 +55,9 @@ mod bluez;
 mod devices;
 mod ladder;
 
-/// How often the source looks at the watcher's findings and the silence.
-const TICK: Duration = Duration::from_millis(250);
+/// Events of the scan handled at most per wake-up before the source looks at its other
+/// inputs again (stop, the watcher, the ladder's deadline).
+const EVENTS_PER_TURN: usize = 256;
 /// How long stopping waits for BlueZ to stop the scan.
 const STOP_SCAN_WAIT: Duration = Duration::from_secs(2);
 /// Drops are logged at most this often.
@@ -142,8 +148,7 @@ impl Source for Ble {
             tokio::task::spawn_blocking(move || bluez::preflight(wanted.as_deref()))
                 .await
                 .map_err(|e| SourceError::Bluez(format!("preflight task failed: {e}")))??;
-        let watcher = bluez::Watcher::spawn(adapter_name.clone())
-            .map_err(|e| SourceError::Bluez(format!("cannot start the BlueZ watcher: {e}")))?;
+        let mut watcher = bluez::Watcher::new(adapter_name.clone());
         let mut manager = Some(
             connect()
                 .await
@@ -153,6 +158,9 @@ impl Source for Ble {
             .await
             .map_err(SourceError::Bluez)?;
         tracing::info!(adapter = %adapter_name, "scanning for BLE advertisements");
+        // Read after the scan started: the ladder judges the scan by it.
+        watcher.probe().await;
+        self.health.started.notify_one();
         let mut scanner = Scanner {
             filter: self.filter,
             out,
@@ -311,6 +319,16 @@ struct Scanner {
     health: Arc<SourceHealth>,
 }
 
+/// What woke the source.
+enum Wake {
+    /// An event of the scan; `None`: its stream ended.
+    Event(Option<Event>),
+    /// The watcher learned something of BlueZ or the adapter.
+    Learned,
+    /// The ladder's deadline.
+    Due,
+}
+
 /// Pends forever without a stream, so that `select!` can wait on it.
 async fn next_event(session: &mut Option<Session>) -> Option<Event> {
     match session.as_mut().and_then(|s| s.events.as_mut()) {
@@ -339,33 +357,83 @@ impl Scanner {
         manager: &mut Option<BluetoothSession>,
         stop: CancellationToken,
     ) -> Result<(), SourceError> {
-        let mut tick = tokio::time::interval(TICK);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let stopped = stop.cancelled();
+        tokio::pin!(stopped);
+        // The ladder's one deadline, armed only when it asks for one.
+        let deadline = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(deadline);
+        let mut armed: Option<Instant> = None;
+        let mut check = true;
         loop {
-            tokio::select! {
+            if std::mem::take(&mut check) {
+                // A D-Bus call to a hung BlueZ can take long: stopping does not wait.
+                tokio::select! {
+                    biased;
+                    () = &mut stopped => return Ok(()),
+                    checked = self.check(manager) => checked?,
+                }
+            }
+            match self.ladder.next_check() {
+                None => armed = None,
+                // A later deadline than the one armed (the silence moved on with each
+                // advert) waits for that one to fire: no timer is reset per advert.
+                Some(at) => {
+                    if armed.is_none_or(|a| at < a) {
+                        deadline.as_mut().reset(at);
+                        armed = Some(at);
+                    }
+                }
+            }
+            let wake = tokio::select! {
                 biased;
-                _ = stop.cancelled() => return Ok(()),
-                event = next_event(&mut self.session) => match event {
-                    // A D-Bus call to a hung BlueZ can take long: stopping does not wait.
-                    Some(event) => tokio::select! {
-                        biased;
-                        _ = stop.cancelled() => return Ok(()),
-                        more = self.handle(event) => if !more {
+                () = &mut stopped => return Ok(()),
+                event = next_event(&mut self.session) => Wake::Event(event),
+                () = self.watcher.changed() => Wake::Learned,
+                () = &mut deadline, if armed.is_some() => Wake::Due,
+            };
+            match wake {
+                Wake::Event(Some(event)) => {
+                    let mut next = Some(event);
+                    let mut handled = 0;
+                    while let Some(event) = next.take() {
+                        let more = tokio::select! {
+                            biased;
+                            () = &mut stopped => return Ok(()),
+                            more = self.handle(event) => more,
+                        };
+                        if !more {
                             return Ok(());
-                        },
-                    },
-                    None => {
-                        if let Some(s) = &mut self.session {
-                            s.events = None;
+                        }
+                        handled += 1;
+                        if handled < EVENTS_PER_TURN {
+                            // Whatever is already queued, without waiting.
+                            match next_event(&mut self.session).now_or_never() {
+                                Some(Some(event)) => next = Some(event),
+                                Some(None) => self.stream_ended(),
+                                None => {}
+                            }
                         }
                     }
-                },
-                _ = tick.tick() => tokio::select! {
-                    biased;
-                    _ = stop.cancelled() => return Ok(()),
-                    checked = self.check(manager) => checked?,
-                },
+                    // An advert may end a trouble (silence); an ended stream is one.
+                    check = self.ladder.troubled() || self.scan() == Scan::Ended;
+                }
+                Wake::Event(None) => {
+                    self.stream_ended();
+                    check = true;
+                }
+                Wake::Learned => check = true,
+                Wake::Due => {
+                    armed = None;
+                    check = true;
+                }
             }
+        }
+    }
+
+    /// BlueZ's event stream ended: the ladder sees it as trouble.
+    fn stream_ended(&mut self) {
+        if let Some(s) = &mut self.session {
+            s.events = None;
         }
     }
 
@@ -429,22 +497,9 @@ impl Scanner {
                 }
                 _ => return true,
             },
-            Event::Bluez(BluetoothEvent::Adapter {
-                id,
-                event: AdapterEvent::Powered { powered },
-            }) => {
-                tracing::debug!(powered, "adapter power");
-                let ours = self.session.as_ref().is_some_and(|s| s.adapter.id == id);
-                if ours && !powered {
-                    let reason = format!("adapter {} was powered off", self.adapter_name);
-                    if let Step::RestartScan { reason } =
-                        self.ladder.trouble(Instant::now(), reason)
-                    {
-                        self.restart_scan(reason).await;
-                    }
-                }
-                return true;
-            }
+            // The adapter's own changes (powered, discovering) reach the ladder through
+            // the watcher alone: taken from this stream as well, one that arrives after
+            // the watcher's news has been dealt with would start the ladder again.
             Event::Bluez(_) => return true,
         };
         let Some(d) = self.devices.get(&id) else {
@@ -512,34 +567,42 @@ impl Scanner {
         if let Some(old) = self.devices.remember(info) {
             self.stats.forgotten += 1;
             SourceHealth::count(&self.health.forgotten);
-            self.watcher.remove(old.to_string());
+            self.watcher.remove(&old.to_string());
         }
     }
 
-    /// Takes the ladder's step for the watcher's last poll and the silence.
+    /// Takes the ladder's step for what the watcher knows, the scan and the silence;
+    /// after a step (which reads BlueZ again), asks the ladder once more, so that a
+    /// scanner already back is seen at once.
     async fn check(&mut self, manager: &mut Option<BluetoothSession>) -> Result<(), SourceError> {
-        let health = self.watcher.health.borrow().clone();
-        let now = Instant::now();
-        match self
-            .ladder
-            .poll(now, &health, self.scan(), &self.adapter_name)
-        {
-            Step::Nothing => {}
-            Step::RestartScan { reason } => self.restart_scan(reason).await,
-            Step::Back { reason, after } => tracing::info!(
-                reason = %reason,
-                after_secs = after.as_secs_f64(),
-                "scanning again"
-            ),
-            Step::Reacquire { reason, first } => {
-                self.reacquire(manager, now, &reason, first).await?;
-            }
-            Step::GiveUp(g) => {
-                tracing::error!(reason = %g.reason, give_up_secs = g.secs, "giving up on the BLE scanner");
-                return Err(SourceError::GaveUp {
-                    reason: g.reason,
-                    secs: g.secs,
-                });
+        self.watcher.refresh().await;
+        for _ in 0..2 {
+            let now = Instant::now();
+            let scan = self.scan();
+            let step = self
+                .ladder
+                .poll(now, self.watcher.health(), scan, &self.adapter_name);
+            match step {
+                Step::Nothing => return Ok(()),
+                Step::RestartScan { reason } => self.restart_scan(reason).await,
+                Step::Back { reason, after } => {
+                    tracing::info!(
+                        reason = %reason,
+                        after_secs = after.as_secs_f64(),
+                        "scanning again"
+                    );
+                    return Ok(());
+                }
+                Step::Reacquire { reason, first } => {
+                    self.reacquire(manager, now, &reason, first).await?;
+                }
+                Step::GiveUp(g) => {
+                    tracing::error!(reason = %g.reason, give_up_secs = g.secs, "giving up on the BLE scanner");
+                    return Err(SourceError::GaveUp {
+                        reason: g.reason,
+                        secs: g.secs,
+                    });
+                }
             }
         }
         Ok(())
@@ -558,6 +621,7 @@ impl Scanner {
             }
         }
         self.ladder.restarted(Instant::now());
+        self.watcher.probe().await;
     }
 
     /// Ladder step 2: re-acquire the adapter on a BlueZ session, a new one when the
@@ -620,6 +684,7 @@ impl Scanner {
                 }
             }
         }
+        self.watcher.probe().await;
         Ok(())
     }
 }

@@ -1,14 +1,29 @@
-//! Wall-clock time: now as epoch milliseconds, and formatting for operators (RFC 3339
-//! UTC and short ages).
+//! Time: the wall clock now as epoch milliseconds and formatting for operators (RFC
+//! 3339 UTC and short ages); the clock's state behind a trait (`source.rs`, and the
+//! debug-only test clock in `fake.rs`); the pure hold policy and repair arithmetic of
+//! a gateway without a real-time clock (`policy.rs`); and the keeper that applies them
+//! to the outbox (`keeper.rs`).
+
+#[cfg(debug_assertions)]
+mod fake;
+mod keeper;
+mod policy;
+mod source;
+
+pub use keeper::{ClockKeeper, ClockSettings};
+pub use policy::{decide, repaired_wall, ClockPolicy, Facts, Hold, Trust, Verdict};
+pub use source::{clock, Clock, Reading, SystemClock, FAKE_CLOCK_ENV};
 
 use crate::record::EpochMillis;
 
-/// Epoch milliseconds now.
+/// Epoch milliseconds now, by the process's [`clock()`].
 pub fn now_ms() -> EpochMillis {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as EpochMillis)
-        .unwrap_or(0)
+    clock().wall_ms()
+}
+
+/// `CLOCK_BOOTTIME` now, in milliseconds, by the process's [`clock()`].
+pub fn boot_ms() -> i64 {
+    clock().boot_ms()
 }
 
 /// `2026-11-21T19:40:00Z` (UTC, whole seconds).

@@ -1,0 +1,189 @@
+//! Integration messages (spec 4.5): the payload is checked against the shapes the spec
+//! lists before it is sent (every field listed is taken as required: the spec shows no
+//! other rule), and `message_type` goes both as a header and in the body.
+
+use bytes::Bytes;
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use super::devices::{Operator, OperatorError};
+use super::{Account, ApiError};
+use crate::backoff::Backoff;
+
+/// The three message types of spec 4.5.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum MessageType {
+    DeviceData,
+    ManifestData,
+    Aircargo,
+}
+
+impl MessageType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageType::DeviceData => "DEVICE_DATA",
+            MessageType::ManifestData => "MANIFEST_DATA",
+            MessageType::Aircargo => "AIRCARGO",
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Str,
+    Int,
+    Num,
+    Obj,
+}
+
+fn need(v: &Value, path: &str, kind: Kind) -> Result<(), String> {
+    let mut at = v;
+    for part in path.split('.') {
+        at = at.get(part).ok_or_else(|| format!("{path} is missing"))?;
+    }
+    let (ok, what) = match kind {
+        Kind::Str => (at.is_string(), "a string"),
+        Kind::Int => (at.is_i64() || at.is_u64(), "an integer (epoch seconds)"),
+        Kind::Num => (at.is_number(), "a number"),
+        Kind::Obj => (at.is_object(), "an object"),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{path} must be {what}, got {at}"))
+    }
+}
+
+/// Checks `data` against the shape of `t` in spec 4.5; the error names the field.
+pub fn check_payload(t: MessageType, data: &Value) -> Result<(), String> {
+    if !data.is_object() {
+        return Err("the payload must be a JSON object (the `data` of the message)".into());
+    }
+    let fields: &[(&str, Kind)] = match t {
+        MessageType::ManifestData => &[
+            ("asset_barcode", Kind::Str),
+            ("shipped_date", Kind::Int),
+            ("shipment_id", Kind::Str),
+            ("container_id", Kind::Str),
+        ],
+        MessageType::DeviceData => &[
+            ("device_id", Kind::Str),
+            ("sensor_data", Kind::Obj),
+            ("sensor_data.temperature", Kind::Num),
+            ("sensor_data.humidity", Kind::Num),
+            ("timestamp", Kind::Int),
+        ],
+        MessageType::Aircargo => &[
+            ("bookingPublishEvent", Kind::Obj),
+            ("bookingPublishEvent.bookingDetails", Kind::Obj),
+            ("bookingPublishEvent.bookingDetails.awb", Kind::Str),
+            ("bookingPublishEvent.eventMetadata", Kind::Obj),
+            ("bookingPublishEvent.eventMetadata.id", Kind::Str),
+            ("bookingPublishEvent.eventMetadata.timestamp", Kind::Str),
+            ("bookingPublishEvent.eventMetadata.type", Kind::Str),
+        ],
+    };
+    for (path, kind) in fields {
+        need(data, path, *kind)?;
+    }
+    Ok(())
+}
+
+impl Operator {
+    /// Sends one integration message; returns the service's `message`.
+    pub async fn message(&self, t: MessageType, data: Value) -> Result<String, OperatorError> {
+        check_payload(t, &data)
+            .map_err(|e| OperatorError::Usage(format!("{} payload: {e}", t.as_str())))?;
+        let url = self.client.url(&["external", "messages"])?;
+        let body = Bytes::from(json!({"message_type": t.as_str(), "data": data}).to_string());
+        let headers = [("message_type", t.as_str().to_string())];
+        let mut backoff = Backoff::new(
+            std::time::Duration::from_secs(1),
+            std::time::Duration::from_secs(10),
+        );
+        // Only a refusal before the service read it is repeated: a message is not
+        // idempotent, so a lost answer is reported, not sent twice.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let correlation_id = self.correlation_id("message");
+            let answer = self
+                .client
+                .call(
+                    Method::POST,
+                    &url,
+                    Account::Headers,
+                    &headers,
+                    Some(body.clone()),
+                    &correlation_id,
+                )
+                .await;
+            match answer {
+                Ok(a) if a.status.is_success() => {
+                    let v: Value = serde_json::from_slice(&a.body).unwrap_or_default();
+                    return Ok(v
+                        .get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("accepted")
+                        .to_string());
+                }
+                Ok(a)
+                    if a.status == StatusCode::SERVICE_UNAVAILABLE
+                        || a.status == StatusCode::TOO_MANY_REQUESTS =>
+                {
+                    if attempt >= 4 {
+                        return Err(OperatorError::Refused(format!(
+                            "message: the service answered {} {attempt} times",
+                            a.status.as_u16()
+                        )));
+                    }
+                    self.back_off(
+                        &mut backoff,
+                        &format!("message: the service answered {}", a.status.as_u16()),
+                    )
+                    .await;
+                }
+                Ok(a) => {
+                    return Err(OperatorError::Refused(format!(
+                        "the service refused the {} message (HTTP {}): {}",
+                        t.as_str(),
+                        a.status.as_u16(),
+                        a.message
+                    )))
+                }
+                Err(e @ ApiError::Transient { .. }) => {
+                    return Err(OperatorError::Refused(format!(
+                        "{}: the message may or may not have arrived (not sent again, it is not idempotent)",
+                        e.operator_cause()
+                    )))
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_payload_missing_a_field_of_the_spec_names_it() {
+        let ok = json!({"device_id": "TT1", "sensor_data": {"temperature": 4.5, "humidity": 60}, "timestamp": 1763719200});
+        assert_eq!(check_payload(MessageType::DeviceData, &ok), Ok(()));
+        let bad = json!({"device_id": "TT1", "sensor_data": {"temperature": "4.5", "humidity": 60}, "timestamp": 1});
+        assert_eq!(
+            check_payload(MessageType::DeviceData, &bad),
+            Err("sensor_data.temperature must be a number, got \"4.5\"".into())
+        );
+        let bad = json!({"asset_barcode": "A", "shipped_date": 1.5, "shipment_id": "S", "container_id": "C"});
+        assert!(check_payload(MessageType::ManifestData, &bad)
+            .unwrap_err()
+            .starts_with("shipped_date must be an integer"));
+        assert_eq!(
+            check_payload(MessageType::Aircargo, &json!({"bookingPublishEvent": {}})),
+            Err("bookingPublishEvent.bookingDetails is missing".into())
+        );
+    }
+}

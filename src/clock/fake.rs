@@ -1,0 +1,139 @@
+//! The test clock (debug builds only): a [`Clock`] driven by a small file that a test
+//! rewrites, selected by `TAPEGATE_FAKE_CLOCK` (see [`super::source::clock`]). It moves
+//! the whole process's wall clock and sync state, as a real clock step would; boot time
+//! stays the machine's.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::source::{boot_ms, system_wall_ms, Clock, SystemClock, FAKE_CLOCK_ENV};
+use crate::record::EpochMillis;
+
+/// A clock for tests, driven by a small TOML file that the test rewrites:
+///
+/// ```toml
+/// wall_offset_ms = -1814400000   # added to the machine's wall clock
+/// synced = false                 # what adjtimex would say
+/// time_service = true            # whether a time service runs
+/// boot_id = "..."                # optional; the machine's by default
+/// ```
+///
+/// Boot time is the machine's. The file is re-read at most every
+/// [`FileClock::REREAD`]; a missing or unreadable file leaves the last state in force
+/// (at first: the machine's clock, synchronised, no time service), with a warning.
+pub struct FileClock {
+    path: PathBuf,
+    /// When the file was last read (boot time, ms), and what it said.
+    state: Mutex<(Option<i64>, FakeState)>,
+}
+
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FakeState {
+    #[serde(default)]
+    wall_offset_ms: i64,
+    #[serde(default = "yes")]
+    synced: bool,
+    #[serde(default)]
+    time_service: bool,
+    #[serde(default)]
+    boot_id: Option<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl FileClock {
+    /// How stale the file's state may be.
+    pub const REREAD: Duration = Duration::from_millis(10);
+
+    pub fn new(path: PathBuf) -> FileClock {
+        tracing::warn!(path = %path.display(), "using the test clock from {FAKE_CLOCK_ENV}");
+        FileClock {
+            path,
+            state: Mutex::new((
+                None,
+                FakeState {
+                    synced: true,
+                    ..FakeState::default()
+                },
+            )),
+        }
+    }
+
+    fn state(&self) -> FakeState {
+        let Ok(mut guard) = self.state.lock() else {
+            return FakeState::default();
+        };
+        let (read_at, state) = &mut *guard;
+        let now = boot_ms();
+        if read_at.is_none_or(|t| now - t >= Self::REREAD.as_millis() as i64) {
+            *read_at = Some(now);
+            match std::fs::read_to_string(&self.path)
+                .map_err(|e| e.to_string())
+                .and_then(|text| toml::from_str::<FakeState>(&text).map_err(|e| e.to_string()))
+            {
+                Ok(new) => *state = new,
+                Err(e) => {
+                    tracing::warn!(path = %self.path.display(), error = %e, "test clock file unreadable; keeping its last state")
+                }
+            }
+        }
+        state.clone()
+    }
+}
+
+impl Clock for FileClock {
+    fn wall_ms(&self) -> EpochMillis {
+        system_wall_ms().saturating_add(self.state().wall_offset_ms)
+    }
+
+    fn boot_ms(&self) -> i64 {
+        boot_ms()
+    }
+
+    fn kernel_synced(&self) -> bool {
+        self.state().synced
+    }
+
+    fn boot_id(&self) -> Option<String> {
+        self.state().boot_id.or_else(|| SystemClock.boot_id())
+    }
+
+    fn time_service(&self) -> Option<String> {
+        self.state()
+            .time_service
+            .then(|| "test time service".to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_file_clock_follows_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("clock.toml");
+        std::fs::write(
+            &path,
+            "wall_offset_ms = -86400000\nsynced = false\ntime_service = true\nboot_id = \"b1\"\n",
+        )
+        .unwrap();
+        let c = FileClock::new(path.clone());
+        let r = c.read();
+        assert!(!r.kernel_synced);
+        assert!((system_wall_ms() - 86_400_000 - r.wall_ms).abs() < 5_000);
+        assert_eq!(c.boot_id().as_deref(), Some("b1"));
+        assert!(c.time_service().is_some());
+
+        std::fs::write(&path, "synced = true\n").unwrap();
+        std::thread::sleep(FileClock::REREAD); // the time under test: the re-read period
+        let r = c.read();
+        assert!(r.kernel_synced);
+        assert!((system_wall_ms() - r.wall_ms).abs() < 5_000);
+        assert!(c.time_service().is_none());
+    }
+}

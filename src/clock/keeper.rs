@@ -1,0 +1,395 @@
+//! The clock keeper: the shell around [`decide`]. It reads the process's clock, keeps
+//! the facts a verdict needs (this boot's sync, the database's newest time, when the
+//! hold began), and tells the outbox when the verdict changes: new captures held or
+//! not, and, when a hold ends, every held capture released in one transaction (its
+//! wall time recomputed from boot time when the clock is synced).
+//!
+//! It runs inside the ingest stage (the stage that commits captures), so a release and
+//! the commits it must not race are ordered by the outbox's one owner thread anyway,
+//! and the flusher is woken through the same "committed" signal as for new captures.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::policy::{decide, ClockPolicy, Facts, Trust, Verdict};
+use super::source::{clock, Clock, Reading};
+use crate::outbox::{ClockChange, Outbox, OutboxError, Released};
+
+/// Validated `[gateway] clock` and `clock_max_hold_secs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockSettings {
+    pub policy: ClockPolicy,
+    pub max_hold: Duration,
+}
+
+/// While captures are held, the clock is looked at this often (a sync is noticed
+/// within it).
+const HOLD_CHECK: Duration = Duration::from_secs(1);
+/// Otherwise this often, where a hold can still begin (a clock stepped back behind the
+/// database, a time service started).
+const IDLE_CHECK: Duration = Duration::from_secs(60);
+
+/// See the module doc.
+pub struct ClockKeeper {
+    settings: ClockSettings,
+    clock: &'static dyn Clock,
+    facts: Facts,
+    /// The verdict last applied to the outbox.
+    verdict: Verdict,
+    /// `None`: nothing can change the verdict any more (trust; synced this boot).
+    next_check: Option<Instant>,
+}
+
+impl ClockKeeper {
+    /// Records this boot in the outbox, learns what the database knows, and applies the
+    /// first verdict: captures an earlier run held are released now unless the clock
+    /// must still be held. Returns the keeper and how many captures it released.
+    pub async fn start(
+        settings: ClockSettings,
+        outbox: &Outbox,
+    ) -> Result<(ClockKeeper, u64), OutboxError> {
+        Self::start_with(clock(), settings, outbox).await
+    }
+
+    /// [`ClockKeeper::start`] with a given clock.
+    pub async fn start_with(
+        clock: &'static dyn Clock,
+        settings: ClockSettings,
+        outbox: &Outbox,
+    ) -> Result<(ClockKeeper, u64), OutboxError> {
+        let boot_id = clock.boot_id().unwrap_or_else(|| {
+            // Without a boot id, boot times are comparable only within this process.
+            let id = format!("unknown-{}-{}", std::process::id(), clock.wall_ms());
+            tracing::warn!(
+                boot_id = %id,
+                "cannot read /proc/sys/kernel/random/boot_id; captures are repaired only within this run"
+            );
+            id
+        });
+        let start = outbox.call(move |s| s.begin_boot(&boot_id)).await?;
+        let facts = Facts {
+            synced_this_boot: start.synced_this_boot,
+            high_water_ms: start.high_water_ms,
+            ..Facts::default()
+        };
+        let now = clock.read();
+        let mut keeper = ClockKeeper {
+            settings,
+            clock,
+            facts,
+            verdict: Verdict::Synced,
+            next_check: None,
+        };
+        let verdict = keeper.judge(&now);
+        let released = keeper.apply(verdict, &now, outbox).await?;
+        Ok((keeper, released))
+    }
+
+    /// The verdict in force.
+    pub fn verdict(&self) -> Verdict {
+        self.verdict
+    }
+
+    /// Resolves when the clock is due to be looked at again; never, when nothing can
+    /// change the verdict.
+    pub async fn due(&self) {
+        match self.next_check {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Looks at the clock and applies a changed verdict. Returns how many held captures
+    /// were released.
+    pub async fn check(&mut self, outbox: &Outbox) -> Result<u64, OutboxError> {
+        let now = self.clock.read();
+        let verdict = self.judge(&now);
+        if same_kind(verdict, self.verdict) {
+            self.schedule(verdict);
+            return Ok(0);
+        }
+        let applied = self.apply(verdict, &now, outbox).await;
+        if applied.is_err() {
+            // The verdict in force stays; try again soon, not at once.
+            self.next_check = Some(Instant::now() + HOLD_CHECK);
+        }
+        applied
+    }
+
+    /// The verdict for `now`, keeping the facts current.
+    fn judge(&mut self, now: &Reading) -> Verdict {
+        let f = &mut self.facts;
+        f.synced_this_boot |= now.kernel_synced;
+        // Only an unsynchronised clock under "auto" asks whether a service could sync it.
+        if self.settings.policy == ClockPolicy::Auto && !f.synced_this_boot {
+            f.time_service = self.clock.time_service().is_some();
+        }
+        let max_hold_ms = self.settings.max_hold.as_millis() as i64;
+        let mut verdict = decide(self.settings.policy, max_hold_ms, now, f);
+        if verdict.holds() && f.hold_started_boot_ms.is_none() {
+            f.hold_started_boot_ms = Some(now.boot_ms);
+            verdict = decide(self.settings.policy, max_hold_ms, now, f);
+        }
+        match verdict {
+            Verdict::Hold(_) | Verdict::Trusted(Trust::HoldExpired) => {}
+            _ => {
+                f.hold_started_boot_ms = None;
+                // A clock we use counts as recorded: stepping back behind it is wrong.
+                f.high_water_ms = f.high_water_ms.max(Some(now.wall_ms));
+            }
+        }
+        verdict
+    }
+
+    async fn apply(
+        &mut self,
+        verdict: Verdict,
+        now: &Reading,
+        outbox: &Outbox,
+    ) -> Result<u64, OutboxError> {
+        let change = ClockChange {
+            hold: verdict.holds(),
+            synced: verdict == Verdict::Synced,
+            state: verdict.to_string(),
+            offset_ms: now.offset_ms(),
+            wall_ms: now.wall_ms,
+        };
+        let released = outbox.call(move |s| s.apply_clock(&change)).await?;
+        log_change(verdict, &released);
+        self.verdict = verdict;
+        self.schedule(verdict);
+        Ok(released.repaired + released.estimated)
+    }
+
+    fn schedule(&mut self, verdict: Verdict) {
+        let never = match verdict {
+            Verdict::Trusted(Trust::Configured) => true,
+            Verdict::Synced => self.settings.policy == ClockPolicy::Auto,
+            _ => false,
+        };
+        let every = if verdict.holds() {
+            HOLD_CHECK
+        } else {
+            IDLE_CHECK
+        };
+        self.next_check = (!never).then(|| Instant::now() + every);
+    }
+}
+
+/// Verdicts that differ only in how far behind the clock is are the same state.
+fn same_kind(a: Verdict, b: Verdict) -> bool {
+    use super::policy::Hold;
+    match (a, b) {
+        (Verdict::Hold(Hold::Behind { .. }), Verdict::Hold(Hold::Behind { .. })) => true,
+        _ => a == b,
+    }
+}
+
+fn log_change(verdict: Verdict, released: &Released) {
+    let (repaired, estimated) = (released.repaired, released.estimated);
+    match verdict {
+        Verdict::Hold(_) => {
+            tracing::warn!(clock = %verdict, "clock not trusted: captures are accepted but held from delivery")
+        }
+        Verdict::Trusted(Trust::HoldExpired) => {
+            tracing::warn!(clock = %verdict, estimated, "clock still unsynchronised after the maximum hold: releasing held captures with estimated times")
+        }
+        Verdict::Trusted(Trust::NoTimeService) => {
+            tracing::info!(clock = %verdict, estimated, "the clock reports unsynchronised but no time service runs to sync it: trusting it")
+        }
+        Verdict::Synced | Verdict::Trusted(Trust::Configured) => {
+            if repaired + estimated > 0 {
+                tracing::info!(clock = %verdict, repaired, estimated, "clock usable: held captures released");
+            } else {
+                tracing::debug!(clock = %verdict, "clock usable");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::clock::policy::Hold;
+    use crate::outbox::{Store, StoreOptions};
+    use crate::record::{Capture, Mac};
+
+    /// A clock the test sets by hand.
+    struct HandClock(Mutex<(Reading, bool)>);
+
+    impl HandClock {
+        fn set(&self, wall_ms: i64, boot_ms: i64, kernel_synced: bool, service: bool) {
+            *self.0.lock().unwrap() = (
+                Reading {
+                    wall_ms,
+                    boot_ms,
+                    kernel_synced,
+                },
+                service,
+            );
+        }
+    }
+
+    impl Clock for HandClock {
+        fn wall_ms(&self) -> i64 {
+            self.0.lock().unwrap().0.wall_ms
+        }
+        fn boot_ms(&self) -> i64 {
+            self.0.lock().unwrap().0.boot_ms
+        }
+        fn kernel_synced(&self) -> bool {
+            self.0.lock().unwrap().0.kernel_synced
+        }
+        fn boot_id(&self) -> Option<String> {
+            Some("boot-a".into())
+        }
+        fn time_service(&self) -> Option<String> {
+            self.0.lock().unwrap().1.then(|| "chronyd".into())
+        }
+    }
+
+    const WRONG: i64 = 1_700_000_000_000;
+    const WEEKS_3: i64 = 21 * 86_400_000;
+
+    fn settings(policy: ClockPolicy) -> ClockSettings {
+        ClockSettings {
+            policy,
+            max_hold: Duration::from_secs(3600),
+        }
+    }
+
+    fn live(boot_ms: i64) -> Capture {
+        Capture {
+            mac: Mac::new([0xC0, 0xFF, 0xEE, 0, 0, 1]),
+            ts_ms: WRONG + boot_ms,
+            product_id: "tape".into(),
+            packet: "00".into(),
+            rssi: None,
+            boot_ms: Some(boot_ms),
+        }
+    }
+
+    /// An outbox in a temp dir, and a hand clock (to be set) for a keeper.
+    fn setup() -> (tempfile::TempDir, Outbox, &'static HandClock) {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let (outbox, _thread) = Outbox::start(store).unwrap();
+        let reading = Reading {
+            wall_ms: 0,
+            boot_ms: 0,
+            kernel_synced: false,
+        };
+        let clock = Box::leak(Box::new(HandClock(Mutex::new((reading, false)))));
+        (dir, outbox, clock)
+    }
+
+    async fn deliverable(outbox: &Outbox) -> Vec<i64> {
+        let b = outbox.call(|s| s.next_batch(250, 1000)).await.unwrap();
+        b.iter().map(|p| p.capture.ts_ms).collect()
+    }
+
+    #[tokio::test]
+    async fn the_keeper_holds_until_sync_then_releases_each_capture_at_its_true_time() {
+        let (_dir, outbox, clock) = setup();
+        clock.set(WRONG + 10_000, 10_000, false, true);
+        let (mut keeper, released) =
+            ClockKeeper::start_with(clock, settings(ClockPolicy::Auto), &outbox)
+                .await
+                .unwrap();
+        assert_eq!(released, 0);
+        assert_eq!(keeper.verdict(), Verdict::Hold(Hold::AwaitingSync));
+        assert!(keeper.next_check.is_some());
+
+        outbox.call(|s| s.enqueue(&[live(20_000)])).await.unwrap();
+        clock.set(WRONG + 30_000, 30_000, false, true);
+        assert_eq!(keeper.check(&outbox).await.unwrap(), 0);
+        assert!(deliverable(&outbox).await.is_empty());
+
+        // Synced: three weeks forward.
+        clock.set(WRONG + WEEKS_3 + 40_000, 40_000, true, true);
+        assert_eq!(keeper.check(&outbox).await.unwrap(), 1);
+        assert_eq!(keeper.verdict(), Verdict::Synced);
+        assert_eq!(deliverable(&outbox).await, vec![WRONG + WEEKS_3 + 20_000]);
+        // Synced this boot under "auto": nothing can change the verdict any more.
+        assert!(keeper.next_check.is_none());
+    }
+
+    #[tokio::test]
+    async fn past_the_maximum_hold_the_keeper_releases_with_estimates_and_holds_no_more() {
+        let (_dir, outbox, clock) = setup();
+        clock.set(WRONG + 10_000, 10_000, false, true);
+        let one_second = ClockSettings {
+            policy: ClockPolicy::Auto,
+            max_hold: Duration::from_secs(1),
+        };
+        let (mut keeper, _) = ClockKeeper::start_with(clock, one_second, &outbox)
+            .await
+            .unwrap();
+        outbox.call(|s| s.enqueue(&[live(10_500)])).await.unwrap();
+        clock.set(WRONG + 10_999, 10_999, false, true);
+        assert_eq!(keeper.check(&outbox).await.unwrap(), 0);
+        assert!(keeper.verdict().holds());
+
+        clock.set(WRONG + 11_000, 11_000, false, true);
+        assert_eq!(keeper.check(&outbox).await.unwrap(), 1);
+        assert_eq!(keeper.verdict(), Verdict::Trusted(Trust::HoldExpired));
+        assert_eq!(deliverable(&outbox).await, vec![WRONG + 10_500]);
+        // What comes after is no longer held.
+        outbox.call(|s| s.enqueue(&[live(12_000)])).await.unwrap();
+        let stats = outbox.call(|s| s.stats()).await.unwrap();
+        assert_eq!(
+            (stats.pending, stats.clock.held, stats.clock.estimated),
+            (2, 0, 1)
+        );
+    }
+
+    #[tokio::test]
+    async fn without_a_time_service_the_keeper_trusts_and_holds_nothing() {
+        let (_dir, outbox, clock) = setup();
+        clock.set(WRONG, 1, false, false);
+        let (keeper, _) = ClockKeeper::start_with(clock, settings(ClockPolicy::Auto), &outbox)
+            .await
+            .unwrap();
+        assert_eq!(keeper.verdict(), Verdict::Trusted(Trust::NoTimeService));
+        outbox.call(|s| s.enqueue(&[live(2)])).await.unwrap();
+        assert_eq!(deliverable(&outbox).await, vec![WRONG + 2]);
+        let stats = outbox.call(|s| s.stats()).await.unwrap();
+        assert_eq!(
+            stats.clock.state.as_deref(),
+            Some("unsynchronised, no time service: trusted")
+        );
+    }
+
+    #[test]
+    fn the_clock_keys_have_defaults_and_bad_values_name_key_value_and_expectation() {
+        let path = std::path::Path::new("test.toml");
+        let c = crate::config::from_toml("", path, []).unwrap();
+        assert_eq!(c.gateway.clock, settings(ClockPolicy::Auto));
+        let c = crate::config::from_toml(
+            "[gateway]\nclock = \"wait\"\nclock_max_hold_secs = 60\n",
+            path,
+            [],
+        )
+        .unwrap();
+        assert_eq!(c.gateway.clock.policy, ClockPolicy::Wait);
+        assert_eq!(c.gateway.clock.max_hold, Duration::from_secs(60));
+        let e = crate::config::from_toml(
+            "[gateway]\nclock = \"ntp\"\nclock_max_hold_secs = 0\n",
+            path,
+            [],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("gateway.clock = \"ntp\": expected one of auto | wait | trust"),
+            "{e}"
+        );
+        assert!(
+            e.contains("gateway.clock_max_hold_secs = 0: expected a whole number from 1 to 604800"),
+            "{e}"
+        );
+    }
+}

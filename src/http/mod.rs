@@ -1,0 +1,215 @@
+/*!
+The daemon's read-only HTTP server (`[http] listen`), on the daemon's own runtime:
+
+| path | answers |
+|---|---|
+| `/metrics` | the Prometheus (OpenMetrics text) exposition of [`crate::metrics`] |
+| `/healthz` | 200 `ok` while every stage makes progress; 503 `<stage>: <reason>` otherwise ([`crate::health::verdict`]) |
+| `/` | the status page for an installer at the dock (`page.rs`) |
+
+Everything is read-only and answers `GET` (and `HEAD`) only. Nothing it serves comes
+from the service settings, so no password or token can reach an answer; what comes
+from the service (its error texts) was scrubbed of both by the client.
+
+A gateway's port may face a whole dock network: connections are capped at
+[`MAX_CONNECTIONS`] and a client gets [`HEADER_TIMEOUT`] to send its request, so a
+slow or greedy client cannot hold the server.
+*/
+
+mod page;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE};
+use hyper::server::conn::http1;
+use hyper::service::{service_fn, HttpService};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::clock::now_ms;
+use crate::health;
+use crate::heard_now::HeardNow;
+use crate::metrics::{self, Metrics};
+use crate::outbox::Outbox;
+use crate::source::SourceHealth;
+use crate::systemd::Liveness;
+
+/// Connections served at once; more wait in the listen queue.
+pub const MAX_CONNECTIONS: usize = 16;
+
+/// How long a client has to send its request headers.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the server reads to answer; shared by every connection.
+pub struct HttpState {
+    pub gateway_id: String,
+    /// The source `[scanner]` names, for the page (`ble`, `replay`, `sim`).
+    pub source: String,
+    pub outbox: Outbox,
+    pub liveness: Liveness,
+    pub metrics: Arc<Metrics>,
+    pub heard: Arc<HeardNow>,
+    pub source_health: Arc<SourceHealth>,
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on http.listen = {addr}: {source}")]
+pub struct BindError {
+    pub addr: SocketAddr,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Binds `addr` (at start, so that a port in use stops the daemon with a clear error).
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, BindError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| BindError { addr, source })
+}
+
+/// Serves until `stop` is cancelled; connections in progress get a second to finish.
+pub async fn serve(listener: TcpListener, state: Arc<HttpState>, stop: CancellationToken) {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "serving /metrics, /healthz and the status page");
+    }
+    let connections = TaskTracker::new();
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let slot = tokio::select! {
+            _ = stop.cancelled() => break,
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+        };
+        let stream = tokio::select! {
+            _ = stop.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: pause rather than spin.
+                    tracing::debug!(error = %e, "http accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let state = state.clone();
+        let stop = stop.clone();
+        connections.spawn(async move {
+            let _slot = slot;
+            let svc = service_fn(move |req| answer(state.clone(), req));
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), svc);
+            serve_connection(conn, &stop).await;
+        });
+    }
+    drop(listener);
+    connections.close();
+    connections.wait().await;
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Serves one connection until it ends, or until `stop`: then the request in progress
+/// gets a second to finish. (The mock service serves its connections the same way.)
+pub(crate) async fn serve_connection<S>(
+    conn: http1::Connection<TokioIo<TcpStream>, S>,
+    stop: &CancellationToken,
+) where
+    S: HttpService<Incoming>,
+    S::Error: Into<BoxError>,
+    S::ResBody: 'static,
+    <S::ResBody as hyper::body::Body>::Error: Into<BoxError>,
+{
+    tokio::pin!(conn);
+    tokio::select! {
+        result = conn.as_mut() => {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "http connection ended");
+            }
+        }
+        _ = stop.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(Duration::from_secs(1), conn).await;
+        }
+    }
+}
+
+type Answer = Response<Full<Bytes>>;
+
+fn text(status: StatusCode, content_type: &'static str, body: String) -> Answer {
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = status;
+    let headers = resp.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+const PLAIN: &str = "text/plain; charset=utf-8";
+
+async fn answer(state: Arc<HttpState>, req: Request<Incoming>) -> Result<Answer, Infallible> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let mut resp = text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            PLAIN,
+            "read-only: GET only\n".into(),
+        );
+        resp.headers_mut()
+            .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return Ok(resp);
+    }
+    Ok(match req.uri().path() {
+        "/metrics" => scrape(&state).await,
+        "/healthz" => match health::verdict(&state.liveness, &state.metrics) {
+            Ok(()) => text(StatusCode::OK, PLAIN, "ok\n".into()),
+            Err(u) => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                PLAIN,
+                format!("{}: {}\n", u.stage, u.reason),
+            ),
+        },
+        "/" => page::render(&state).await,
+        _ => text(
+            StatusCode::NOT_FOUND,
+            PLAIN,
+            "not found: try /, /metrics or /healthz\n".into(),
+        ),
+    })
+}
+
+async fn scrape(state: &HttpState) -> Answer {
+    let stats = match state.outbox.call(|s| s.stats()).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "/metrics: cannot read the state database");
+            return text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                PLAIN,
+                format!("cannot read the state database: {e}\n"),
+            );
+        }
+    };
+    match state.metrics.encode(&stats, now_ms()) {
+        Ok(body) => text(StatusCode::OK, metrics::CONTENT_TYPE, body),
+        Err(_) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            PLAIN,
+            "cannot encode the metrics\n".into(),
+        ),
+    }
+}

@@ -1,0 +1,308 @@
+/*!
+Historical data (spec 4.2), served under the environment's historical address.
+
+The seeded tapes report at a fixed interval for a year back from the mock's anchor (an
+hour boundary before it started); their events are computed from the event's index
+rather than stored, so a year of history every 30 minutes costs no memory.
+
+The spec's limits and where the mock had to choose them:
+- "up to 1 year": `from` more than [`MAX_AGE_DAYS`] days before now is refused (366, so
+  a client asking exactly a year back is never refused for the milliseconds between
+  its clock and ours);
+- "at most 1 month": `to - from` over [`MAX_SPAN_DAYS`] days is refused;
+- "or 1000 events": a range holding more answers its oldest 1000, in time order, so a
+  client sees a full page and splits the range again;
+- "no time frame: the latest event"; `from` alone runs to now, `to` alone starts a
+  month before it;
+- "lags by about 15 minutes": events newer than [`LAG_SECS`] are not yet visible.
+- `context.customer_id` and `context.authorized_groups` are typed uuid by the spec; the
+  mock does not check their form (its demo account's ids are not uuids) but requires
+  them equal to the headers.
+
+Refusals are 400 in the shape of 4.2, `{data: {message, status}}`.
+*/
+
+use serde_json::{json, Map, Value};
+
+use super::ops::{OpRequest, Reply, MISSING_HEADERS};
+use super::service::State;
+
+/// The fixed UUID that ends the history path (spec 4.2; the mock's own value).
+pub const HISTORY_OPERATION_ID: &str = "3f2a9c4e-8b1d-4e6f-a7c2-5d9e0b1f6a38";
+/// `data.version` of every answer.
+pub const HISTORY_VERSION: &str = "1.2.0";
+/// Events per answer at most.
+pub const MAX_EVENTS: usize = 1000;
+/// Longest time frame of one request, days.
+pub const MAX_SPAN_DAYS: i64 = 31;
+/// How far back `from` may reach, days.
+pub const MAX_AGE_DAYS: i64 = 366;
+/// Events younger than this are not yet visible.
+pub const LAG_SECS: i64 = 15 * 60;
+/// How far back the seeded history goes, days.
+pub const SEEDED_DAYS: i64 = 365;
+
+const DAY: i64 = 86_400;
+
+/// A facility the seeded tapes pass: (lat, lon, location, location_detailed).
+const PLACES: [(f64, f64, &str, &str); 4] = [
+    (50.0379, 8.5622, "FRA Cargo Hub", "Cold room 2"),
+    (25.2532, 55.3657, "Dubai, AE", "Dubai"),
+    (1.3644, 103.9915, "SIN Changi Cargo", "Pharma zone B"),
+    (35.7720, 140.3929, "Chiba, JP", "Narita"),
+];
+
+/// One seeded tape's history.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    pub qrcode: String,
+    pub customer_asset_id: String,
+    pub interval_secs: i64,
+    /// The sensors active on the tape, among those of spec 2.1.
+    pub sensors: Vec<&'static str>,
+}
+
+impl Series {
+    /// Event `k` counted back from the anchor (`k = 0` is the newest).
+    fn event(&self, anchor: i64, k: i64) -> Value {
+        let at = anchor - k * self.interval_secs;
+        let (lat, lon, location, detailed) = PLACES[((k / 48) % 4) as usize];
+        let environment = k % 2 == 0 && !self.sensors.is_empty();
+        let sensors: Vec<Value> = if environment {
+            self.sensors
+                .iter()
+                .map(|t| {
+                    let (data, units) = reading(t, k);
+                    json!({"type": t, "data": data, "units": units})
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let age_days = (anchor - at) / DAY;
+        let battery = match (k % 7, age_days) {
+            (3, _) => Value::Null,
+            (_, d) if d > 200 => json!({"charge": "HIGH"}),
+            (_, d) if d > 30 => json!({"charge": "MED"}),
+            _ => json!({"charge": "LOW"}),
+        };
+        json!({
+            "battery": battery,
+            "customer_asset_id": self.customer_asset_id,
+            "event_type": if environment { "environment" } else { "location" },
+            "lat": lat,
+            "lon": lon,
+            "location": location,
+            "location_detailed": detailed,
+            "sensors": sensors,
+            "timestamp": utc(at),
+            "trk_asset_id": self.qrcode,
+        })
+    }
+
+    fn is_environment(&self, k: i64) -> bool {
+        k % 2 == 0 && !self.sensors.is_empty()
+    }
+}
+
+/// A reading of sensor `t` in event `k`, and its units.
+fn reading(t: &str, k: i64) -> (f64, &'static str) {
+    let wave = (k % 10) as f64;
+    match t {
+        "ambient_temp" => (4.0 + wave * 0.1, "°C"),
+        "probe_temp" => (3.5 + wave * 0.1, "°C"),
+        "shock" => (if k % 97 == 0 { 2.5 } else { 0.0 }, "g"),
+        "humidity" => (55.0 + (k % 7) as f64, "%"),
+        "pressure" => (101_325.0 - (k % 5) as f64 * 10.0, "Pa"),
+        _ => ((k % 3) as f64 * 100.0, "lx"),
+    }
+}
+
+fn utc(at: i64) -> String {
+    jiff::Timestamp::from_second(at)
+        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_default()
+}
+
+/// The seeded history: every series counts back from `anchor` (epoch seconds).
+#[derive(Debug, Default)]
+pub(super) struct HistorySeed {
+    pub(super) anchor: i64,
+    pub(super) series: Vec<Series>,
+}
+
+/// The 400 of spec 4.2.
+fn refuse(message: &str) -> Reply {
+    Reply::json(
+        400,
+        &json!({"data": {"message": message, "status": "BAD_REQUEST"}}),
+    )
+}
+
+fn parse_time(filters: &Map<String, Value>, key: &str) -> Result<Option<i64>, Reply> {
+    match filters.get(key) {
+        None => Ok(None),
+        Some(Value::String(s)) => s
+            .parse::<jiff::Timestamp>()
+            .map(|t| Some(t.as_second()))
+            .map_err(|_| {
+                refuse(&format!(
+                    "filters.{key} must be an RFC 3339 date-time in UTC, not {s}"
+                ))
+            }),
+        Some(other) => Err(refuse(&format!(
+            "filters.{key} must be a string, not {other}"
+        ))),
+    }
+}
+
+fn context_str<'a>(context: &'a Map<String, Value>, key: &str) -> Result<&'a str, Reply> {
+    context
+        .get(key)
+        .and_then(Value::as_str)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| refuse(&format!("Missing mandatory parameter: context.{key}")))
+}
+
+/// `POST {historical_base_url}agent-service/v1/agent/exec/{uuid}`.
+pub(super) fn history(s: &mut State, req: &OpRequest<'_>) -> Reply {
+    if req.arg != HISTORY_OPERATION_ID {
+        return Reply::error(404, "Not found");
+    }
+    if !req.has_account_headers() {
+        return refuse(MISSING_HEADERS);
+    }
+    let body = match req.json_body() {
+        Ok(b) => b,
+        Err(answer) => return answer,
+    };
+    let Some(context) = body.get("context").and_then(Value::as_object) else {
+        return refuse("Missing mandatory parameter: context");
+    };
+    let (customer, groups) = match (
+        context_str(context, "customer_id"),
+        context_str(context, "authorized_groups"),
+    ) {
+        (Ok(c), Ok(g)) => (c, g),
+        (Err(a), _) | (_, Err(a)) => return a,
+    };
+    if req.header("customer_id").as_deref() != Some(customer)
+        || req.header("authorized_groups").as_deref() != Some(groups)
+    {
+        return refuse("context.customer_id and context.authorized_groups must match the headers");
+    }
+    let Some(filters) = context.get("filters").and_then(Value::as_object) else {
+        return refuse("Missing mandatory parameter: context.filters");
+    };
+    const KNOWN: [&str; 5] = [
+        "trk_asset_id",
+        "customer_asset_id",
+        "event_type",
+        "from",
+        "to",
+    ];
+    if let Some(k) = filters.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+        return refuse(&format!("Unknown filter: {k}"));
+    }
+    let by_qr = filters.get("trk_asset_id").and_then(Value::as_str);
+    let by_asset = filters.get("customer_asset_id").and_then(Value::as_str);
+    let pick: Box<dyn Fn(&Series) -> bool> = match (by_qr, by_asset) {
+        (Some(q), None) => Box::new(move |s: &Series| s.qrcode == q),
+        (None, Some(a)) => Box::new(move |s: &Series| s.customer_asset_id == a),
+        _ => {
+            return refuse(
+                "Exactly one of filters.trk_asset_id and filters.customer_asset_id (strings) is required",
+            )
+        }
+    };
+    let environment = match filters.get("event_type").map(|v| v.as_str()) {
+        None => None,
+        Some(Some("location")) => Some(false),
+        Some(Some("environment")) => Some(true),
+        Some(_) => return refuse("filters.event_type must be location or environment"),
+    };
+    let (from, to) = match (parse_time(filters, "from"), parse_time(filters, "to")) {
+        (Ok(f), Ok(t)) => (f, t),
+        (Err(a), _) | (_, Err(a)) => return a,
+    };
+    let now = jiff::Timestamp::try_from(req.now)
+        .map(|t| t.as_second())
+        .unwrap_or_default();
+    let visible_until = now - LAG_SECS;
+    let range = match (from, to) {
+        (None, None) => None,
+        (Some(f), t) => Some((f, t.unwrap_or(now))),
+        (None, Some(t)) => Some((t - MAX_SPAN_DAYS * DAY, t)),
+    };
+    if let Some((f, t)) = range {
+        if f > t {
+            return refuse("filters.from is after filters.to");
+        }
+        if t - f > MAX_SPAN_DAYS * DAY {
+            return refuse(&format!(
+                "The time frame is over one month ({MAX_SPAN_DAYS} days); split the request"
+            ));
+        }
+        if f < now - MAX_AGE_DAYS * DAY {
+            return refuse("History is available for up to one year");
+        }
+    }
+    let mine = req.is_account();
+    let h = &s.ops.history;
+    let mut events = Vec::new();
+    for series in h.series.iter().filter(|s| mine && pick(s)) {
+        let newest_k = ceil_div(h.anchor - visible_until, series.interval_secs).max(0);
+        let oldest_k = SEEDED_DAYS * DAY / series.interval_secs;
+        let wanted = |k: &i64| environment.is_none_or(|env| series.is_environment(*k) == env);
+        match range {
+            None => {
+                if let Some(k) = (newest_k..=oldest_k).find(|k| wanted(k)) {
+                    events.push((
+                        h.anchor - k * series.interval_secs,
+                        series.event(h.anchor, k),
+                    ));
+                }
+            }
+            Some((f, t)) => {
+                // Event k is at anchor - k * interval: k in [anchor - t, anchor - f] / interval.
+                let lo = ceil_div(h.anchor - t, series.interval_secs).max(newest_k);
+                let hi = ((h.anchor - f).div_euclid(series.interval_secs)).min(oldest_k);
+                // Oldest first, so a full page is the oldest 1000.
+                for k in (lo..=hi).rev().filter(|k| wanted(k)).take(MAX_EVENTS) {
+                    events.push((
+                        h.anchor - k * series.interval_secs,
+                        series.event(h.anchor, k),
+                    ));
+                }
+            }
+        }
+    }
+    events.sort_by_key(|(at, _)| *at);
+    events.truncate(MAX_EVENTS);
+    let events: Vec<Value> = events.into_iter().map(|(_, e)| e).collect();
+    Reply::json(
+        200,
+        &json!({"data": {"events": events, "version": HISTORY_VERSION}}),
+    )
+}
+
+fn ceil_div(a: i64, b: i64) -> i64 {
+    -((-a).div_euclid(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ceil_div_rounds_up_for_both_signs() {
+        assert_eq!(ceil_div(7, 2), 4);
+        assert_eq!(ceil_div(-7, 2), -3);
+        assert_eq!(ceil_div(6, 2), 3);
+    }
+
+    #[test]
+    fn timestamps_are_utc_with_z() {
+        assert_eq!(utc(1_763_719_200), "2025-11-21T10:00:00Z");
+    }
+}

@@ -1,0 +1,532 @@
+//! Hostile answers and hostile states (issue 9), through the real binary: a token
+//! endpoint that answers absurd lifetimes or unsendable tokens, a stage that dies, two
+//! daemons on one state directory, the database pulled away, secrets in odd places. The
+//! mock runs on its own runtime in this process; the daemon is a child process talking
+//! to it over loopback, with a real SQLite file.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{
+    mock_service_section, mock_with, tape_advert, tape_mac, text, wait_for, write_records, Gateway,
+    T0_MS,
+};
+use tapegate::mock::{MockConfig, MockEnvironment, MockHandle};
+use tapegate::secret::Secret;
+
+/// Longest any daemon here may take to do its work.
+const LIMIT: Duration = Duration::from_secs(40);
+
+fn mock_on_own_runtime() -> (tokio::runtime::Runtime, MockHandle) {
+    mock_with(MockConfig::demo())
+}
+
+/// A gateway replaying `n` captures of distinct tapes into the mock, dedup off.
+fn replaying(mock: &MockHandle, n: u32) -> Gateway {
+    let g = Gateway::new("");
+    g.write_config(&(mock_service_section(mock) + &replay_section(&g, n)));
+    g
+}
+
+/// The sections of a replay of `n` captures of distinct tapes (written into the
+/// gateway's dir), dedup off, quick commits.
+fn replay_section(g: &Gateway, n: u32) -> String {
+    let trace = g.path("trace.jsonl");
+    let adverts: Vec<_> = (0..n)
+        .map(|i| tape_advert(tape_mac(i), T0_MS + i64::from(i), 1))
+        .collect();
+    write_records(&trace, &adverts);
+    format!(
+        "\n[scanner]\nsource = \"replay\"\nreplay_path = \"{}\"\n\n[dedup]\nwindow_secs = 0\nmin_interval_secs = 0\n\n[outbox]\ncommit_interval_ms = 20\n",
+        trace.display()
+    )
+}
+
+/// Runs `tapegate <args>` to its end (at most [`LIMIT`]); the exit status and the log.
+fn run_to_exit(
+    g: &Gateway,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (std::process::ExitStatus, String) {
+    let mut child = g
+        .command(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tapegate starts");
+    let (log, reader) = common::collect_stderr(&mut child);
+    let status = wait_for(LIMIT, || child.try_wait().unwrap());
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "{args:?}: no exit within {LIMIT:?}:\n{}",
+            log.lock().unwrap()
+        );
+    };
+    let _ = reader.join();
+    let log = log.lock().unwrap().clone();
+    (status, log)
+}
+
+fn run_until_drained(g: &Gateway, env: &[(&str, &str)]) -> (std::process::ExitStatus, String) {
+    run_to_exit(g, &["run", "--until-drained"], env)
+}
+
+#[test]
+fn a_token_lifetime_of_1e20_seconds_is_clamped_and_everything_is_delivered() {
+    let (_rt, mock) = mock_on_own_runtime();
+    mock.set_answered_expires_in(Some(serde_json::json!(1e20)));
+    let g = replaying(&mock, 20);
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(g.config_path(), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (status, log) = run_until_drained(&g, &[]);
+    assert!(status.success(), "{status}:\n{log}");
+    assert!(!log.contains("panicked"), "{log}");
+    assert!(log.contains("expires_in is out of range"), "{log}");
+    // The config, readable by all, holds the mock's password inline: said at start.
+    assert!(
+        log.contains("WARN") && log.contains("is readable by every user"),
+        "{log}"
+    );
+    let s = g.stats();
+    assert_eq!((s.admitted, s.delivered, s.pending), (20, 20, 0));
+    assert_eq!(mock.token_grants(), 1, "one grant serves the whole run");
+}
+
+#[test]
+fn a_token_a_header_cannot_carry_is_not_cached_and_the_grant_backs_off() {
+    let (_rt, mock) = mock_on_own_runtime();
+    mock.set_token_text(Some("bad\ntoken".into()));
+    let g = replaying(&mock, 5);
+    let mut daemon = g
+        .command(&["run"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tapegate starts");
+    let (log, _reader) = common::collect_stderr(&mut daemon);
+    // Reported, and asked again only after a backoff: two grants take at least a second.
+    let reported = wait_for(LIMIT, || {
+        (mock.token_requests() >= 2 && log.lock().unwrap().contains("HTTP header cannot carry"))
+            .then_some(())
+    });
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let log = log.lock().unwrap().clone();
+    assert!(reported.is_some(), "{log}");
+    assert_eq!(
+        mock.decode_requests(),
+        0,
+        "no request left with the bad token"
+    );
+    assert!(
+        !log.contains("bad\ntoken") && !log.contains("bad\\ntoken"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_stage_that_panics_ends_the_daemon_non_zero_and_the_log_names_the_stage() {
+    let (_rt, mock) = mock_on_own_runtime();
+    let g = replaying(&mock, 5);
+    // Without --until-drained the daemon would run forever: only the death ends it.
+    let (status, log) = run_to_exit(&g, &["run"], &[("TAPEGATE_DEBUG_PANIC_STAGE", "flush")]);
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(log.contains("the flush stage died"), "{log}");
+    assert!(
+        log.contains("asked the flush stage to panic"),
+        "the panic's message: {log}"
+    );
+    // The other stages stopped in order: what was accepted stays pending, the file whole.
+    let s = g.stats();
+    assert_eq!(s.pending, s.admitted);
+    assert_eq!(
+        common::integrity_check(&g.state_dir().join("outbox.db")),
+        "ok"
+    );
+}
+
+#[test]
+fn a_second_daemon_on_the_same_state_directory_is_refused_and_operator_commands_still_work() {
+    let g = Gateway::new(&common::stdin_replay_config(20));
+    let mut first = common::Daemon::start(&g);
+    first.send(&[tape_advert(tape_mac(1), T0_MS, 1)]);
+    let pending = wait_for(LIMIT, || {
+        (g.try_stats().map(|s| s.pending) == Some(1)).then_some(())
+    });
+    assert!(pending.is_some(), "{}", first.stderr());
+
+    let second = g.run(&["run"]);
+    let err = text(&second.stderr);
+    assert_eq!(second.status.code(), Some(1), "{err}");
+    assert!(err.contains(&g.state_dir().display().to_string()), "{err}");
+    assert!(
+        err.contains("already runs") && err.contains("(PID "),
+        "{err}"
+    );
+    for args in [
+        &["status", "--json"][..],
+        &["tapes"],
+        &["dead-letters", "list"],
+        &["check", "--config-only"],
+    ] {
+        let out = g.run(args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    assert!(first.is_running());
+    let (status, log) = first.terminate(LIMIT);
+    assert!(status.success(), "{log}");
+    assert_eq!(g.stats().pending, 1, "the refused daemon touched nothing");
+}
+
+#[test]
+fn a_toml_syntax_error_on_the_password_line_names_the_line_but_never_echoes_the_password() {
+    let g = Gateway::new(
+        "[service.environments.ppe]\nusername = \"gw\"\npassword = \"hunter2-is-secret\n",
+    );
+    for args in [&["check", "--config-only"][..], &["run"]] {
+        let out = g.run(args);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(!err.contains("hunter2"), "{args:?}: {err}");
+        assert!(
+            err.contains("line 8") && err.contains("`password`"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_password_override_of_1e3_reaches_the_grant_as_the_string_1e3() {
+    let env = MockEnvironment {
+        password: Secret::new("1e3"),
+        ..MockEnvironment::demo()
+    };
+    let (_rt, mock) = mock_with(MockConfig {
+        environments: vec![env],
+        ..MockConfig::demo()
+    });
+    let g = replaying(&mock, 3);
+    let config = std::fs::read_to_string(g.config_path()).unwrap();
+    let without = config.replace("password = \"1e3\"\n", "");
+    assert_ne!(config, without, "the password line was taken out");
+    std::fs::write(g.config_path(), without).unwrap();
+    let (status, log) = run_until_drained(
+        &g,
+        &[("TAPEGATE_SERVICE__ENVIRONMENTS__PPE__PASSWORD", "1e3")],
+    );
+    assert!(status.success(), "{log}");
+    // The mock grants only to the exact password, so a grant is the proof.
+    assert_eq!(
+        (mock.token_requests(), mock.token_grants()),
+        (1, 1),
+        "{log}"
+    );
+    assert_eq!(g.stats().delivered, 3);
+}
+
+/// An HTTPS front for the mock: TLS for `localhost` with a certificate signed by a CA
+/// made here (one that expired in 2020 when `expired`), each connection relayed to the
+/// mock's plain port. Returns its port and the CA's PEM.
+fn tls_front(rt: &tokio::runtime::Runtime, mock: &MockHandle, expired: bool) -> (u16, String) {
+    use tokio_rustls::rustls;
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut leaf = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    if expired {
+        leaf.not_before = rcgen::date_time_ymd(2019, 1, 1);
+        leaf.not_after = rcgen::date_time_ymd(2020, 1, 1);
+    }
+    let leaf = leaf.signed_by(&key, &ca, &ca_key).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let backend = mock.addr();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    rt.spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                // A client that refuses the certificate ends the handshake: nothing to relay.
+                let Ok(mut tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                if let Ok(mut plain) = tokio::net::TcpStream::connect(backend).await {
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+                }
+            });
+        }
+    });
+    (port, ca.pem())
+}
+
+/// A gateway whose service is reached at `base` (the mock's environment "ppe" under it),
+/// replaying one capture.
+fn reaching(mock: &MockHandle, base: &str, service_extra: &str) -> Gateway {
+    let section = mock_service_section(mock)
+        .replace(&mock.base_url("ppe").to_string(), &format!("{base}/ppe/"))
+        .replace(
+            &mock.auth_url("ppe").to_string(),
+            &format!("{base}/ppe/oauth/token"),
+        )
+        .replace("[service]\n", &format!("[service]\n{service_extra}"));
+    let g = Gateway::new("");
+    g.write_config(&(section + &replay_section(&g, 1)));
+    g
+}
+
+#[test]
+fn tls_to_a_server_of_an_unknown_ca_fails_as_unknown_issuer_works_with_ca_file_and_names_a_name_mismatch(
+) {
+    let (rt, mock) = mock_on_own_runtime();
+    let (port, ca_pem) = tls_front(&rt, &mock, false);
+    let base = format!("https://localhost:{port}");
+
+    let g = reaching(&mock, &base, "");
+    let out = g.run(&["check"]);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("unknown issuer"), "{said}");
+
+    // The running daemon says the same in `status`.
+    let mut daemon = g
+        .command(&["run"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tapegate starts");
+    let last_error = wait_for(LIMIT, || {
+        let e = g.try_stats()?.last_error?;
+        e.contains("unknown issuer").then_some(e)
+    });
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let last_error = last_error.expect("status names the unknown issuer");
+    assert!(last_error.contains("TLS failure"), "{last_error}");
+
+    let ca = g.path("ca.pem");
+    std::fs::write(&ca, ca_pem).unwrap();
+    let g = reaching(&mock, &base, &format!("ca_file = \"{}\"\n", ca.display()));
+    let out = g.run(&["check"]);
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{said}{}", text(&out.stderr));
+    assert!(mock.token_grants() >= 1);
+
+    // The same server by address: the CA is trusted, but the certificate names another host.
+    let by_address = format!("https://127.0.0.1:{port}");
+    let ca_file = format!("ca_file = \"{}\"\n", ca.display());
+    let g = reaching(&mock, &by_address, &ca_file);
+    let out = g.run(&["check"]);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("name mismatch"), "{said}");
+}
+
+#[test]
+fn http_proxy_is_used_and_no_proxy_bypasses_it() {
+    let (_rt, mock) = mock_on_own_runtime();
+    let g = Gateway::new(&mock_service_section(&mock));
+    // Nothing listens on the proxy's port: going through it is "connection refused".
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy = format!("http://127.0.0.1:{}", closed.local_addr().unwrap().port());
+    drop(closed);
+    let check = |no_proxy: &str| {
+        g.command(&["check"])
+            .env("HTTP_PROXY", &proxy)
+            .env("http_proxy", &proxy)
+            .env("NO_PROXY", no_proxy)
+            .env("no_proxy", no_proxy)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let through = check("");
+    assert_eq!(through.status.code(), Some(1), "{}", text(&through.stdout));
+    assert!(text(&through.stdout).contains("connection refused"));
+    assert_eq!(mock.token_requests(), 0, "the proxy was bypassed");
+    let bypassed = check("127.0.0.1");
+    assert!(bypassed.status.success(), "{}", text(&bypassed.stdout));
+}
+
+#[test]
+fn outbox_db_deleted_under_a_running_daemon_is_noticed_and_a_fresh_one_keeps_what_follows() {
+    let g = Gateway::new(&common::stdin_replay_config(20));
+    let db = g.state_dir().join("outbox.db");
+    let mut daemon = common::Daemon::start(&g);
+    daemon.send(&[tape_advert(tape_mac(1), T0_MS, 1)]);
+    let first = wait_for(LIMIT, || (g.try_stats()?.pending == 1).then_some(()));
+    assert!(first.is_some(), "{}", daemon.stderr());
+
+    std::fs::remove_file(&db).unwrap();
+    daemon.send(&[
+        tape_advert(tape_mac(2), T0_MS + 1, 1),
+        tape_advert(tape_mac(3), T0_MS + 2, 1),
+    ]);
+    let fresh = wait_for(LIMIT, || (g.try_stats()?.pending == 2).then_some(()));
+    assert!(fresh.is_some(), "{}", daemon.stderr());
+    let (status, log) = daemon.terminate(LIMIT);
+    assert!(status.success(), "{log}");
+    assert!(
+        log.contains("ERROR")
+            && log.contains("the outbox database was deleted under the running daemon"),
+        "{log}"
+    );
+    let rows = g.store().pending_captures().unwrap();
+    let macs: Vec<_> = rows.iter().map(|r| r.capture.mac).collect();
+    assert_eq!(macs, [tape_mac(2), tape_mac(3)], "what came after is kept");
+    assert_eq!(common::integrity_check(&db), "ok");
+}
+
+#[test]
+fn check_sends_the_oldest_waiting_capture_and_warns_about_a_doubled_base_url() {
+    let (_rt, mock) = mock_on_own_runtime();
+    // Captured without a service: the two captures wait in the outbox.
+    let g = Gateway::new("");
+    g.write_config(&replay_section(&g, 2));
+    let (status, log) = run_until_drained(&g, &[]);
+    assert!(status.success(), "{log}");
+    assert_eq!(g.stats().pending, 2);
+
+    let config = mock_service_section(&mock) + &replay_section(&g, 2);
+    g.write_config(&config);
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(g.config_path(), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = g.run(&["check"]);
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "a warning fails nothing: {said}");
+    assert!(
+        said.contains("warn password") && said.contains("readable by every user"),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!(
+            "decoded the oldest capture waiting in the outbox (tape {})",
+            tape_mac(0)
+        )),
+        "{said}"
+    );
+    let sent = mock.received();
+    assert_eq!(sent.last().unwrap().items[0].mac_id, tape_mac(0).plain());
+
+    let doubled = config.replace(
+        &mock.base_url("ppe").to_string(),
+        &format!("{}external/", mock.base_url("ppe")),
+    );
+    g.write_config(&doubled);
+    let out = g.run(&["check"]);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("warn base_url") && said.contains("/external twice"),
+        "{said}"
+    );
+}
+
+#[test]
+fn a_wire_mistake_is_an_item_error_the_operator_sees_not_a_silent_success() {
+    let (_rt, mock) = mock_on_own_runtime();
+    let g = Gateway::new("");
+    let section =
+        mock_service_section(&mock).replace("[service]\n", "[service]\nmac_format = \"colon\"\n");
+    g.write_config(&(section + &replay_section(&g, 3)));
+    let (status, log) = run_until_drained(&g, &[]);
+    assert!(status.success(), "{log}");
+    let s = g.stats();
+    assert_eq!((s.delivered, s.dead_letters), (0, 3), "{log}");
+    let listed = text(&g.run(&["dead-letters", "list"]).stdout);
+    assert!(listed.contains("invalid mac_id format"), "{listed}");
+}
+
+#[test]
+fn a_missing_permission_is_401_even_with_a_fresh_token_and_reported_as_such() {
+    let (rt, mock) = mock_on_own_runtime();
+    mock.set_decode_permission(false);
+    let settings = mock
+        .service_settings("ppe", Duration::from_secs(5))
+        .unwrap();
+    let client = tapegate::api::ServiceClient::new(&settings).unwrap();
+    let item = tapegate::api::BulkItem {
+        mac_id: tape_mac(1).plain(),
+        ble_packet: common::tape_packet(1),
+        product_id: "tape".into(),
+        scan_time: (T0_MS / 1000).to_string(),
+    };
+    let err = rt
+        .block_on(client.decode_bulk(&[item], "perm-1"))
+        .unwrap_err();
+    assert!(
+        matches!(err, tapegate::api::ApiError::Unauthorized { .. }),
+        "{err:?}"
+    );
+    assert_eq!(err.operator_cause(), "credentials or permission");
+    assert_eq!(mock.token_grants(), 2, "one fresh token was tried too");
+}
+
+#[test]
+fn a_server_error_text_quoting_the_token_is_scrubbed_before_it_is_stored_or_shown() {
+    let (_rt, mock) = mock_on_own_runtime();
+    mock.set_token_text(Some("tok-SECRET-4242".into()));
+    mock.set_echo_token_in_errors(true);
+    mock.set_registry(tapegate::mock::Registry::Only(Default::default()));
+    let g = replaying(&mock, 2);
+    let (status, log) = run_until_drained(&g, &[]);
+    assert!(status.success(), "{log}");
+    assert_eq!(g.stats().dead_letters, 2, "{log}");
+    let listed = text(&g.run(&["dead-letters", "list", "--json"]).stdout);
+    assert!(
+        listed.contains("device not found") && listed.contains("<redacted>"),
+        "{listed}"
+    );
+    let status = text(&g.run(&["status", "--json"]).stdout);
+    for shown in [&listed, &status, &log] {
+        assert!(!shown.contains("tok-SECRET-4242"), "{shown}");
+    }
+}
+
+#[test]
+fn a_host_that_does_not_resolve_is_an_unknown_host_not_just_unreachable() {
+    let (_rt, mock) = mock_on_own_runtime();
+    // `.invalid` never resolves (RFC 6761), with or without a network.
+    let g = reaching(&mock, "https://tapegate-test.invalid", "");
+    let out = g.run(&["check"]);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("unknown host"), "{said}");
+    assert_eq!(mock.token_requests(), 0);
+}
+
+#[test]
+fn tls_with_an_expired_certificate_says_certificate_expired() {
+    let (rt, mock) = mock_on_own_runtime();
+    let (port, ca_pem) = tls_front(&rt, &mock, true);
+    let g = Gateway::new("");
+    let ca = g.path("ca.pem");
+    std::fs::write(&ca, ca_pem).unwrap();
+    let ca_file = format!("ca_file = \"{}\"\n", ca.display());
+    let g = reaching(&mock, &format!("https://localhost:{port}"), &ca_file);
+    let out = g.run(&["check"]);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("certificate expired"), "{said}");
+}
