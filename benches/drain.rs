@@ -1,82 +1,97 @@
 //! Delivery benchmark: drain a backlog of 1,000,000 captures (10,000 MACs) to the mock
-//! service on loopback, one batch of 250 in flight, `durability = "full"`.
+//! service on loopback, batches of 250, up to `flush.max_in_flight` (8) in flight,
+//! `durability = "full"`.
 //!
-//! `cargo bench --bench drain` (or `-- 200000`). The mock runs as its own process
-//! (`tapegate mock`), so the figures (wall captures/s, CPU per capture, peak RSS) are
-//! the daemon's alone, from its own `wait4` rusage.
+//! `cargo bench --bench drain -- [CAPTURES] [--delay-ms N] [--outage]`:
+//! - `--delay-ms 200` holds every answer of the mock 200 ms (an uplink with a long
+//!   round trip: what many batches in flight are for);
+//! - `--outage` makes the mock answer 503 to everything for 10 s once half the backlog
+//!   is delivered, to show the concurrency window backing off and recovering.
+//!
+//! The mock runs in this process, the daemon (`tapegate run --until-drained`) in its own,
+//! so the figures (wall captures/s, CPU per capture, peak RSS) are the daemon's alone,
+//! from its own `wait4` rusage. Every half second a row of the table says what was
+//! delivered, the batches the mock is answering, and the daemon's concurrency limit.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::time::Duration;
 
 // tokio's Instant, the crate's one clock (.clippy.toml): outside a runtime it is std's.
 use tokio::time::Instant;
 
+use tapegate::mock::{self, Fault, MockConfig, MockHandle, Storm};
 use tapegate::outbox::Durability;
 use tapegate::outbox::{Store, StoreOptions};
 use tapegate::record::{hex_upper, Capture, Mac};
 
 const MACS: u32 = 10_000;
+const OUTAGE: Duration = Duration::from_secs(10);
+const SAMPLE_EVERY: Duration = Duration::from_millis(500);
 
-fn main() {
-    let captures: u64 = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(1_000_000);
-    let dir = tempfile::tempdir().expect("temp dir");
-    let state = dir.path().join("state");
-    {
-        let options = StoreOptions {
-            durability: Durability::Normal,
-            max_pending: captures,
-            max_page_count: None,
-        };
-        let (mut store, _) = Store::open(&state, options).expect("outbox");
-        let mut group = Vec::with_capacity(10_000);
-        for i in 0..captures {
-            let m = (i % u64::from(MACS)) as u32;
-            let b = m.to_be_bytes();
-            let counter = ((i / u64::from(MACS)) as u16).to_le_bytes();
-            let packet = [
-                0xF7, 0x0E, 0x49, 0x56, counter[0], counter[1], 0x10, 0x01, 90, 0, b[1], b[2], b[3],
-            ];
-            group.push(Capture {
-                mac: Mac::new([0xC0, 0xFF, 0xEE, b[1], b[2], b[3]]),
-                ts_ms: 1_763_719_200_000 + i as i64,
-                product_id: "tape".into(),
-                packet: hex_upper(&packet),
-                rssi: Some(-60),
-                boot_ms: None,
-            });
-            if group.len() == 10_000 {
-                store.enqueue(&group).expect("enqueue");
-                group.clear();
+struct Args {
+    captures: u64,
+    delay: Option<Duration>,
+    outage: bool,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        captures: 1_000_000,
+        delay: None,
+        outage: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--delay-ms" => {
+                let ms = it.next().and_then(|v| v.parse().ok()).unwrap_or(200);
+                a.delay = Some(Duration::from_millis(ms));
+            }
+            "--outage" => a.outage = true,
+            other => {
+                if let Ok(n) = other.parse() {
+                    a.captures = n;
+                }
             }
         }
-        store.enqueue(&group).expect("enqueue");
     }
+    a
+}
 
-    let bin = env!("CARGO_BIN_EXE_tapegate");
-    let mut mock = Command::new(bin)
-        .args(["mock", "--listen", "127.0.0.1:0"])
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn mock");
-    let mut lines = BufReader::new(mock.stdout.take().expect("stdout")).lines();
-    let mut base = String::new();
-    let mut auth = String::new();
-    while base.is_empty() || auth.is_empty() {
-        let line = lines.next().expect("mock printed its URLs").expect("read");
-        if let Some(u) = line.strip_prefix("ppe base_url ") {
-            base = u.to_string();
-        } else if let Some(u) = line.strip_prefix("ppe auth_url ") {
-            auth = u.to_string();
+fn fill_outbox(state: &std::path::Path, captures: u64) {
+    let options = StoreOptions {
+        durability: Durability::Normal,
+        max_pending: captures,
+        max_page_count: None,
+    };
+    let (mut store, _) = Store::open(state, options).expect("outbox");
+    let mut group = Vec::with_capacity(10_000);
+    for i in 0..captures {
+        let m = (i % u64::from(MACS)) as u32;
+        let b = m.to_be_bytes();
+        let counter = ((i / u64::from(MACS)) as u16).to_le_bytes();
+        let packet = [
+            0xF7, 0x0E, 0x49, 0x56, counter[0], counter[1], 0x10, 0x01, 90, 0, b[1], b[2], b[3],
+        ];
+        group.push(Capture {
+            mac: Mac::new([0xC0, 0xFF, 0xEE, b[1], b[2], b[3]]),
+            ts_ms: 1_763_719_200_000 + i as i64,
+            product_id: "tape".into(),
+            packet: hex_upper(&packet),
+            rssi: Some(-60),
+            boot_ms: None,
+        });
+        if group.len() == 10_000 {
+            store.enqueue(&group).expect("enqueue");
+            group.clear();
         }
     }
-    let config = dir.path().join("config.toml");
+    store.enqueue(&group).expect("enqueue");
+}
+
+fn config(dir: &std::path::Path, state: &std::path::Path, mock: &MockHandle, captures: u64) {
+    let e = mock.environment_settings("ppe").expect("ppe");
     std::fs::write(
-        &config,
+        dir.join("config.toml"),
         format!(
             r#"[gateway]
 id = "bench"
@@ -84,41 +99,125 @@ state_dir = "{state}"
 [service.environments.ppe]
 base_url = "{base}"
 auth_url = "{auth}"
-client_id = "tapegate-demo"
-audience = "https://api.example/decode"
-username = "demo"
-password = "demo-password"
-customer_id = "demo-customer"
-authorized_groups = "demo-group"
+client_id = "{client_id}"
+audience = "{audience}"
+username = "{username}"
+password = "{password}"
+customer_id = "{customer}"
+authorized_groups = "{groups}"
 [scanner]
 source = "replay"
 replay_path = "/dev/null"
 [outbox]
 max_pending = {captures}
 "#,
-            state = state.display()
+            state = state.display(),
+            base = e.base_url,
+            auth = e.auth_url,
+            client_id = e.client_id,
+            audience = e.audience,
+            username = e.username,
+            password = e.password.expose(),
+            customer = e.customer_id,
+            groups = e.authorized_groups,
         ),
     )
     .expect("config");
+}
 
+/// The outage of `--outage`: not yet, on since, or over.
+enum Outage {
+    Waiting,
+    On(Instant),
+    Over,
+}
+
+fn main() {
+    let a = args();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let state = dir.path().join("state");
+    fill_outbox(&state, a.captures);
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mock = rt
+        .block_on(mock::start(MockConfig::demo()))
+        .expect("mock starts");
+    mock.set_recording(false);
+    mock.set_answer_delay(a.delay);
+    config(dir.path(), &state, &mock, a.captures);
+
+    let bin = env!("CARGO_BIN_EXE_tapegate");
     let started = Instant::now();
     // Reaped by wait4 below, which also gives the child's own resource usage.
     #[allow(clippy::zombie_processes)]
-    let child = Command::new(bin)
+    let child = std::process::Command::new(bin)
         .args(["run", "--until-drained", "--config"])
-        .arg(&config)
+        .arg(dir.path().join("config.toml"))
         .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
+        .stdin(std::process::Stdio::null())
         .spawn()
         .expect("spawn tapegate");
+    println!("   t (s)   delivered   captures/s   in flight   limit");
     let mut status = 0;
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    let mut last = (Instant::now(), 0u64);
+    let mut outage = Outage::Waiting;
+    loop {
+        let pid = unsafe { libc::wait4(child.id() as i32, &mut status, libc::WNOHANG, &mut usage) };
+        if pid != 0 {
+            assert!(pid > 0, "wait4 failed");
+            break;
+        }
+        std::thread::sleep(SAMPLE_EVERY);
+        let Some(stats) = Store::open_existing(&state)
+            .ok()
+            .flatten()
+            .and_then(|s| s.stats().ok())
+        else {
+            continue;
+        };
+        let now = Instant::now();
+        let rate = (stats.delivered - last.1) as f64 / (now - last.0).as_secs_f64();
+        last = (now, stats.delivered);
+        println!(
+            "{:8.1} {:11} {:12.0} {:11} {:7}{}",
+            started.elapsed().as_secs_f64(),
+            stats.delivered,
+            rate,
+            mock.requests_in_progress(),
+            stats.flush_concurrency.unwrap_or(0),
+            if matches!(outage, Outage::On(_)) {
+                "   503"
+            } else {
+                ""
+            }
+        );
+        outage = match outage {
+            Outage::Waiting if a.outage && stats.delivered >= a.captures / 2 => {
+                mock.set_storm(Some(Storm {
+                    probability: 1.0,
+                    seed: 1,
+                    mix: vec![Fault::Status {
+                        status: 503,
+                        retry_after: None,
+                    }],
+                }));
+                Outage::On(now)
+            }
+            Outage::On(since) if now - since >= OUTAGE => {
+                mock.set_storm(None);
+                Outage::Over
+            }
+            other => other,
+        };
+    }
     let wall = started.elapsed();
-    let _ = mock.kill();
-    let _ = mock.wait();
     assert!(
-        pid > 0 && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "tapegate failed: {status}"
     );
 
@@ -129,8 +228,16 @@ max_pending = {captures}
         + usage.ru_utime.tv_usec as f64 / 1e6
         + usage.ru_stime.tv_sec as f64
         + usage.ru_stime.tv_usec as f64 / 1e6;
-    let n = captures as f64;
-    println!("drain benchmark: {captures} pending captures over {MACS} MACs to the mock service on loopback, batches of 250, one in flight, durability full");
+    let n = a.captures as f64;
+    let delay = a.delay.map_or("no added delay".to_string(), |d| {
+        format!("{d:?} added to every answer")
+    });
+    let outage_note = if a.outage {
+        ", 503 for 10 s at half way"
+    } else {
+        ""
+    };
+    println!("drain benchmark: {} pending captures over {MACS} MACs to the mock service on loopback ({delay}{outage_note}), batches of 250, up to 8 in flight, durability full", a.captures);
     println!(
         "  delivered       {} (dead letters {})",
         stats.delivered, stats.dead_letters
@@ -149,4 +256,6 @@ max_pending = {captures}
         "  daemon peak RSS {:.1} MB",
         usage.ru_maxrss as f64 / 1024.0
     );
+    drop(mock);
+    drop(rt);
 }

@@ -7,6 +7,11 @@
 
 use std::time::Duration;
 
+/// The longest `Retry-After` honoured. The server's word goes beyond the configured cap
+/// (it knows when it will take requests again), but not without bound: a hostile or
+/// broken value must not stop delivery for days.
+pub const RETRY_AFTER_MAX: Duration = Duration::from_secs(3600);
+
 /// Exponential backoff with full jitter and a cap.
 #[derive(Debug, Clone)]
 pub struct Backoff {
@@ -26,13 +31,14 @@ impl Backoff {
 
     /// The delay after one more failure: uniformly random in `[0, min(max, initial·2ⁿ)]`
     /// (`jitter` in `[0, 1]`; 1.0 turns jitter off), but never less than the server's
-    /// `Retry-After`; and never more than `max`.
+    /// `Retry-After` (which may exceed `max`, up to [`RETRY_AFTER_MAX`]).
     pub fn next_delay(&mut self, jitter: f64, retry_after: Option<Duration>) -> Duration {
         let exp = self.initial.saturating_mul(1u32 << self.failures.min(20));
         self.failures = self.failures.saturating_add(1);
         let ceiling = exp.min(self.max);
         let jittered = ceiling.mul_f64(jitter.clamp(0.0, 1.0));
-        jittered.max(retry_after.unwrap_or_default()).min(self.max)
+        let server = retry_after.unwrap_or_default().min(RETRY_AFTER_MAX);
+        jittered.min(self.max).max(server)
     }
 
     /// After a success: the next failure starts from `initial` again.
@@ -69,15 +75,19 @@ mod tests {
     }
 
     #[test]
-    fn retry_after_is_honoured_but_capped() {
+    fn retry_after_is_honoured_beyond_the_cap_up_to_an_hour() {
         let mut b = Backoff::new(Duration::from_millis(500), Duration::from_secs(60));
         assert_eq!(
             b.next_delay(0.1, Some(Duration::from_secs(7))),
             Duration::from_secs(7)
         );
         assert_eq!(
-            b.next_delay(0.1, Some(Duration::from_secs(3600))),
-            Duration::from_secs(60)
+            b.next_delay(0.1, Some(Duration::from_secs(600))),
+            Duration::from_secs(600)
+        );
+        assert_eq!(
+            b.next_delay(0.1, Some(Duration::from_secs(10_000_000))),
+            RETRY_AFTER_MAX
         );
     }
 }

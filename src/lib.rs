@@ -25,8 +25,10 @@ tapes into decoded readings in the tracking service.
   `operator.rs` the reads and changes of `status`, `tapes`, `dead-letters`; `clock.rs`
   boots and held rows; `dock.rs` the rate window and the tapes heard; `lock.rs` one
   daemon per state directory); its module doc is the design document.
-- [`flush`]: batching, answer handling and backoff towards the bulk decode endpoint;
-  [`backoff`] is the one retry delay (flusher, token cache, ingest).
+- [`flush`]: delivery to the bulk decode endpoint: `plan.rs` the pure planner (batches,
+  splits, isolation, attempt bounds, backoff, the concurrency window), `answer.rs` what
+  an answer means, `mod.rs` the loop with several batches in flight; [`backoff`] is the
+  one retry delay (flusher, token cache, ingest).
 - [`api`]: the tracking service client (`auth.rs` the token cache and its lifetime
   bounds, `decode.rs` bulk and single decode, `error.rs` answers and transport failures
   mapped to what to do) and the operator's client (`devices.rs` add, label, relabel,

@@ -41,8 +41,8 @@ use crate::record::EpochMillis;
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Failed requests to the service in a row after which delivery counts as not making
-/// progress (the flusher starts halving its batches at the same count).
-pub const FAILING_AFTER: u64 = crate::flush::HALVE_AFTER as u64;
+/// progress.
+pub const FAILING_AFTER: u64 = 3;
 
 /// Why a request to the service failed, as a bounded set of label values.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -322,6 +322,7 @@ impl Drop for Request<'_> {
 fn failure_cause(e: &ApiError) -> &'static str {
     match e {
         ApiError::Rejected { .. } => "http_400",
+        ApiError::RequestRefused { .. } => "http_400_request",
         ApiError::Unauthorized { .. } => "http_401",
         ApiError::NotFound { .. } => "http_404",
         ApiError::TooLarge { .. } => "http_413",

@@ -20,11 +20,12 @@ use tokio::time::Instant;
 use common::{mock_with as mock_on_own_runtime, text, write_records, Gateway};
 use tapegate::config::{self, Config};
 use tapegate::mock::{
-    self, DecodeKind, Fault, MockConfig, MockEnvironment, MockHandle, Received, ReceivedItem, Storm,
+    self, DecodeKind, Fault, MacFault, MockConfig, MockEnvironment, MockHandle, Received,
+    ReceivedItem, Storm,
 };
-use tapegate::outbox::{Stats, Store};
+use tapegate::outbox::{Stats, Store, StoreOptions};
 use tapegate::pipeline::{self, RunOptions, RunReport};
-use tapegate::record::{hex_upper, Advertisement, Mac};
+use tapegate::record::{hex_upper, Advertisement, Capture, Mac};
 use tapegate::tape::UNREGISTERED_PREFIX;
 
 /// Capture time of the first advert of every trace (2025-11-21 10:00 UTC).
@@ -122,7 +123,7 @@ fn trace(registered: u32, unregistered: u32, rounds: u32) -> Vec<Shot> {
                 ts_ms: T0_MS + i64::from(r) * 60_000 + i64::from(i) * 10,
                 counter: (r * 1000 + i) as u16,
                 temp_centi: ((i * 37 + r * 101) % 4000) as i16 - 1000,
-                battery: 100 - r as u8,
+                battery: 100 - (r % 100) as u8,
             });
         }
     }
@@ -143,6 +144,12 @@ struct Knobs {
     max_batch: usize,
     request_timeout_secs: u64,
     backoff_max_secs: u64,
+    /// `flush.max_in_flight`.
+    max_in_flight: usize,
+    /// `flush.max_delay_secs`.
+    max_delay_secs: f64,
+    /// `flush.max_attempts`.
+    max_attempts: u32,
     /// The environment whose token endpoint is used; the service's own unless a test
     /// wants tokens the decode endpoint refuses.
     token_env: &'static str,
@@ -154,6 +161,9 @@ impl Default for Knobs {
             max_batch: 250,
             request_timeout_secs: 10,
             backoff_max_secs: 1,
+            max_in_flight: 8,
+            max_delay_secs: 0.05,
+            max_attempts: 5,
             token_env: "ppe",
         }
     }
@@ -194,9 +204,11 @@ commit_interval_ms = 20
 
 [flush]
 max_batch = {max_batch}
-max_delay_secs = 0.05
+max_delay_secs = {max_delay}
 backoff_initial_ms = 50
 backoff_max_secs = {backoff_max}
+max_in_flight = {max_in_flight}
+max_attempts = {max_attempts}
 "#,
         timeout = k.request_timeout_secs,
         base = e.base_url,
@@ -210,6 +222,9 @@ backoff_max_secs = {backoff_max}
         trace = trace.display(),
         max_batch = k.max_batch,
         backoff_max = k.backoff_max_secs,
+        max_in_flight = k.max_in_flight,
+        max_delay = k.max_delay_secs,
+        max_attempts = k.max_attempts,
     )
 }
 
@@ -228,12 +243,17 @@ fn load(g: &Gateway) -> Config {
 
 /// Runs the daemon in-process until the trace has ended and nothing is pending.
 async fn run_until_drained(g: &Gateway) -> RunReport {
+    run_until_drained_within(g, RUN_LIMIT).await
+}
+
+/// [`run_until_drained`], for a run that takes longer.
+async fn run_until_drained_within(g: &Gateway, limit: Duration) -> RunReport {
     let options = RunOptions {
         until_drained: true,
         ..RunOptions::default()
     };
     let run = pipeline::run(load(g), std::future::pending::<()>(), options);
-    tokio::time::timeout(RUN_LIMIT, run)
+    tokio::time::timeout(limit, run)
         .await
         .expect("the daemon drains in time")
         .expect("the daemon runs")
@@ -291,6 +311,59 @@ impl Live {
             .unwrap()
             .expect("the daemon runs")
     }
+}
+
+/// The daemon running in-process on a gateway's config until the test stops it.
+struct Running {
+    config: Config,
+    stop: tokio_util::sync::CancellationToken,
+    run: tokio::task::JoinHandle<Result<RunReport, pipeline::RunError>>,
+}
+
+impl Running {
+    fn start(g: &Gateway) -> Running {
+        let config = load(g);
+        let stop = tokio_util::sync::CancellationToken::new();
+        let run = tokio::spawn(pipeline::run(
+            config.clone(),
+            stop.clone().cancelled_owned(),
+            RunOptions::default(),
+        ));
+        Running { config, stop, run }
+    }
+
+    /// `tapegate status` (text or JSON) as it reads now.
+    fn status(&self, json: bool) -> String {
+        let mut out = Vec::new();
+        tapegate::cmd::state::status(&self.config, json, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    /// Stops the daemon (within `limit`) and returns its report.
+    async fn stop(self, limit: Duration) -> RunReport {
+        self.stop.cancel();
+        tokio::time::timeout(limit, self.run)
+            .await
+            .expect("the daemon stops in time")
+            .expect("joins")
+            .expect("the daemon runs")
+    }
+}
+
+/// Every decode request gets `fault`, until the storm is lifted.
+fn fail_every_request(mock: &MockHandle, fault: Fault) {
+    mock.set_storm(Some(Storm {
+        probability: 1.0,
+        seed: 1,
+        mix: vec![fault],
+    }));
+}
+
+/// Whether the state database's last error (what `status` shows) says `text`.
+fn reports(g: &Gateway, text: &str) -> bool {
+    stats_now(g)
+        .and_then(|s| s.last_error)
+        .is_some_and(|e| e.contains(text))
 }
 
 /// The state database's counters, or `None` while it does not exist yet.
@@ -432,6 +505,53 @@ fn assert_capture_order<'a>(
 // ---------------------------------------------------------------------------------------
 // The real binary
 
+/// A gateway whose outbox already holds `shots` (the tests are about delivery) and
+/// whose daemon replays nothing.
+fn backlog_gateway(mock: &MockHandle, shots: &[Shot], k: &Knobs) -> Gateway {
+    let g = gateway(mock, &[], k);
+    let (mut store, _) = Store::open(&g.state_dir(), StoreOptions::default()).unwrap();
+    let captures: Vec<Capture> = shots
+        .iter()
+        .map(|s| Capture {
+            mac: s.mac,
+            ts_ms: s.ts_ms,
+            product_id: "tape".into(),
+            packet: s.packet(),
+            rssi: Some(-60),
+            boot_ms: None,
+        })
+        .collect();
+    for group in captures.chunks(1000) {
+        store.enqueue(group).unwrap();
+    }
+    g
+}
+
+/// A mock on its own runtime answering every request 0.3 s late, and a gateway whose
+/// outbox holds 10,000 captures of 1,000 tapes: 200 batches of 50, seconds of work at
+/// 8 in flight, so a signal finds them flying. (Batches of 50: a debug build records a
+/// batch of 250 slower than 8 answers of 0.3 s come back; the benchmark runs the full
+/// size.)
+fn slow_backlog() -> (
+    tokio::runtime::Runtime,
+    MockHandle,
+    Vec<Shot>,
+    Knobs,
+    Gateway,
+) {
+    let (rt, mock) = mock_on_own_runtime(MockConfig::demo());
+    mock.set_answer_delay(Some(Duration::from_millis(300)));
+    let shots = trace(1000, 0, 10);
+    let k = Knobs {
+        max_batch: 50,
+        request_timeout_secs: 30,
+        max_in_flight: 8,
+        ..Knobs::default()
+    };
+    let g = backlog_gateway(&mock, &shots, &k);
+    (rt, mock, shots, k, g)
+}
+
 /// `tapegate <args>` with its log in `<log>` inside the gateway dir.
 fn spawn_daemon(g: &Gateway, args: &[&str], log: &str, env: &[(&str, &str)]) -> Child {
     let log = std::fs::File::create(g.path(log)).expect("log file");
@@ -551,10 +671,13 @@ async fn a_trace_is_delivered_exactly_once_in_capture_order_and_unknown_tapes_be
 async fn a_fault_storm_loses_nothing_resends_only_unanswered_batches_and_honours_retry_after() {
     let mock = start_mock().await;
     let shots = trace(150, 0, 3);
+    // One batch at a time, so that "the request after a Retry-After answer" is the
+    // one sent after it (concurrency has tests of its own).
     let k = Knobs {
         max_batch: 25,
         request_timeout_secs: 1,
         backoff_max_secs: 2,
+        max_in_flight: 1,
         ..Knobs::default()
     };
     let g = gateway(&mock, &shots, &k);
@@ -825,9 +948,11 @@ async fn a_capture_the_service_refuses_whole_batches_for_is_isolated_by_halving_
 fn kill_9_while_flushing_loses_nothing_and_resends_at_most_one_batch_per_kill() {
     let (_rt, mock) = mock_on_own_runtime(MockConfig::demo());
     let shots = trace(300, 0, 2);
+    // One batch at a time: the bound is one resent batch per kill.
     let k = Knobs {
         max_batch: 50,
         request_timeout_secs: 30,
+        max_in_flight: 1,
         ..Knobs::default()
     };
     let g = gateway(&mock, &shots, &k);
@@ -1037,34 +1162,24 @@ async fn a_service_refusing_every_request_is_backed_off_not_dead_lettered_captur
     use tapegate::flush::MAX_REFUSED_IN_A_ROW;
     let mock = start_mock().await;
     // Every request is refused whole, whatever it holds.
-    mock.set_storm(Some(Storm {
-        probability: 1.0,
-        seed: 1,
-        mix: vec![Fault::Status {
+    fail_every_request(
+        &mock,
+        Fault::Status {
             status: 400,
             retry_after: None,
-        }],
-    }));
+        },
+    );
     let shots = trace(40, 0, 1);
     let k = Knobs {
         max_batch: 8,
         ..Knobs::default()
     };
     let g = gateway(&mock, &shots, &k);
-    let stop = tokio_util::sync::CancellationToken::new();
-    let run = tokio::spawn(pipeline::run(
-        load(&g),
-        stop.clone().cancelled_owned(),
-        RunOptions::default(),
-    ));
+    let daemon = Running::start(&g);
     until(
         "the refusal to be reported",
         Duration::from_secs(20),
-        || {
-            stats_now(&g)
-                .and_then(|s| s.last_error)
-                .is_some_and(|e| e.contains("refuses every capture"))
-        },
+        || reports(&g, "refuses every capture"),
     )
     .await;
     // Splitting found the first refused captures; past the limit the gateway stopped
@@ -1084,8 +1199,7 @@ async fn a_service_refusing_every_request_is_backed_off_not_dead_lettered_captur
         || stats_now(&g).is_some_and(|s| s.pending == 0),
     )
     .await;
-    stop.cancel();
-    run.await.expect("joins").expect("runs");
+    daemon.stop(RUN_LIMIT).await;
     let s = g.stats();
     assert_eq!(
         (s.delivered, s.dead_letters),
@@ -1094,4 +1208,471 @@ async fn a_service_refusing_every_request_is_backed_off_not_dead_lettered_captur
             u64::from(MAX_REFUSED_IN_A_ROW)
         )
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 9: nothing stalls, nothing spins, nothing is refused that the service did not
+// refuse.
+
+/// A trace of `others` captures (tapes heard four times each) and one capture of a tape
+/// heard only once, in round 0: the one the service will choke on.
+fn trace_with_one_poisoned_capture(others: u32) -> (Vec<Shot>, Mac) {
+    let tapes = others / 4;
+    let poison = registered_mac(tapes);
+    let shots = trace(tapes + 1, 0, 4)
+        .into_iter()
+        .filter(|s| s.mac != poison || s.ts_ms < T0_MS + 60_000)
+        .collect();
+    (shots, poison)
+}
+
+/// Runs a trace in which the service always fails requests holding one capture
+/// (`fault`), and checks that it is isolated and kept as a dead letter whose error names
+/// `cause`, while every other capture is delivered exactly once.
+async fn assert_isolated_as_a_dead_letter(fault: MacFault, k: Knobs, cause: &str) {
+    let mock = start_mock().await;
+    let (shots, poison) = trace_with_one_poisoned_capture(2000);
+    mock.set_mac_fault(&poison.plain(), Some(fault));
+    let g = gateway(&mock, &shots, &k);
+
+    // Each failure of a request that times out costs the request timeout (1 s here), and
+    // a loaded test machine runs 2,000 captures slowly: more time than a plain drain.
+    run_until_drained_within(&g, Duration::from_secs(120)).await;
+
+    assert_drained(&g.stats(), shots.len(), shots.len() - 1, 1);
+    let dead = g.store().dead_letters(10).unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0].mac, poison);
+    assert!(
+        dead[0].error.contains(cause) && dead[0].error.contains("attempts on its own"),
+        "{}",
+        dead[0].error
+    );
+    let requests = bulk_requests(&mock);
+    assert_batches_well_formed(&requests, k.max_batch, &shots);
+    let delivered = tally(requests.iter().filter(|r| answered(r)));
+    for s in shots.iter().filter(|s| s.mac != poison) {
+        assert_eq!(delivered.get(&s.key()), Some(&1), "{:?}", s.key());
+    }
+    assert_capture_order(requests.iter().filter(|r| answered(r)), &shots, true);
+    // Bisected down to the capture alone, tried alone `max_attempts` times, no more.
+    let holding: Vec<usize> = requests
+        .iter()
+        .filter(|r| r.items.iter().any(|i| i.mac_id == poison.plain()))
+        .map(|r| r.items.len())
+        .collect();
+    let alone = holding.iter().filter(|&&n| n == 1).count();
+    assert!(
+        alone >= k.max_attempts as usize && holding.len() <= 30,
+        "requests holding the poisoned capture: {holding:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capture_that_always_gets_500_is_isolated_and_dead_lettered_with_its_cause_while_2000_others_are_delivered(
+) {
+    let k = Knobs {
+        max_batch: 100,
+        ..Knobs::default()
+    };
+    assert_isolated_as_a_dead_letter(MacFault::Status(500), k, "server error 500").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capture_that_always_times_out_is_isolated_and_dead_lettered_with_its_cause_while_2000_others_are_delivered(
+) {
+    let k = Knobs {
+        max_batch: 32,
+        request_timeout_secs: 1,
+        max_attempts: 3,
+        ..Knobs::default()
+    };
+    let fault = MacFault::Delay(Duration::from_secs(3));
+    assert_isolated_as_a_dead_letter(fault, k, "timeout").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_item_always_left_out_of_answers_is_a_dead_letter_after_the_bound_and_its_tapes_later_captures_are_delivered(
+) {
+    let mock = start_mock().await;
+    let g = Gateway::new("");
+    let k = Knobs::default();
+    let mut live = Live::start(&mock, &g, &k).await;
+    let shots = trace(40, 0, 3);
+    let rounds: Vec<&[Shot]> = shots.chunks(40).collect();
+    let left_out = registered_mac(7);
+    mock.set_mac_fault(&left_out.plain(), Some(MacFault::LeaveOut));
+
+    live.send(rounds[0]);
+    until(
+        "the left-out capture to be a dead letter",
+        Duration::from_secs(20),
+        || stats_now(&g).is_some_and(|s| s.dead_letters == 1),
+    )
+    .await;
+    mock.set_mac_fault(&left_out.plain(), None);
+    live.send(rounds[1]);
+    live.send(rounds[2]);
+    live.finish().await;
+
+    assert_drained(&g.stats(), 120, 119, 1);
+    let dead = g.store().dead_letters(10).unwrap();
+    assert_eq!(
+        (dead[0].mac, dead[0].error.as_str()),
+        (
+            left_out,
+            "the service left this capture out of 5 answers in a row"
+        )
+    );
+    let requests = bulk_requests(&mock);
+    let first = rounds[0].iter().find(|s| s.mac == left_out).unwrap().key();
+    let tries = requests.iter().filter(|r| keys(r).contains(&first)).count();
+    assert_eq!(tries, 5, "left out of exactly max_attempts answers");
+    let delivered = tally(requests.iter().filter(|r| answered(r)));
+    for s in rounds[1].iter().chain(rounds[2]) {
+        assert_eq!(delivered.get(&s.key()), Some(&1), "{:?}", s.key());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn items_answered_with_only_a_mac_id_are_retried_never_delivered_with_an_empty_reading() {
+    let mock = start_mock().await;
+    let g = Gateway::new("");
+    let mut live = Live::start(&mock, &g, &Knobs::default()).await;
+    let shots = trace(20, 0, 1);
+    let bare = registered_mac(3);
+    let key = shots.iter().find(|s| s.mac == bare).unwrap().key();
+    mock.set_mac_fault(&bare.plain(), Some(MacFault::OnlyMacId));
+
+    live.send(&shots);
+    until(
+        "two answers with only its mac_id",
+        Duration::from_secs(20),
+        || {
+            bulk_requests(&mock)
+                .iter()
+                .filter(|r| r.status == Some(200) && keys(r).contains(&key))
+                .count()
+                >= 2
+        },
+    )
+    .await;
+    // Not delivered meanwhile: the capture is still pending, no reading stored.
+    let s = stats_now(&g).expect("stats");
+    assert_eq!((s.pending, s.delivered), (1, 19), "{s:?}");
+    assert!(g.store().tapes(100).unwrap().iter().all(|t| t.mac != bare));
+    mock.set_mac_fault(&bare.plain(), None);
+    live.finish().await;
+
+    assert_drained(&g.stats(), 20, 20, 0);
+    let tape = g.store().tapes(100).unwrap();
+    let t = tape.iter().find(|t| t.mac == bare).expect("its reading");
+    assert_eq!(t.qr_code, Some(format!("TT{}", bare.plain())));
+    assert!(t.temp.is_some() && t.bat.is_some(), "{t:?}");
+    assert_eq!(mock.decoded_items(), 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_database_write_under_delivery_records_the_answer_again_and_sends_nothing_more() {
+    let mock = start_mock().await;
+    let g = Gateway::new("");
+    let mut live = Live::start(&mock, &g, &Knobs::default()).await;
+    until("the outbox exists", Duration::from_secs(10), || {
+        stats_now(&g).is_some()
+    })
+    .await;
+    // A real write failure of the real file: every transaction that would take a row
+    // out of `pending` is aborted (as a full disk or an I/O error aborts it); admitting
+    // captures still works.
+    let db = rusqlite::Connection::open(Store::path_in(&g.state_dir())).unwrap();
+    db.execute_batch(
+        "CREATE TRIGGER fail_settle BEFORE DELETE ON pending BEGIN SELECT RAISE(ABORT, 'disk I/O error (injected)'); END;",
+    )
+    .unwrap();
+    let shots = trace(40, 0, 1);
+    live.send(&shots);
+
+    // The answer cannot be recorded: the flusher backs off and tries to record it
+    // again, each time noting the error, and sends nothing meanwhile.
+    let mut noted = HashSet::new();
+    until("three failed recordings", Duration::from_secs(20), || {
+        if let Some(s) = stats_now(&g) {
+            if s.last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("could not record"))
+            {
+                noted.extend(s.last_error_at);
+            }
+        }
+        noted.len() >= 3
+    })
+    .await;
+    let requests = mock.decode_requests();
+    assert!(
+        requests <= 2,
+        "{requests} requests for 40 captures while their answer could not be recorded"
+    );
+    assert_eq!(stats_now(&g).unwrap().delivered, 0);
+
+    db.execute_batch("DROP TRIGGER fail_settle;").unwrap();
+    live.finish().await;
+    assert_drained(&g.stats(), 40, 40, 0);
+    assert_eq!(mock.decode_requests(), requests, "recorded, not sent again");
+    assert_eq!(mock.decoded_items(), 40, "no capture decoded twice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_required_headers_400_on_every_request_backs_off_and_dead_letters_nothing() {
+    let mock = start_mock().await;
+    fail_every_request(
+        &mock,
+        Fault::Refuse {
+            status: 400,
+            message: "Missing required headers: customer_id or authorized_groups".into(),
+        },
+    );
+    let g = gateway(&mock, &trace(40, 0, 1), &Knobs::default());
+    let daemon = Running::start(&g);
+    until(
+        "several refusals, reported",
+        Duration::from_secs(20),
+        || mock.decode_requests() >= 5 && reports(&g, "refused the request itself"),
+    )
+    .await;
+    let s = stats_now(&g).expect("stats");
+    assert_eq!((s.dead_letters, s.pending), (0, 40), "{s:?}");
+    let text = daemon.status(false);
+    assert!(text.contains("Missing required headers"), "{text}");
+
+    // The proxy is fixed: everything is delivered.
+    mock.set_storm(None);
+    until(
+        "the captures to be delivered",
+        Duration::from_secs(20),
+        || stats_now(&g).is_some_and(|s| s.pending == 0),
+    )
+    .await;
+    daemon.stop(RUN_LIMIT).await;
+    assert_drained(&g.stats(), 40, 40, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_of_600_s_is_honoured_past_backoff_max_and_status_says_until_when() {
+    let mock = start_mock().await;
+    mock.push_fault(Fault::Status {
+        status: 503,
+        retry_after: Some("600".into()),
+    });
+    let shots = trace(10, 0, 1);
+    let k = Knobs {
+        backoff_max_secs: 5,
+        max_in_flight: 1,
+        ..Knobs::default()
+    };
+    let g = gateway(&mock, &shots, &k);
+    let daemon = Running::start(&g);
+    let error = async {
+        loop {
+            if let Some(e) = stats_now(&g).and_then(|s| s.last_error) {
+                return e;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let error = tokio::time::timeout(Duration::from_secs(10), error)
+        .await
+        .expect("the 503 is reported");
+    // "server error 503 until 2026-…Z (the service's Retry-After)"
+    let until: jiff::Timestamp = error
+        .split_once(" until ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no time in {error:?}"));
+    let wait = until.as_second() - jiff::Timestamp::now().as_second();
+    assert!((590..=600).contains(&wait), "{error:?}: waits {wait} s");
+    assert!(error.contains("Retry-After"), "{error}");
+    // Past backoff_max, nothing more was sent. (A sleep: the passage of time past the
+    // cap is what this checks.)
+    tokio::time::sleep(Duration::from_millis(5500)).await;
+    assert_eq!(mock.decode_requests(), 1);
+    assert_eq!(stats_now(&g).unwrap().pending, 10);
+    // A pause does not hold up shutdown.
+    daemon.stop(Duration::from_secs(5)).await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 10: catch-up, many batches in flight, order kept.
+
+#[test]
+fn with_slow_answers_and_kill_9_twice_while_8_batches_are_in_flight_nothing_is_lost_order_is_kept_and_no_mac_is_in_two_batches_at_once(
+) {
+    let (_rt, mock, shots, k, g) = slow_backlog();
+    let limit = Duration::from_secs(30);
+
+    for life in 0..2 {
+        let log = format!("life-{life}.log");
+        let mut child = spawn_daemon(&g, &["run"], &log, &[]);
+        // The window has grown to 8 (the state database says so) and 8 batches are in
+        // flight.
+        wait_for("8 batches in flight", limit, || {
+            mock.requests_in_progress() == 8
+                && stats_now(&g).is_some_and(|s| s.flush_concurrency == Some(8))
+        });
+        signal(&child, libc::SIGKILL);
+        let status = wait_exit(&mut child, limit, &g, &log);
+        assert_eq!(status.code(), None, "killed by a signal");
+        let s = g.stats();
+        assert!(s.delivered > 0 && s.pending > 0, "life {life}: {s:?}");
+        // `status` shows the limit and the batches in flight (as last recorded).
+        let status = g.status_json();
+        assert_eq!(status["concurrency_limit"], 8, "{status}");
+        assert!(
+            status["in_flight"].as_u64().is_some_and(|n| n >= 1),
+            "{status}"
+        );
+        // The mock lets go of the dead daemon's requests before the next life starts.
+        wait_for("the killed requests dropped", limit, || {
+            mock.requests_in_progress() == 0
+        });
+    }
+    let mut child = spawn_daemon(&g, &["run", "--until-drained"], "last.log", &[]);
+    let status = wait_exit(&mut child, Duration::from_secs(60), &g, "last.log");
+    assert!(status.success(), "{status:?}: {}", log_of(&g, "last.log"));
+
+    assert_drained(&g.stats(), shots.len(), shots.len(), 0);
+    assert_eq!(
+        mock.overlaps(),
+        Vec::<String>::new(),
+        "a MAC in two batches in flight"
+    );
+    let requests = bulk_requests(&mock);
+    assert_batches_well_formed(&requests, k.max_batch, &shots);
+    assert_capture_order(&requests, &shots, false);
+    let delivered = tally(requests.iter().filter(|r| r.status == Some(200)));
+    for s in &shots {
+        assert!(delivered.contains_key(&s.key()), "{:?} lost", s.key());
+    }
+    let duplicates: usize = delivered.values().map(|n| n - 1).sum();
+    assert!(
+        duplicates <= 2 * 8 * k.max_batch,
+        "{duplicates} captures sent twice after two kills"
+    );
+    let status = g.status_json();
+    assert_eq!(status["in_flight"], 0, "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forty_tapes_with_a_hundred_pending_captures_each_drain_in_seconds_under_live_input() {
+    let mock = start_mock().await;
+    let g = Gateway::new("");
+    // The default wait for a part-full batch: every batch here is part-full (40 MACs).
+    let k = Knobs {
+        max_delay_secs: 5.0,
+        ..Knobs::default()
+    };
+    let mut live = Live::start(&mock, &g, &k).await;
+    let shots = trace(40, 0, 150);
+    let (backlog, fresh) = shots.split_at(40 * 100);
+    tokio::task::block_in_place(|| live.send(backlog));
+    until("the backlog committed", Duration::from_secs(20), || {
+        stats_now(&g).is_some_and(|s| s.admitted >= backlog.len() as u64)
+    })
+    .await;
+    let started = Instant::now();
+    // Live input keeps coming, a round every 50 ms, while the backlog drains.
+    let mut rounds = fresh.chunks(40);
+    while stats_now(&g).is_none_or(|s| s.delivered < backlog.len() as u64) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the backlog did not drain in 10 s: {:?}",
+            stats_now(&g)
+        );
+        if let Some(round) = rounds.next() {
+            live.send(round);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for round in rounds {
+        live.send(round);
+    }
+    live.finish().await;
+    assert_drained(&g.stats(), shots.len(), shots.len(), 0);
+    let requests = bulk_requests(&mock);
+    assert_capture_order(requests.iter().filter(|r| answered(r)), &shots, true);
+    assert!(mock.overlaps().is_empty());
+}
+
+#[test]
+fn dead_letters_are_logged_at_warn_once_per_tape_with_its_mac_and_the_services_reason() {
+    let (_rt, mock) = mock_on_own_runtime(MockConfig::demo());
+    // 5 known and 3 unknown tapes, 3 captures each: 9 dead letters of 3 tapes.
+    let shots = trace(5, 3, 3);
+    let g = gateway(&mock, &shots, &Knobs::default());
+    let mut child = spawn_daemon(&g, &["run", "--until-drained"], "run.log", &[]);
+    let status = wait_exit(&mut child, Duration::from_secs(30), &g, "run.log");
+    assert!(status.success(), "{status:?}: {}", log_of(&g, "run.log"));
+    assert_drained(&g.stats(), 24, 15, 9);
+
+    let log = log_of(&g, "run.log");
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("kept as a dead letter"))
+        .collect();
+    assert_eq!(lines.len(), 3, "one line per tape in the period:\n{log}");
+    for i in 0..3 {
+        let mac = unregistered_mac(i);
+        let line = lines
+            .iter()
+            .find(|l| l.contains(&format!("mac={mac}")))
+            .unwrap_or_else(|| panic!("no line for {mac}:\n{log}"));
+        assert!(line.contains(" WARN "), "{line}");
+        assert!(line.contains(NOT_FOUND), "{line}");
+    }
+}
+
+#[test]
+fn sigterm_with_8_batches_in_flight_exits_0_within_the_grace_and_keeps_them_all_pending() {
+    let (_rt, mock, shots, _, g) = slow_backlog();
+    let limit = Duration::from_secs(30);
+    let mut child = spawn_daemon(
+        &g,
+        &["run"],
+        "first.log",
+        &[("TAPEGATE_GATEWAY__SHUTDOWN_GRACE_SECS", "1")],
+    );
+    wait_for("the window at 8", limit, || {
+        stats_now(&g).is_some_and(|s| s.flush_concurrency == Some(8))
+    });
+    // From now on answers take far longer than the grace: 8 batches wait for theirs.
+    mock.set_answer_delay(Some(Duration::from_secs(20)));
+    let switched = std::time::SystemTime::now();
+    let before = g.stats();
+    wait_for("8 batches held", limit, || {
+        let slow = bulk_requests(&mock)
+            .iter()
+            .filter(|r| r.at >= switched)
+            .count();
+        slow >= 8 && mock.requests_in_progress() == 8
+    });
+    let asked = Instant::now();
+    signal(&child, libc::SIGTERM);
+    let status = wait_exit(&mut child, limit, &g, "first.log");
+    let took = asked.elapsed();
+    assert!(status.success(), "{status:?}: {}", log_of(&g, "first.log"));
+    assert!(
+        took < Duration::from_secs(4),
+        "exited {took:?} after SIGTERM, grace 1 s"
+    );
+    let log = log_of(&g, "first.log");
+    assert!(log.contains("abandoned the batches in flight"), "{log}");
+    // Abandoned, not lost: every capture is delivered or still pending.
+    let s = g.stats();
+    assert_eq!(s.delivered + s.pending, shots.len() as u64, "{s:?}");
+    assert!(s.delivered >= before.delivered);
+
+    mock.set_answer_delay(None);
+    let mut child = spawn_daemon(&g, &["run", "--until-drained"], "second.log", &[]);
+    let status = wait_exit(&mut child, Duration::from_secs(60), &g, "second.log");
+    assert!(status.success(), "{status:?}: {}", log_of(&g, "second.log"));
+    assert_drained(&g.stats(), shots.len(), shots.len(), 0);
 }

@@ -199,6 +199,9 @@ impl ServiceClient {
         let status = answer.status.as_u16();
         let message = answer.message.clone();
         match status {
+            400 if !single && refuses_the_request(&message) => {
+                ApiError::RequestRefused { status, message }
+            }
             400 => ApiError::Rejected { status, message },
             404 if single => ApiError::NotFound { message },
             413 => ApiError::TooLarge { message },
@@ -208,6 +211,37 @@ impl ServiceClient {
             _ => ApiError::UnexpectedStatus { status, message },
         }
     }
+}
+
+/// Whether a bulk 400's message refuses the request itself rather than what it holds
+/// (spec section 7). The spec gives no `error_code` for these, so this is read from
+/// the message, in this one place, as an assumption a real account's answers can
+/// correct: "Missing required headers/parameters" is the request's; "Validation
+/// failed" is the items' only when its `errors` (appended to the message) name an item
+/// or an item field; anything else (an invalid packet, a duplicate `mac_id`) is taken
+/// to be about an item, and the batch is split to find it.
+pub(crate) fn refuses_the_request(message: &str) -> bool {
+    let lower = message.to_ascii_lowercase();
+    if lower.starts_with("missing required") {
+        return true;
+    }
+    let Some(details) = lower.strip_prefix("validation failed") else {
+        return false;
+    };
+    const ITEM_WORDS: [&str; 6] = [
+        "item",
+        "mac_id",
+        "ble_packet",
+        "product_id",
+        "scan_time",
+        "index",
+    ];
+    let about_items = ITEM_WORDS.iter().any(|w| details.contains(w))
+        || details
+            .as_bytes()
+            .windows(2)
+            .any(|w| w[0] == b'[' && w[1].is_ascii_digit());
+    !about_items
 }
 
 /// Reads the bulk answer: a JSON array of items matched to the request by `mac_id`.
@@ -261,6 +295,17 @@ fn parse_bulk_answer(
             continue;
         }
         let result = match item.get("error") {
+            // Neither decoded nor refused (only `mac_id`, or `"error": null`): no
+            // answer for this capture, never a delivery with an empty reading.
+            None | Some(Value::Null) if item.get("qr_code").is_none_or(Value::is_null) => {
+                tracing::debug!(
+                    correlation_id,
+                    index,
+                    mac_id,
+                    "bulk answer item with neither qr_code nor error; its capture will be retried"
+                );
+                continue;
+            }
             None | Some(Value::Null) => Ok(Decoded::from_json(&item)),
             Some(Value::String(s)) if s.is_empty() => Err("(no error text)".to_string()),
             Some(Value::String(s)) => Err(s.clone()),
@@ -331,8 +376,44 @@ mod tests {
     }
 
     #[test]
+    fn an_item_with_only_a_mac_id_or_a_null_error_is_no_answer() {
+        let sent = [
+            item("AABBCCDDEEFF"),
+            item("112233445566"),
+            item("C0FFEE000001"),
+        ];
+        let body = br#"[{"mac_id":"AABBCCDDEEFF"},{"mac_id":"112233445566","error":null},
+            {"mac_id":"C0FFEE000001","error":null,"qr_code":"TTC0FFEE000001"}]"#;
+        let got = parse_bulk_answer(body, &sent, "c").unwrap();
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].mac_id, "C0FFEE000001");
+        assert!(got[0].result.is_ok());
+    }
+
+    #[test]
+    fn a_400_for_missing_headers_or_a_validation_failure_not_about_items_refuses_the_request() {
+        for m in [
+            "Missing required headers: customer_id or authorized_groups",
+            "Validation failed",
+            r#"Validation failed ["customer_id must not be empty"]"#,
+        ] {
+            assert!(refuses_the_request(m), "{m}");
+        }
+        for m in [
+            "Invalid ble_packet for C0FFEE000002",
+            "Duplicate mac_id C0FFEE000001 (items 0 and 1)",
+            "Validation failed: item 3: mac_id is required and must be a string",
+            r#"Validation failed [{"index":3,"field":"scan_time"}]"#,
+            r#"Validation failed ["[7] is not a string"]"#,
+            "Bad Request",
+        ] {
+            assert!(!refuses_the_request(m), "{m}");
+        }
+    }
+
+    #[test]
     fn a_mac_answered_twice_counts_once() {
-        let body = br#"[{"mac_id":"AABBCCDDEEFF","bat":1},{"mac_id":"AABBCCDDEEFF","error":"x"}]"#;
+        let body = br#"[{"mac_id":"AABBCCDDEEFF","qr_code":"Q","bat":1},{"mac_id":"AABBCCDDEEFF","error":"x"}]"#;
         let got = parse_bulk_answer(body, &[item("AABBCCDDEEFF")], "c").unwrap();
         assert_eq!(got.len(), 1);
         assert!(got[0].result.is_ok());

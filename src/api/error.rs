@@ -41,6 +41,12 @@ pub enum ApiError {
     #[error("the service refused the request (HTTP {status}): {message}")]
     Rejected { status: u16, message: String },
 
+    /// The service refused the request itself (400: missing required headers, a
+    /// validation failure not about the items), not anything it holds: back off and
+    /// report; nothing is refused, but someone has to look (a proxy dropping headers).
+    #[error("the service refused the request itself (HTTP {status}): {message}")]
+    RequestRefused { status: u16, message: String },
+
     /// The batch has more items than the service takes (413): send smaller batches.
     #[error("the batch is larger than the service takes: {message}")]
     TooLarge { message: String },
@@ -155,6 +161,9 @@ impl ApiError {
             }
             ApiError::Unauthorized { .. } => "credentials or permission".to_string(),
             ApiError::Rejected { message, .. } => format!("rejected: {}", truncate(message, 120)),
+            ApiError::RequestRefused { message, .. } => {
+                format!("request refused: {}", truncate(message, 120))
+            }
             ApiError::TooLarge { .. } => "batch too large".to_string(),
             ApiError::NotFound { .. } => "device not found".to_string(),
             ApiError::Transient { cause, .. } => cause.clone(),

@@ -294,7 +294,7 @@ fn decode_advice(e: &ApiError, url: &str) -> String {
         ApiError::UnexpectedStatus { status, .. } => {
             format!("{url} answered HTTP {status}: is base_url right?")
         }
-        ApiError::Rejected { message, .. } => format!("the request was refused (check customer_id and authorized_groups): {message}"),
+        ApiError::Rejected { message, .. } | ApiError::RequestRefused { message, .. } => format!("the request was refused (check customer_id and authorized_groups): {message}"),
         other => other.to_string(),
     }
 }

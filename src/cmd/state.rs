@@ -31,6 +31,10 @@ pub struct StatusJson {
     pub last_error: Option<String>,
     pub last_error_at: Option<String>,
     pub tapes: u64,
+    /// Batches in flight to the service, as the flusher last recorded it.
+    pub in_flight: Option<u64>,
+    /// The flusher's concurrency limit now (adaptive, at most `flush.max_in_flight`).
+    pub concurrency_limit: Option<u64>,
     /// The BLE scanner's liveness ladder, accumulated across restarts of the daemon.
     pub scanner: ScannerCounts,
     /// Why the scanner's ladder last started.
@@ -69,6 +73,8 @@ impl StatusJson {
             last_error: s.last_error,
             last_error_at: s.last_error_at.map(rfc3339),
             tapes: s.tapes,
+            in_flight: s.flush_in_flight,
+            concurrency_limit: s.flush_concurrency,
             scanner: s.scanner,
             scanner_last_trouble: s.scanner_last_trouble,
             scanner_last_trouble_at: s.scanner_last_trouble_at.map(rfc3339),
@@ -139,6 +145,9 @@ pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), Cm
         ),
     ));
     lines.push(("tapes seen", s.tapes.to_string()));
+    if let (Some(n), Some(limit)) = (s.in_flight, s.concurrency_limit) {
+        lines.push(("in flight", format!("{n} batches (limit now {limit})")));
+    }
     let st = stats.unwrap_or_default();
     lines.push((
         "last flush ok",

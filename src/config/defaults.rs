@@ -63,6 +63,8 @@ pub const DEFAULTS: Defaults = Defaults {
         max_delay_secs: 5.0,
         backoff_initial_ms: 500,
         backoff_max_secs: 300,
+        max_in_flight: 8,
+        max_attempts: 5,
     },
     readings: Readings {
         retention_hours: 168,
@@ -165,6 +167,8 @@ pub struct Flush {
     pub max_delay_secs: f64,
     pub backoff_initial_ms: u64,
     pub backoff_max_secs: u64,
+    pub max_in_flight: u64,
+    pub max_attempts: u64,
 }
 
 /// `[readings]`

@@ -195,6 +195,11 @@ pub struct FlushSettings {
     pub max_delay: Duration,
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
+    /// Batches in flight at most (1..=64); the adaptive limit stays below it.
+    pub max_in_flight: usize,
+    /// A capture that fails on its own this many times (or that this many answers leave
+    /// out) becomes a dead letter with the cause.
+    pub max_attempts: u32,
 }
 
 #[derive(Debug, Clone)]

@@ -273,6 +273,11 @@ pub struct RawFlush {
     pub backoff_initial_ms: Option<u64>,
     /// Longest retry delay.
     pub backoff_max_secs: Option<u64>,
+    /// Batches in flight at most; adaptive below it.
+    pub max_in_flight: Option<u64>,
+    /// Attempts of a capture on its own (or answers leaving it out) before it is a dead
+    /// letter.
+    pub max_attempts: Option<u64>,
 }
 
 /// `[readings]`

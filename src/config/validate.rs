@@ -440,6 +440,20 @@ pub fn validate(
         ),
         backoff_initial,
         backoff_max,
+        max_in_flight: c.int(
+            "flush.max_in_flight",
+            f.max_in_flight,
+            DEFAULTS.flush.max_in_flight,
+            1,
+            64,
+        ) as usize,
+        max_attempts: c.int(
+            "flush.max_attempts",
+            f.max_attempts,
+            DEFAULTS.flush.max_attempts,
+            1,
+            100,
+        ) as u32,
     };
 
     let readings = ReadingsSettings {

@@ -159,6 +159,7 @@ pub(super) async fn decode(
             max_items: s.max_items,
             poison: s.poison.clone(),
             drop_items: 0,
+            shaping: fault::Shaping::default(),
         };
         (s.next_fault(), rules)
     });
@@ -176,6 +177,9 @@ pub(super) async fn decode(
         }],
         _ => parsed_body.as_ref().map(received_items).unwrap_or_default(),
     };
+    // Standing faults (per MAC, every answer delayed) and the record of overlaps; the
+    // guard keeps this request's MACs in progress until it is answered or dropped.
+    let (fault, shaping, _in_progress) = fault::standing(shared, &items, fault);
     let mut rec = Received {
         at: SystemTime::now(),
         kind,
@@ -205,6 +209,7 @@ pub(super) async fn decode(
     if let Some(Fault::DropItems(n)) = fault {
         rules.drop_items = n;
     }
+    rules.shaping = shaping;
 
     let (answer, decoded) = answer_decode(
         shared,
@@ -229,6 +234,9 @@ pub(super) async fn decode(
     if let Some(Fault::Delay(d)) = fault {
         tokio::time::sleep(d).await;
     }
+    if let Some(d) = rules.shaping.delay {
+        tokio::time::sleep(d).await;
+    }
     Ok(answer)
 }
 
@@ -245,6 +253,8 @@ struct Rules {
     poison: Option<String>,
     /// Items to leave out of a bulk answer (`Fault::DropItems`).
     drop_items: usize,
+    /// Standing faults that shape the answer.
+    shaping: fault::Shaping,
 }
 
 /// The answer to a decode request without fault, and how many items it decoded.
@@ -395,8 +405,16 @@ fn answer_bulk(
     let mut answer = Vec::with_capacity(keep);
     let (mut decoded, mut item_errors) = (0usize, 0u64);
     for item in items.iter().take(keep) {
+        let key = mac_key(&item.mac_id);
+        if rules.shaping.leave_out.contains(&key) {
+            continue;
+        }
         let mut m = Map::new();
         m.insert("mac_id".into(), Value::from(item.mac_id.clone()));
+        if rules.shaping.only_mac_id.contains(&key) {
+            answer.push(Value::Object(m));
+            continue;
+        }
         match decode_item(item, associated, rules) {
             Ok((mac, payload, ts)) => {
                 m.extend(decoded_fields(mac, &payload, ts, false));

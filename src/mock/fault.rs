@@ -5,6 +5,7 @@ of the state under its lock and applied after it, so no lock is held while an an
 waits.
 */
 
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use hyper::header::{HeaderValue, RETRY_AFTER};
@@ -12,9 +13,10 @@ use hyper::StatusCode;
 use serde_json::json;
 
 use super::service::{
-    error_answer, json_answer, mac_key, status_of, unauthorized, Answer, CloseConnection, State,
+    error_answer, json_answer, mac_key, status_of, unauthorized, Answer, CloseConnection, Shared,
+    State,
 };
-use super::MockHandle;
+use super::{MockHandle, ReceivedItem};
 
 /// A one-shot misbehaviour applied to a decode request (bulk or single).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +34,9 @@ pub enum Fault {
     Close,
     /// Answer normally but leave out the last N items of a bulk answer.
     DropItems(usize),
+    /// Answer this status with the spec's error body carrying this `message` (a 400
+    /// "Missing required headers" from a proxy that drops them, say).
+    Refuse { status: u16, message: String },
 }
 
 /// Random faults on a fraction of decode requests, reproducible from the seed (for the
@@ -67,6 +72,113 @@ impl Storm {
     }
 }
 
+/// What the mock does, every time, to a decode request holding a given MAC (a tape the
+/// service chokes on), until the test takes it back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MacFault {
+    /// Answer this status (as [`Fault::Status`], without `Retry-After`).
+    Status(u16),
+    /// Hold the answer this long (past the client's timeout: a request that times out).
+    Delay(Duration),
+    /// Leave the MAC's item out of the bulk answer.
+    LeaveOut,
+    /// Answer the MAC's item with its `mac_id` alone: neither a reading nor an error.
+    OnlyMacId,
+}
+
+/// Misbehaviour that holds until changed (per MAC, a delay on every answer), and the
+/// record of MACs that arrived in a request while another request holding them was
+/// still unanswered.
+#[derive(Debug, Default)]
+pub(super) struct Standing {
+    macs: HashMap<String, MacFault>,
+    delay: Option<Duration>,
+    /// MACs (plain form) of the requests being answered or held now, with how many.
+    in_progress: HashMap<String, u32>,
+    /// Decode requests being answered or held now.
+    requests: usize,
+    overlaps: Vec<String>,
+}
+
+/// How standing faults shape the answer of a request processed normally.
+#[derive(Debug, Default)]
+pub(super) struct Shaping {
+    /// Items (plain MAC) left out of the bulk answer.
+    pub leave_out: HashSet<String>,
+    /// Items (plain MAC) answered with their `mac_id` alone.
+    pub only_mac_id: HashSet<String>,
+    /// Added to the answer.
+    pub delay: Option<Duration>,
+}
+
+/// Keeps a request's MACs "in progress" until dropped: when the answer is on its way, or
+/// when the client gave up and the connection (with the handler) was dropped.
+pub(super) struct InProgress<'a> {
+    shared: &'a Shared,
+    macs: Vec<String>,
+}
+
+impl Drop for InProgress<'_> {
+    fn drop(&mut self) {
+        self.shared.with(|s| {
+            s.standing.requests -= 1;
+            for m in &self.macs {
+                if let Some(n) = s.standing.in_progress.get_mut(m) {
+                    *n -= 1;
+                    if *n == 0 {
+                        s.standing.in_progress.remove(m);
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Notes a request holding `items` as in progress (recording any MAC already in
+/// progress as an overlap), and applies the standing faults: a fault for the whole
+/// request when none is queued (`queued`), and the shaping of its answer.
+pub(super) fn standing<'a>(
+    shared: &'a Shared,
+    items: &[ReceivedItem],
+    queued: Option<Fault>,
+) -> (Option<Fault>, Shaping, InProgress<'a>) {
+    let macs: Vec<String> = items.iter().map(|i| mac_key(&i.mac_id)).collect();
+    let (fault, shaping) = shared.with(|s| {
+        let st = &mut s.standing;
+        st.requests += 1;
+        let mut fault = queued;
+        let mut shaping = Shaping {
+            delay: st.delay,
+            ..Shaping::default()
+        };
+        for m in &macs {
+            let n = st.in_progress.entry(m.clone()).or_insert(0);
+            if *n > 0 {
+                st.overlaps.push(m.clone());
+            }
+            *n += 1;
+            match st.macs.get(m) {
+                Some(MacFault::Status(code)) if fault.is_none() => {
+                    fault = Some(Fault::Status {
+                        status: *code,
+                        retry_after: None,
+                    })
+                }
+                Some(MacFault::Delay(d)) if fault.is_none() => fault = Some(Fault::Delay(*d)),
+                Some(MacFault::LeaveOut) => {
+                    shaping.leave_out.insert(m.clone());
+                }
+                Some(MacFault::OnlyMacId) => {
+                    shaping.only_mac_id.insert(m.clone());
+                }
+                _ => {}
+            }
+        }
+        (fault, shaping)
+    });
+    (fault, shaping, InProgress { shared, macs })
+}
+
 impl State {
     /// The next fault: the queue first, else a roll of the storm.
     pub(super) fn next_fault(&mut self) -> Option<Fault> {
@@ -91,6 +203,7 @@ pub(super) fn outcome_now(fault: Option<&Fault>) -> Option<Result<Answer, CloseC
             status,
             retry_after,
         } => Some(Ok(fault_answer(*status, retry_after.as_deref()))),
+        Fault::Refuse { status, message } => Some(Ok(error_answer(*status, message))),
         Fault::Delay(_) | Fault::DropItems(_) => None,
     }
 }
@@ -141,6 +254,36 @@ impl MockHandle {
                 (st, rng)
             })
         });
+    }
+
+    /// Every decode request holding `mac` (any form) gets `fault`, until set to `None`.
+    pub fn set_mac_fault(&self, mac: &str, fault: Option<MacFault>) {
+        let key = mac_key(mac);
+        self.shared.with(|s| match fault {
+            Some(f) => {
+                s.standing.macs.insert(key, f);
+            }
+            None => {
+                s.standing.macs.remove(&key);
+            }
+        });
+    }
+
+    /// Every decode answer is held this long (an uplink with a long round trip).
+    pub fn set_answer_delay(&self, delay: Option<Duration>) {
+        self.shared.with(|s| s.standing.delay = delay);
+    }
+
+    /// MACs (plain form) that arrived in a decode request while another request holding
+    /// them was still unanswered, in order of arrival: a client that keeps a MAC in at
+    /// most one batch in flight leaves this empty.
+    pub fn overlaps(&self) -> Vec<String> {
+        self.shared.with(|s| s.standing.overlaps.clone())
+    }
+
+    /// Decode requests received and not yet answered (held by a delay, say).
+    pub fn requests_in_progress(&self) -> usize {
+        self.shared.with(|s| s.standing.requests)
     }
 
     /// A bulk (or single) request holding this MAC (any form) is refused whole with 400

@@ -121,7 +121,7 @@ pub use devices::{
     fleet_qrcode, Device, DeviceStatus, Label, ALREADY_IN_TARGET_STATE, ALREADY_LABELLED,
     DEVICE_NOT_FOUND, INVALID_TRANSITION, MAX_LABEL_DEVICES, MAX_STATUS_DEVICES, QRMAC_NOT_FOUND,
 };
-pub use fault::{Fault, Storm};
+pub use fault::{Fault, MacFault, Storm};
 pub use history::{
     HISTORY_OPERATION_ID, HISTORY_VERSION, LAG_SECS, MAX_AGE_DAYS, MAX_EVENTS, MAX_SPAN_DAYS,
 };

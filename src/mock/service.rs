@@ -16,7 +16,7 @@ use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::fault::{Fault, Storm};
+use super::fault::{Fault, Standing, Storm};
 use super::token::IssuedToken;
 use super::{
     decode, token, DecodeKind, MockConfig, MockEnvironment, MockStats, Received, Registry,
@@ -56,6 +56,7 @@ pub(super) struct State {
     pub storm: Option<(Storm, fastrand::Rng)>,
     /// Plain form of the poison MAC.
     pub poison: Option<String>,
+    pub standing: Standing,
     pub received: VecDeque<Received>,
     /// What the token answer says in `expires_in` instead of the environment's lifetime
     /// (any JSON, such as 1e20); the tokens stay valid for the environment's lifetime.
@@ -83,6 +84,7 @@ impl State {
             faults: VecDeque::new(),
             storm: None,
             poison: None,
+            standing: Standing::default(),
             received: VecDeque::new(),
             answered_expires_in: None,
             token_text: None,

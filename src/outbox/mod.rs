@@ -15,7 +15,7 @@ outcome (a decoded reading or a dead letter). Delivery is therefore at-least-onc
 | `readings` | decoded readings (history, bounded by `readings.retention_hours`) |
 | `tapes` | the latest reading of each tape |
 | `counters` | `admitted`, `delivered`, `dead_lettered`, `evicted`, `dead_letters_dropped` |
-| `meta` | `last_flush_ok_at`, `last_error`, `last_error_at`; the BLE scanner's ladder counts (`scanner_*`); `clock_state` |
+| `meta` | `last_flush_ok_at`, `last_error`, `last_error_at`; the flusher's batches in flight and concurrency limit (`flush_in_flight`, `flush_concurrency`, written with each settle); the BLE scanner's ladder counts (`scanner_*`); `clock_state` |
 | `boots` | each boot seen (`boot_id` from the kernel) and `synced_at`, when its clock was first seen synchronised |
 | `rate_window` | per API identity, the service's shared rate window (spec 8): when it began and how many requests it took; shared by every CLI run |
 | `heard` | per tape heard in the last [`HEARD_KEEP_MS`]: last capture time, strongest recent RSSI, and whether the service knows it (decoded, or refused as not found); written in the commit groups and settlements the daemon already makes, read by `device add --nearest` |
@@ -64,8 +64,9 @@ oldest first). `tapegate dead-letters retry` moves dead letters back to `pending
 # Not guaranteed
 - Exactly-once delivery: a batch whose answer is lost (timeout, crash after sending) is
   sent again, so the service may see a capture twice.
-- Order across MACs: batches take the oldest pending capture of each MAC; captures of
-  one MAC are delivered in admission order, which is capture order.
+- Order across MACs: batches take the oldest pending capture of each MAC not in a
+  batch in flight ([`Store::next_batch_excluding`]); captures of one MAC are delivered
+  in admission order, which is capture order, however many batches are in flight.
 
 # Code
 [`Store`] is one type in several files, by seam: `store.rs` opens, migrates and
@@ -88,8 +89,8 @@ pub use clock::{BootStart, ClockChange, ClockStatus, Released};
 pub use dock::{HeardTape, WindowState, HEARD_BEST_MS, HEARD_KEEP_MS};
 pub use handle::Outbox;
 pub use lock::{LockError, StateLock, LOCK_FILE};
-pub use operator::{DeadLetter, ScannerCounts, Stats, TapeKnown, TapeRow};
-pub use queue::{Outcome, PendingCapture, Reading};
+pub use operator::{DeadLetter, FlusherState, ScannerCounts, Stats, TapeKnown, TapeRow};
+pub use queue::{Fetched, Outcome, PendingCapture, Reading};
 pub use store::{OpenReport, Store, StoreOptions};
 
 use std::path::PathBuf;

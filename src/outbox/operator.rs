@@ -60,6 +60,10 @@ pub struct Stats {
     pub last_error: Option<String>,
     pub last_error_at: Option<EpochMillis>,
     pub tapes: u64,
+    /// The flusher's batches in flight and its concurrency limit, as it last recorded
+    /// them (0 in flight once it has stopped).
+    pub flush_in_flight: Option<u64>,
+    pub flush_concurrency: Option<u64>,
     /// The BLE scanner's liveness ladder, accumulated across restarts.
     pub scanner: ScannerCounts,
     pub scanner_last_trouble: Option<String>,
@@ -81,10 +85,39 @@ pub struct ScannerCounts {
     pub forgotten: u64,
 }
 
+/// The flusher's state as `status` shows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlusherState {
+    /// When a batch was last delivered, if just now.
+    pub ok_at: Option<EpochMillis>,
+    /// Batches in flight.
+    pub in_flight: usize,
+    /// The concurrency limit.
+    pub concurrency: usize,
+}
+
+impl FlusherState {
+    pub(super) fn write(&self, conn: &Connection) -> rusqlite::Result<()> {
+        if let Some(at) = self.ok_at {
+            set_meta(conn, "last_flush_ok_at", &at.to_string())?;
+        }
+        set_meta(conn, "flush_in_flight", &self.in_flight.to_string())?;
+        set_meta(conn, "flush_concurrency", &self.concurrency.to_string())
+    }
+}
+
 impl Store {
     /// Records a successful flush.
     pub fn note_flush_ok(&mut self, at: EpochMillis) -> Result<(), OutboxError> {
         set_meta(&self.conn, "last_flush_ok_at", &at.to_string())?;
+        Ok(())
+    }
+
+    /// Records the flusher's state for `status`.
+    pub fn note_flusher(&mut self, state: &FlusherState) -> Result<(), OutboxError> {
+        let tx = write_tx(&mut self.conn)?;
+        state.write(&tx)?;
+        tx.commit()?;
         Ok(())
     }
 
@@ -165,6 +198,8 @@ impl Store {
             last_error: meta("last_error")?,
             last_error_at: int_meta("last_error_at")?,
             tapes: tx.query_row("SELECT COUNT(*) FROM tapes", [], |r| r.get(0))?,
+            flush_in_flight: int_meta("flush_in_flight")?.map(|v| v.max(0) as u64),
+            flush_concurrency: int_meta("flush_concurrency")?.map(|v| v.max(0) as u64),
             scanner: ScannerCounts {
                 restarts: int_meta("scanner_restarts")?.unwrap_or(0) as u64,
                 reacquires: int_meta("scanner_reacquires")?.unwrap_or(0) as u64,

@@ -12,14 +12,26 @@ use super::store::{
     hold_id_floor, int_to_mac, mac_to_int, read_counters, release_id_floor, write_counters,
     write_tx, Counters,
 };
-use super::{OutboxError, Store, MAX_DEAD_LETTERS};
-use crate::record::{Capture, EpochMillis};
+use super::{FlusherState, OutboxError, Store, MAX_DEAD_LETTERS};
+use crate::record::{Capture, EpochMillis, Mac};
 
 /// A pending capture as the flusher sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingCapture {
     pub id: i64,
     pub capture: Capture,
+}
+
+/// What [`Store::next_batch_excluding`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Fetched {
+    /// The oldest pending capture of each MAC not busy, oldest first.
+    pub rows: Vec<PendingCapture>,
+    /// Every pending row was looked at: no MAC outside `busy` has a capture that is
+    /// not in `rows`' MACs.
+    pub complete: bool,
+    /// Some MAC of `rows` has more captures pending behind the one taken.
+    pub backlog: bool,
 }
 
 /// A decoded reading to store.
@@ -102,34 +114,73 @@ impl Store {
         max: usize,
         scan_limit: usize,
     ) -> Result<Vec<PendingCapture>, OutboxError> {
-        let mut out = Vec::with_capacity(max.min(256));
+        Ok(self
+            .next_batch_excluding(max, scan_limit, &HashSet::new())?
+            .rows)
+    }
+
+    /// Like [`Store::next_batch`], skipping every capture of the MACs in `busy` (those
+    /// in a batch in flight: a MAC is in at most one, so its captures keep their
+    /// order). Also says whether the batch is as full as it can get.
+    pub fn next_batch_excluding(
+        &self,
+        max: usize,
+        scan_limit: usize,
+        busy: &HashSet<Mac>,
+    ) -> Result<Fetched, OutboxError> {
+        // The scan reads only `id` and `mac` (it may pass thousands of rows of a few
+        // tapes); the chosen rows are read whole afterwards.
+        let mut chosen = Vec::with_capacity(max.min(256));
         let mut macs = HashSet::with_capacity(max);
         let mut after = i64::MIN;
         let mut scanned = 0usize;
+        let mut backlog = false;
+        // Held captures (`clock.rs`) are not deliverable, nor is anything after the
+        // first of them: the scan stops there.
         let below = self.clock.deliverable_below();
         let mut stmt = self.conn.prepare_cached(
-            "SELECT id, mac, captured_at, product_id, packet, rssi, boot_ms FROM pending WHERE id > ?1 AND id < ?2 AND held = 0 ORDER BY id LIMIT 1024",
+            "SELECT id, mac FROM pending WHERE id > ?1 AND id < ?2 AND held = 0 ORDER BY id LIMIT 4096",
         )?;
-        loop {
-            let rows: Vec<PendingCapture> = stmt
-                .query_map([after, below], row_to_pending)?
+        let complete = 'scan: loop {
+            let rows: Vec<(i64, i64)> = stmt
+                .query_map([after, below], |r| Ok((r.get(0)?, r.get(1)?)))?
                 .collect::<Result<_, _>>()?;
-            let Some(last) = rows.last() else { break };
-            after = last.id;
+            let Some(last) = rows.last() else {
+                // Every pending row was seen.
+                break 'scan true;
+            };
+            after = last.0;
             scanned += rows.len();
-            for r in rows {
-                if macs.insert(r.capture.mac) {
-                    out.push(r);
-                    if out.len() == max {
-                        return Ok(out);
+            for (id, mac) in rows {
+                let mac = int_to_mac(mac);
+                if busy.contains(&mac) {
+                    continue;
+                }
+                if macs.insert(mac) {
+                    if chosen.len() == max {
+                        break 'scan false;
                     }
+                    chosen.push(id);
+                } else {
+                    backlog = true;
                 }
             }
             if scanned >= scan_limit {
-                break;
+                break 'scan false;
             }
-        }
-        Ok(out)
+        };
+        let mut read = self.conn.prepare_cached(
+            "SELECT id, mac, captured_at, product_id, packet, rssi, boot_ms FROM pending WHERE id = ?1",
+        )?;
+        let rows = chosen
+            .into_iter()
+            .map(|id| read.query_row([id], row_to_pending))
+            .collect::<Result<_, _>>()?;
+        Ok(Fetched {
+            rows,
+            complete,
+            backlog,
+        })
     }
 
     /// Records what became of pending captures, in one transaction: a row leaves
@@ -139,6 +190,17 @@ impl Store {
         &mut self,
         outcomes: &[(PendingCapture, Outcome)],
         now: EpochMillis,
+    ) -> Result<u64, OutboxError> {
+        self.settle_noting(outcomes, now, None)
+    }
+
+    /// [`Store::settle`], recording in the same transaction (one commit, one sync) the
+    /// flusher's state for `status`.
+    pub fn settle_noting(
+        &mut self,
+        outcomes: &[(PendingCapture, Outcome)],
+        now: EpochMillis,
+        flusher: Option<&FlusherState>,
     ) -> Result<u64, OutboxError> {
         let tx = write_tx(&mut self.conn).map_err(OutboxError::WriteFailed)?;
         let (removed, next) = (|| -> rusqlite::Result<(u64, Counters)> {
@@ -187,6 +249,9 @@ impl Store {
                 next.dead_letters_dropped += cap_dead_letters(&tx, MAX_DEAD_LETTERS)?;
             }
             write_counters(&tx, &current, &next)?;
+            if let Some(f) = flusher {
+                f.write(&tx)?;
+            }
             Ok((removed, next))
         })()
         .map_err(OutboxError::WriteFailed)?;

@@ -1,0 +1,756 @@
+/*!
+The flusher's decisions, pure: what to send next, and what each answer means for the
+captures in it. Time (`now`) and randomness (`jitter`) are passed in, so every rule is
+a unit test; the async loop in `mod.rs` only carries the plan out (fetching from the
+outbox, sending, recording).
+
+The rules, in the order a batch meets them:
+- **Composition.** A batch is the oldest pending capture of each MAC that is not busy
+  (in a batch in flight, queued here, or waiting to be recorded), at most `limit`
+  captures. So a MAC is in at most one batch in flight, and its captures go in capture
+  order, however many batches are in flight.
+- **When.** A full batch goes at once; so does one that is as full as it can get (it
+  holds every MAC with a capture pending and some MAC has more behind it: waiting
+  cannot make it fuller, only a new tape could). A part-full batch waits for more, up
+  to `max_delay` from when it was first seen.
+- **Concurrency window** (AIMD, after vector's adaptive request concurrency): at most
+  `window` batches in flight, `1..=max_in_flight`. It starts at 1, grows by one on a
+  clean answer no slower than twice the usual while the window was in use, and halves
+  on a transient failure (timeout, 429, 5xx, ...), once per round of batches.
+- **Backoff.** A transient failure of an ordinary batch pauses new sends: exponential
+  with full jitter, capped at `backoff_max`, but never shorter than the server's
+  `Retry-After` (honoured beyond the cap, up to [`RETRY_AFTER_MAX`]). A clean answer
+  ends the streak.
+- **400 for what the batch holds**: split into halves, sent before anything new; a
+  single refused capture is a dead letter with the server's message. After
+  [`MAX_REFUSED_IN_A_ROW`] single refusals with no answered batch between them the
+  refusal is taken to be of the request: back off and report, refuse nothing more.
+- **400 for the request itself** (missing headers...): back off and report; nothing
+  is dead-lettered.
+- **413**: the batch size limit halves for this run; that size is never sent again.
+- **Isolation.** A batch that fails transiently is parked on its own schedule
+  (exponential from `backoff_initial`), its MACs held, so that other captures go
+  first. If it fails again it is split in halves (as a 400 is), down to the capture
+  alone. When other batches were answered since its captures first failed, it holds a
+  capture the service chokes on: the others are not paused, and the capture alone,
+  after `max_attempts` such failures on its own, becomes a dead letter with the cause.
+  Without that evidence (an outage) every failure pauses new sends and nothing is
+  counted against a capture. Parked rows are bounded; past the bound a failed batch
+  is left to the outbox.
+- **Left out.** A capture a 200 answer leaves out (or answers with neither a reading
+  nor an error) while it answers others is retried in a later batch; after
+  `max_attempts` such answers it is a dead letter, and its MAC's later captures go on.
+  An answer that answers nothing at all is a transient failure, unless it is to a
+  capture alone that an earlier answer (answering others) already left out: then it
+  is left out again.
+- **Recording.** What an answer settled is kept here until the outbox has recorded it;
+  if that fails (disk full), new sends pause (backoff) and the same outcomes are
+  recorded again, never re-sent.
+*/
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::answer::Action;
+use crate::backoff::{Backoff, RETRY_AFTER_MAX};
+use crate::config::FlushSettings;
+use crate::outbox::{Fetched, Outcome, PendingCapture};
+use crate::record::Mac;
+
+/// Single captures refused whole (400) in a row, with no answered batch between them,
+/// after which the refusal is taken to be of the request, not of the captures.
+pub const MAX_REFUSED_IN_A_ROW: u32 = 10;
+
+/// Captures whose attempts are remembered at most; past it those not held here are
+/// forgotten (they start counting again), so memory stays bounded in any outage.
+const ATTEMPTS_MAX: usize = 100_000;
+
+/// After a fetch that saw every pending row, the next one waits for a change (an
+/// answer, a commit) or this long: it could find nothing new, and a scan of a backlog
+/// of few tapes passes every row. (Rows re-queued from the CLI are no commit of ours.)
+const EXHAUSTED_RECHECK: Duration = Duration::from_secs(5);
+
+/// Identifies a batch in flight.
+pub type BatchId = u64;
+
+/// A batch to send.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    pub id: BatchId,
+    pub rows: Vec<PendingCapture>,
+}
+
+/// What the loop should do next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Send this batch now.
+    Send(Batch),
+    /// Record these outcomes again (the last try failed); then call
+    /// [`Planner::recorded`] or [`Planner::record_failed`].
+    Record(Vec<(PendingCapture, Outcome)>),
+    /// Fetch up to `max` captures of MACs not in [`Planner::busy`], then call
+    /// [`Planner::offer`].
+    Fetch { max: usize },
+    /// Nothing to send before `until` (`None`: before an answer, a commit, or a
+    /// while). An answer or a commit may change that sooner.
+    Wait(Option<Instant>),
+}
+
+/// What the planner asks the loop to log and count, beyond the outcomes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Note {
+    /// A 400 for what the batch held: split in halves.
+    Split { items: usize, reason: String },
+    /// A batch failing again while others are answered: split to isolate the capture.
+    Isolating { items: usize, cause: String },
+    /// A 413: batches are at most `limit` from now on.
+    Shrunk { sent: usize, limit: usize },
+    /// New sends pause for `delay`; `cause` for `status`. `server` when the delay is the
+    /// server's `Retry-After`.
+    BackOff {
+        cause: String,
+        delay: Duration,
+        server: bool,
+    },
+    /// The concurrency window changed.
+    Window { from: usize, to: usize },
+    /// An answer after a failure streak.
+    Recovered,
+}
+
+/// What an answer means: the outcomes to record (in one transaction) and the notes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Resolution {
+    pub settle: Vec<(PendingCapture, Outcome)>,
+    pub notes: Vec<Note>,
+}
+
+/// A transient failure of a batch.
+struct Failure {
+    cause: String,
+    retry_after: Option<Duration>,
+    /// It may be caused by what the batch holds (a 5xx, a timeout...), so the batch may
+    /// be split to isolate a capture.
+    blame: bool,
+}
+
+/// Where the rows of a queued or in-flight batch came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// Fetched from the outbox.
+    Fresh,
+    /// A part of a batch refused (400) for what it held.
+    Split,
+    /// A part of a batch that keeps failing while others are answered.
+    Isolate,
+}
+
+#[derive(Debug)]
+struct InFlight {
+    rows: Vec<PendingCapture>,
+    origin: Origin,
+    sent_at: Instant,
+    /// The window was in use when this batch was sent (growth only counts then).
+    window_full: bool,
+}
+
+#[derive(Debug)]
+struct Queued {
+    rows: Vec<PendingCapture>,
+    origin: Origin,
+    not_before: Instant,
+}
+
+/// What one capture has been through in this run (by row id).
+#[derive(Debug, Clone, Default)]
+struct Attempts {
+    /// Transient failures of batches holding it.
+    failures: u32,
+    /// [`Planner::answered_ok`] at its first failure: an answered batch since is
+    /// evidence that the service works for others.
+    ok_at_first: u64,
+    /// Transient failures on its own.
+    alone: u32,
+    /// 200 answers that left it out.
+    left_out: u32,
+}
+
+/// The flusher's state and decisions.
+#[derive(Debug)]
+pub struct Planner {
+    settings: FlushSettings,
+    /// Largest batch (halved by 413).
+    limit: usize,
+    /// Batches in flight at most now (AIMD below `max_in_flight`).
+    window: usize,
+    /// When the window last halved: batches sent before it do not halve it again.
+    last_decrease: Option<Instant>,
+    /// Smoothed latency of clean answers.
+    rtt: Option<Duration>,
+    backoff: Backoff,
+    paused_until: Option<Instant>,
+    /// A failure was noted and no batch answered since.
+    failing: bool,
+    queue: VecDeque<Queued>,
+    in_flight: HashMap<BatchId, InFlight>,
+    /// Outcomes the outbox has not recorded yet (its last try failed).
+    unrecorded: Option<Vec<(PendingCapture, Outcome)>>,
+    /// The MACs of every row held here (in flight, queued, unrecorded).
+    busy: HashSet<Mac>,
+    attempts: HashMap<i64, Attempts>,
+    /// Batches answered with at least one item so far.
+    answered_ok: u64,
+    refused_in_a_row: u32,
+    next_id: BatchId,
+    /// When a part-full batch was first seen.
+    waiting_since: Option<Instant>,
+    /// The last fetch saw every pending row and took or skipped them all: no fetch
+    /// before this, unless something changes.
+    exhausted_until: Option<Instant>,
+}
+
+impl Planner {
+    pub fn new(settings: FlushSettings) -> Planner {
+        Planner {
+            limit: settings.max_batch.max(1),
+            window: 1,
+            last_decrease: None,
+            rtt: None,
+            backoff: Backoff::new(settings.backoff_initial, settings.backoff_max),
+            paused_until: None,
+            failing: false,
+            queue: VecDeque::new(),
+            in_flight: HashMap::new(),
+            unrecorded: None,
+            busy: HashSet::new(),
+            attempts: HashMap::new(),
+            answered_ok: 0,
+            refused_in_a_row: 0,
+            next_id: 0,
+            waiting_since: None,
+            exhausted_until: None,
+            settings,
+        }
+    }
+
+    /// The MACs a fetch must skip.
+    pub fn busy(&self) -> &HashSet<Mac> {
+        &self.busy
+    }
+
+    /// Batches in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// The concurrency window now.
+    pub fn window(&self) -> usize {
+        self.window
+    }
+
+    /// The batch size limit now.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Nothing in flight, queued or waiting to be recorded.
+    pub fn is_idle(&self) -> bool {
+        self.in_flight.is_empty() && self.queue.is_empty() && self.unrecorded.is_none()
+    }
+
+    /// Until when new sends pause, if they do.
+    pub fn paused_until(&self, now: Instant) -> Option<Instant> {
+        self.paused_until.filter(|t| *t > now)
+    }
+
+    /// What to do next.
+    pub fn next(&mut self, now: Instant) -> Step {
+        if let Some(until) = self.paused_until(now) {
+            return Step::Wait(Some(until));
+        }
+        if let Some(settle) = self.unrecorded.take() {
+            return Step::Record(settle);
+        }
+        if self.in_flight.len() >= self.window {
+            return Step::Wait(None);
+        }
+        if let Some(i) = self.queue.iter().position(|q| q.not_before <= now) {
+            if let Some(q) = self.queue.remove(i) {
+                return Step::Send(self.launch(q.rows, q.origin, now));
+            }
+        }
+        if let Some(until) = self.exhausted_until.filter(|t| *t > now) {
+            let until = self.next_queued().map_or(until, |q| q.min(until));
+            return Step::Wait(Some(until));
+        }
+        Step::Fetch { max: self.limit }
+    }
+
+    /// New captures were committed: a fetch may find them.
+    pub fn committed(&mut self) {
+        self.exhausted_until = None;
+    }
+
+    /// Earliest time a queued batch is due, if any waits.
+    fn next_queued(&self) -> Option<Instant> {
+        self.queue.iter().map(|q| q.not_before).min()
+    }
+
+    /// What a fetch found: send it, or wait for it to fill. `ingest_done`: no more
+    /// captures will come, so waiting cannot fill it.
+    pub fn offer(&mut self, fetched: Fetched, ingest_done: bool, now: Instant) -> Step {
+        let Fetched {
+            rows,
+            complete,
+            backlog,
+        } = fetched;
+        if complete {
+            self.exhausted_until = Some(now + EXHAUSTED_RECHECK);
+        }
+        if rows.is_empty() {
+            self.waiting_since = None;
+            return Step::Wait(self.next_queued());
+        }
+        let full = rows.len() >= self.limit || (complete && backlog) || ingest_done;
+        if !full {
+            // Waiting to fill: the fetch at `due` must happen.
+            self.exhausted_until = None;
+            let since = *self.waiting_since.get_or_insert(now);
+            let due = since + self.settings.max_delay;
+            if now < due {
+                let until = self.next_queued().map_or(due, |q| q.min(due));
+                return Step::Wait(Some(until));
+            }
+        }
+        self.waiting_since = None;
+        Step::Send(self.launch(rows, Origin::Fresh, now))
+    }
+
+    fn launch(&mut self, rows: Vec<PendingCapture>, origin: Origin, now: Instant) -> Batch {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.busy.extend(rows.iter().map(|r| r.capture.mac));
+        let window_full = self.in_flight.len() + 1 >= self.window;
+        self.in_flight.insert(
+            id,
+            InFlight {
+                rows: rows.clone(),
+                origin,
+                sent_at: now,
+                window_full,
+            },
+        );
+        Batch { id, rows }
+    }
+
+    /// Forgets the batches in flight (shutdown abandoned them; their rows stay
+    /// pending in the outbox).
+    pub fn abandon_in_flight(&mut self) {
+        self.exhausted_until = None;
+        for (_, b) in self.in_flight.drain() {
+            for r in &b.rows {
+                self.busy.remove(&r.capture.mac);
+            }
+        }
+    }
+
+    /// The answer to batch `id`, `latency` after it was sent. Rows not in the
+    /// returned `settle` are released (retried later) or queued here; the settled ones
+    /// stay busy until [`Planner::recorded`] (or [`Planner::record_failed`]).
+    pub fn answered(
+        &mut self,
+        id: BatchId,
+        action: Action,
+        now: Instant,
+        jitter: f64,
+    ) -> Resolution {
+        let Some(batch) = self.in_flight.remove(&id) else {
+            return Resolution::default();
+        };
+        // Its MACs may be free again (now or once recorded).
+        self.exhausted_until = None;
+        let mut res = Resolution::default();
+        match action {
+            Action::Settle(outcomes) => self.settle(batch, outcomes, now, &mut res),
+            Action::Split(reason) => self.split(batch, reason, now, jitter, &mut res),
+            Action::Refused(reason) => {
+                let cause = format!("the service refused the request itself (400: {reason}); no capture is at fault: check customer_id, authorized_groups and any proxy between");
+                self.release(batch.rows);
+                self.pause(cause, None, now, jitter, &mut res);
+            }
+            Action::Shrink => self.shrink(batch, now, jitter, &mut res),
+            Action::Retry {
+                cause,
+                retry_after,
+                isolate,
+            } => {
+                let failure = Failure {
+                    cause,
+                    retry_after,
+                    // An answer that says when to come back (429, 503 with Retry-After)
+                    // is about the service, never about a capture.
+                    blame: isolate && retry_after.is_none(),
+                };
+                self.failed(batch, failure, now, jitter, &mut res)
+            }
+        }
+        res
+    }
+
+    fn settle(
+        &mut self,
+        batch: InFlight,
+        outcomes: Vec<(usize, Outcome)>,
+        now: Instant,
+        res: &mut Resolution,
+    ) {
+        // A capture already left out of an answer that answered others, sent alone and
+        // answered with an empty list, is left out again: the service works, it just
+        // leaves that one out.
+        let left_out_again = batch.rows.len() == 1
+            && batch
+                .rows
+                .iter()
+                .all(|r| self.attempts.get(&r.id).is_some_and(|a| a.left_out > 0));
+        if outcomes.is_empty() && !left_out_again {
+            // Nothing answered at all: a failure, so that we do not spin.
+            let cause = "the service answered none of the items".to_string();
+            let failure = Failure {
+                cause,
+                retry_after: None,
+                blame: true,
+            };
+            return self.failed(batch, failure, now, 1.0, res);
+        }
+        let latency = now.saturating_duration_since(batch.sent_at);
+        let outcomes_answered = outcomes.len();
+        let clean = outcomes_answered == batch.rows.len();
+        let mut rows: Vec<Option<PendingCapture>> = batch.rows.into_iter().map(Some).collect();
+        for (i, outcome) in outcomes {
+            if let Some(row) = rows.get_mut(i).and_then(Option::take) {
+                res.settle.push((row, outcome));
+            }
+        }
+        let max_attempts = self.settings.max_attempts;
+        for row in rows.into_iter().flatten() {
+            let a = self.attempts.entry(row.id).or_default();
+            a.left_out += 1;
+            if a.left_out >= max_attempts {
+                let reason = format!(
+                    "the service left this capture out of {} answers in a row",
+                    a.left_out
+                );
+                res.settle.push((row, Outcome::DeadLetter(reason)));
+            } else {
+                self.busy.remove(&row.capture.mac);
+            }
+        }
+        if outcomes_answered == 0 {
+            // Not evidence that the service works; not a failure either.
+            return;
+        }
+        self.answered_ok += 1;
+        self.refused_in_a_row = 0;
+        // A pause already set stays: the server's Retry-After holds even when a batch
+        // sent before it is answered after it.
+        self.backoff.reset();
+        if std::mem::take(&mut self.failing) {
+            res.notes.push(Note::Recovered);
+        }
+        let usual = self.rtt.unwrap_or(latency);
+        self.rtt = Some((usual * 7 + latency) / 8);
+        if clean && batch.window_full && latency <= usual * 2 {
+            let to = (self.window + 1).min(self.settings.max_in_flight.max(1));
+            if to != self.window {
+                res.notes.push(Note::Window {
+                    from: self.window,
+                    to,
+                });
+                self.window = to;
+            }
+        }
+    }
+
+    fn split(
+        &mut self,
+        batch: InFlight,
+        reason: String,
+        now: Instant,
+        jitter: f64,
+        res: &mut Resolution,
+    ) {
+        let rows = batch.rows;
+        if rows.len() > 1 {
+            res.notes.push(Note::Split {
+                items: rows.len(),
+                reason,
+            });
+            return self.bisect(rows, Origin::Split, now);
+        }
+        self.refused_in_a_row += 1;
+        if self.refused_in_a_row > MAX_REFUSED_IN_A_ROW {
+            // Every capture refused, one after another: the request is what the
+            // service refuses, not the captures. Keep them all.
+            let split_parts: Vec<Queued> = self.take_queued(Origin::Split);
+            for q in split_parts {
+                self.release(q.rows);
+            }
+            self.release(rows);
+            let cause = format!("the service refuses every capture (400: {reason}); check customer_id, authorized_groups and the products");
+            self.pause(cause, None, now, jitter, res);
+            return;
+        }
+        res.settle.extend(
+            rows.into_iter()
+                .map(|r| (r, Outcome::DeadLetter(reason.clone()))),
+        );
+    }
+
+    fn shrink(&mut self, batch: InFlight, now: Instant, jitter: f64, res: &mut Resolution) {
+        let sent = batch.rows.len();
+        if sent <= 1 {
+            self.release(batch.rows);
+            let cause = "the service refuses even one item as too large (413)".to_string();
+            return self.pause(cause, None, now, jitter, res);
+        }
+        self.limit = self.limit.min(sent / 2).max(1);
+        res.notes.push(Note::Shrunk {
+            sent,
+            limit: self.limit,
+        });
+        // Re-cut this batch and what was queued to the new limit, keeping the order.
+        let mut parts = vec![Queued {
+            rows: batch.rows,
+            origin: batch.origin,
+            not_before: now,
+        }];
+        parts.extend(self.queue.drain(..));
+        for q in parts {
+            for chunk in q.rows.chunks(self.limit) {
+                self.queue.push_back(Queued {
+                    rows: chunk.to_vec(),
+                    origin: q.origin,
+                    not_before: q.not_before,
+                });
+            }
+        }
+    }
+
+    fn failed(
+        &mut self,
+        batch: InFlight,
+        failure: Failure,
+        now: Instant,
+        jitter: f64,
+        res: &mut Resolution,
+    ) {
+        let Failure {
+            cause,
+            retry_after,
+            blame,
+        } = failure;
+        let ok_now = self.answered_ok;
+        // Evidence that this batch, not the service, is the trouble: its captures
+        // failed before, and other batches were answered since the first time. Only
+        // then does a capture alone count an attempt towards its dead letter (an
+        // outage is nobody's fault), and a larger batch get split at once.
+        let suspect = blame
+            && batch.rows.iter().any(|r| {
+                self.attempts
+                    .get(&r.id)
+                    .is_some_and(|a| a.failures > 0 && a.ok_at_first < ok_now)
+            });
+        let counts_alone = suspect && batch.rows.len() == 1;
+        // A batch that fails again is split even without that evidence (after the pause):
+        // if nothing else is pending, only its own halves can bring the evidence.
+        let failed_before = blame
+            && batch
+                .rows
+                .iter()
+                .any(|r| self.attempts.get(&r.id).is_some_and(|a| a.failures > 0));
+        let mut failures = 0;
+        for r in &batch.rows {
+            let a = self.attempts.entry(r.id).or_default();
+            if a.failures == 0 {
+                a.ok_at_first = ok_now;
+            }
+            a.failures += 1;
+            failures = failures.max(a.failures);
+        }
+        self.bound_attempts();
+        if !suspect {
+            self.decrease_window(batch.sent_at, now, res);
+            self.pause(cause.clone(), retry_after, now, jitter, res);
+        }
+        let rows = batch.rows;
+        if failed_before && rows.len() > 1 {
+            res.notes.push(Note::Isolating {
+                items: rows.len(),
+                cause,
+            });
+            return self.bisect(rows, Origin::Isolate, now);
+        }
+        if counts_alone {
+            let Some(row) = rows.first() else { return };
+            let a = self.attempts.entry(row.id).or_default();
+            a.alone += 1;
+            if a.alone >= self.settings.max_attempts {
+                let reason = format!("gave up after {} attempts on its own: {cause}", a.alone);
+                res.settle.extend(
+                    rows.into_iter()
+                        .map(|r| (r, Outcome::DeadLetter(reason.clone()))),
+                );
+                return;
+            }
+        }
+        // Parked on its own schedule, its MACs held, so that other captures go first:
+        // either they are answered (and this batch is then known to be the trouble) or
+        // the service is down for everyone. Past the bound, left to the outbox instead.
+        if self.held_rows() + rows.len() > self.park_max() {
+            return self.release(rows);
+        }
+        let exp = self
+            .settings
+            .backoff_initial
+            .saturating_mul(1u32 << failures.min(20))
+            .min(self.settings.backoff_max);
+        // Half fixed, half jitter: never a tight loop, never in step with the others.
+        let delay = (exp / 2 + exp.mul_f64(jitter.clamp(0.0, 1.0)) / 2)
+            .max(retry_after.unwrap_or_default().min(RETRY_AFTER_MAX));
+        self.queue.push_back(Queued {
+            rows,
+            origin: batch.origin,
+            not_before: now + delay,
+        });
+    }
+
+    /// Rows held in the queue.
+    fn held_rows(&self) -> usize {
+        self.queue.iter().map(|q| q.rows.len()).sum()
+    }
+
+    /// Rows the queue may hold when parking failed batches: memory stays bounded in an
+    /// outage of any length.
+    fn park_max(&self) -> usize {
+        2 * self.settings.max_in_flight.max(1) * self.settings.max_batch.max(1)
+    }
+
+    /// The outcomes of `settle` are recorded: their MACs are free again.
+    pub fn recorded(&mut self, settle: &[(PendingCapture, Outcome)]) {
+        self.exhausted_until = None;
+        for (row, _) in settle {
+            self.busy.remove(&row.capture.mac);
+            self.attempts.remove(&row.id);
+        }
+    }
+
+    /// Recording `settle` failed: keep it (its MACs stay busy), pause new sends, and
+    /// record it again after the pause instead of sending anything again.
+    pub fn record_failed(
+        &mut self,
+        settle: Vec<(PendingCapture, Outcome)>,
+        cause: String,
+        now: Instant,
+        jitter: f64,
+    ) -> Resolution {
+        let mut res = Resolution::default();
+        match &mut self.unrecorded {
+            Some(held) => held.extend(settle),
+            None => self.unrecorded = Some(settle),
+        }
+        self.pause(cause, None, now, jitter, &mut res);
+        res
+    }
+
+    /// Reading the outbox failed: pause new sends (backoff).
+    pub fn read_failed(&mut self, cause: String, now: Instant, jitter: f64) -> Resolution {
+        let mut res = Resolution::default();
+        self.pause(cause, None, now, jitter, &mut res);
+        res
+    }
+
+    fn pause(
+        &mut self,
+        cause: String,
+        retry_after: Option<Duration>,
+        now: Instant,
+        jitter: f64,
+        res: &mut Resolution,
+    ) {
+        let delay = self.backoff.next_delay(jitter, retry_after);
+        let server = retry_after.is_some_and(|r| r.min(RETRY_AFTER_MAX) >= delay);
+        let until = now + delay;
+        self.paused_until = Some(self.paused_until.map_or(until, |p| p.max(until)));
+        self.failing = true;
+        res.notes.push(Note::BackOff {
+            cause,
+            delay,
+            server,
+        });
+    }
+
+    /// Halves the window, once per round: a batch sent before the last decrease is
+    /// news of the same trouble.
+    fn decrease_window(&mut self, sent_at: Instant, now: Instant, res: &mut Resolution) {
+        if self.last_decrease.is_some_and(|d| sent_at < d) {
+            return;
+        }
+        self.last_decrease = Some(now);
+        let to = (self.window / 2).max(1);
+        if to != self.window {
+            res.notes.push(Note::Window {
+                from: self.window,
+                to,
+            });
+            self.window = to;
+        }
+    }
+
+    /// Splits `rows` in halves, both sent before anything new, the first half first.
+    fn bisect(&mut self, mut rows: Vec<PendingCapture>, origin: Origin, now: Instant) {
+        let second = rows.split_off(rows.len() / 2);
+        self.queue_front(second, origin, now);
+        self.queue_front(rows, origin, now);
+    }
+
+    fn queue_front(&mut self, rows: Vec<PendingCapture>, origin: Origin, now: Instant) {
+        self.queue.push_front(Queued {
+            rows,
+            origin,
+            not_before: now,
+        });
+    }
+
+    fn take_queued(&mut self, origin: Origin) -> Vec<Queued> {
+        let (taken, kept): (Vec<Queued>, Vec<Queued>) =
+            self.queue.drain(..).partition(|q| q.origin == origin);
+        self.queue = kept.into();
+        taken
+    }
+
+    /// Rows go back to the outbox's care: a later fetch takes them again.
+    fn release(&mut self, rows: Vec<PendingCapture>) {
+        for r in rows {
+            self.busy.remove(&r.capture.mac);
+        }
+    }
+
+    fn bound_attempts(&mut self) {
+        if self.attempts.len() <= ATTEMPTS_MAX {
+            return;
+        }
+        let held: HashSet<i64> = self
+            .in_flight
+            .values()
+            .flat_map(|b| b.rows.iter())
+            .chain(self.queue.iter().flat_map(|q| q.rows.iter()))
+            .map(|r| r.id)
+            .collect();
+        self.attempts.retain(|id, _| held.contains(id));
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,769 @@
+//! One test per rule of the planner's module doc, time passed in; and a property test
+//! of per-MAC order under any interleaving of answers, against a simple model.
+
+use super::*;
+use crate::outbox::Reading;
+use crate::record::Capture;
+
+fn settings() -> FlushSettings {
+    FlushSettings {
+        max_batch: 4,
+        max_delay: Duration::from_secs(5),
+        backoff_initial: Duration::from_millis(500),
+        backoff_max: Duration::from_secs(5),
+        max_in_flight: 8,
+        max_attempts: 3,
+    }
+}
+
+fn mac(i: u8) -> Mac {
+    Mac::new([0xC0, 0xFF, 0xEE, 0, 0, i])
+}
+
+fn row(id: i64, m: u8) -> PendingCapture {
+    PendingCapture {
+        id,
+        capture: Capture {
+            mac: mac(m),
+            ts_ms: id,
+            product_id: "tape".into(),
+            packet: format!("{id:02X}"),
+            rssi: None,
+            boot_ms: None,
+        },
+    }
+}
+
+/// Rows `ids` of MACs `id % macs`.
+fn rows(ids: std::ops::Range<i64>, macs: i64) -> Vec<PendingCapture> {
+    ids.map(|i| row(i, (i % macs) as u8)).collect()
+}
+
+fn fetched(rows: Vec<PendingCapture>, complete: bool, backlog: bool) -> Fetched {
+    Fetched {
+        rows,
+        complete,
+        backlog,
+    }
+}
+
+fn delivered() -> Outcome {
+    Outcome::Delivered(Reading {
+        qr_code: Some("QR".into()),
+        temp: None,
+        bat: None,
+        raw: "{}".into(),
+    })
+}
+
+/// Every row of `b` decoded.
+fn all_ok(b: &Batch) -> Action {
+    Action::Settle((0..b.rows.len()).map(|i| (i, delivered())).collect())
+}
+
+fn retry(cause: &str, retry_after: Option<Duration>) -> Action {
+    Action::Retry {
+        cause: cause.into(),
+        retry_after,
+        isolate: true,
+    }
+}
+
+fn sent(step: Step) -> Batch {
+    match step {
+        Step::Send(b) => b,
+        other => panic!("expected a batch to send, got {other:?}"),
+    }
+}
+
+/// Fetches (as the outbox would) from `pending` and offers what it finds.
+fn fetch_and_offer(p: &mut Planner, pending: &[PendingCapture], now: Instant) -> Step {
+    match p.next(now) {
+        Step::Fetch { max } => {
+            let f = fetch(pending, p.busy(), max);
+            p.offer(f, false, now)
+        }
+        other => other,
+    }
+}
+
+/// The outbox's `next_batch_excluding` over a list.
+fn fetch(pending: &[PendingCapture], busy: &HashSet<Mac>, max: usize) -> Fetched {
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    let mut backlog = false;
+    for r in pending {
+        if busy.contains(&r.capture.mac) {
+            continue;
+        }
+        if seen.insert(r.capture.mac) {
+            if out.len() == max {
+                return fetched(out, false, backlog);
+            }
+            out.push(r.clone());
+        } else {
+            backlog = true;
+        }
+    }
+    fetched(out, true, backlog)
+}
+
+fn ids(b: &Batch) -> Vec<i64> {
+    b.rows.iter().map(|r| r.id).collect()
+}
+
+#[test]
+fn batches_in_flight_never_share_a_mac() {
+    let mut p = Planner::new(settings());
+    p.window = 8;
+    let pending = rows(0..40, 10);
+    let t = Instant::now();
+    let a = sent(fetch_and_offer(&mut p, &pending, t));
+    let b = sent(fetch_and_offer(&mut p, &pending, t));
+    assert_eq!(ids(&a), [0, 1, 2, 3]);
+    assert_eq!(ids(&b), [4, 5, 6, 7]);
+    let c = sent(fetch_and_offer(&mut p, &pending, t));
+    assert_eq!(
+        ids(&c),
+        [8, 9],
+        "only two MACs are free; they are all there is"
+    );
+    // Every MAC is busy now, and that fetch saw every row: nothing more to fetch until
+    // an answer or a commit.
+    assert_eq!(
+        p.next(t),
+        Step::Wait(Some(t + EXHAUSTED_RECHECK)),
+        "no fetch"
+    );
+    assert_eq!(p.in_flight(), 3);
+    p.committed();
+    assert_eq!(p.next(t), Step::Fetch { max: 4 });
+    p.answered(a.id, all_ok(&a), t, 1.0);
+    assert_eq!(p.next(t), Step::Fetch { max: 4 }, "an answer frees MACs");
+}
+
+#[test]
+fn a_part_full_batch_waits_up_to_max_delay() {
+    let mut p = Planner::new(settings());
+    let t = Instant::now();
+    let pending = rows(0..2, 10);
+    let due = t + Duration::from_secs(5);
+    assert_eq!(fetch_and_offer(&mut p, &pending, t), Step::Wait(Some(due)));
+    let later = t + Duration::from_secs(2);
+    assert_eq!(
+        fetch_and_offer(&mut p, &pending, later),
+        Step::Wait(Some(due)),
+        "the delay runs from when it was first seen"
+    );
+    let b = sent(fetch_and_offer(&mut p, &pending, due));
+    assert_eq!(ids(&b), [0, 1]);
+}
+
+#[test]
+fn a_batch_holding_every_pending_mac_with_more_behind_goes_at_once() {
+    let mut p = Planner::new(settings());
+    let t = Instant::now();
+    // Two tapes, five captures each: the batch cannot get fuller by waiting.
+    let b = sent(fetch_and_offer(&mut p, &rows(0..10, 2), t));
+    assert_eq!(ids(&b), [0, 1]);
+}
+
+#[test]
+fn once_ingest_has_ended_a_part_full_batch_goes_at_once() {
+    let mut p = Planner::new(settings());
+    let t = Instant::now();
+    let Step::Fetch { max } = p.next(t) else {
+        panic!()
+    };
+    let f = fetch(&rows(0..1, 10), p.busy(), max);
+    assert!(matches!(p.offer(f, true, t), Step::Send(_)));
+}
+
+#[test]
+fn the_window_grows_by_one_on_fast_clean_answers_up_to_max_in_flight() {
+    let mut p = Planner::new(FlushSettings {
+        max_in_flight: 3,
+        ..settings()
+    });
+    let pending = rows(0..400, 100);
+    let mut t = Instant::now();
+    assert_eq!(p.window(), 1);
+    for want in [2, 3, 3] {
+        let b = sent(fetch_and_offer(&mut p, &pending, t));
+        // Every batch the window allows is sent (it is in use), then all answer.
+        let mut batches = vec![b];
+        while let Step::Send(b) = fetch_and_offer(&mut p, &pending, t) {
+            batches.push(b);
+        }
+        t += Duration::from_millis(100);
+        for b in batches {
+            let res = p.answered(b.id, all_ok(&b), t, 1.0);
+            p.recorded(&res.settle);
+        }
+        assert_eq!(p.window(), want);
+    }
+}
+
+#[test]
+fn a_slow_answer_does_not_grow_the_window() {
+    let mut p = Planner::new(settings());
+    let pending = rows(0..400, 100);
+    let mut t = Instant::now();
+    let b = sent(fetch_and_offer(&mut p, &pending, t));
+    t += Duration::from_millis(100);
+    p.answered(b.id, all_ok(&b), t, 1.0);
+    assert_eq!(p.window(), 2);
+    let b = sent(fetch_and_offer(&mut p, &pending, t));
+    t += Duration::from_secs(3);
+    p.answered(b.id, all_ok(&b), t, 1.0);
+    assert_eq!(
+        p.window(),
+        2,
+        "thirty times slower than usual is no reason for more"
+    );
+}
+
+#[test]
+fn the_window_halves_on_a_503_429_or_timeout_once_per_round() {
+    for cause in ["server error 503", "rate limited", "timeout"] {
+        let mut p = Planner::new(settings());
+        p.window = 8;
+        let pending = rows(0..400, 100);
+        let t = Instant::now();
+        let batches: Vec<Batch> = (0..8)
+            .map(|_| sent(fetch_and_offer(&mut p, &pending, t)))
+            .collect();
+        let t1 = t + Duration::from_millis(50);
+        for b in &batches {
+            p.answered(b.id, retry(cause, None), t1, 1.0);
+        }
+        assert_eq!(
+            p.window(),
+            4,
+            "{cause}: eight failures of one round halve once"
+        );
+        // A batch sent after the decrease that fails again halves again.
+        let t2 = p.paused_until(t1).expect("paused");
+        let b = sent(fetch_and_offer(&mut p, &pending, t2));
+        p.answered(b.id, retry(cause, None), t2, 1.0);
+        assert_eq!(p.window(), 2, "{cause}");
+    }
+}
+
+#[test]
+fn a_transient_failure_pauses_new_sends_with_backoff_and_a_clean_answer_ends_the_streak() {
+    let mut p = Planner::new(settings());
+    let pending = rows(0..8, 8);
+    let t = Instant::now();
+    let b = sent(fetch_and_offer(&mut p, &pending, t));
+    let res = p.answered(b.id, retry("server error 500", None), t, 1.0);
+    assert_eq!(
+        res.notes,
+        [Note::BackOff {
+            cause: "server error 500".into(),
+            delay: Duration::from_millis(500),
+            server: false
+        }]
+    );
+    assert_eq!(p.next(t), Step::Wait(Some(t + Duration::from_millis(500))));
+    // The failed batch is parked on its own schedule; other captures go first.
+    let t1 = t + Duration::from_millis(500);
+    let b2 = sent(fetch_and_offer(&mut p, &pending, t1));
+    assert_eq!(ids(&b2), [4, 5, 6, 7]);
+    let res = p.answered(b2.id, retry("server error 500", None), t1, 1.0);
+    assert!(
+        matches!(res.notes[..], [Note::BackOff { delay, .. }] if delay == Duration::from_secs(1))
+    );
+    let t2 = t1 + Duration::from_secs(1);
+    let again = sent(p.next(t2));
+    assert_eq!(ids(&again), [0, 1, 2, 3], "the first batch is due again");
+    let res = p.answered(again.id, all_ok(&again), t2, 1.0);
+    assert!(res.notes.contains(&Note::Recovered));
+    assert_eq!(p.backoff.failures(), 0);
+}
+
+#[test]
+fn retry_after_is_honoured_beyond_backoff_max() {
+    let mut p = Planner::new(settings());
+    let t = Instant::now();
+    let b = sent(fetch_and_offer(&mut p, &rows(0..8, 8), t));
+    let res = p.answered(
+        b.id,
+        retry("server error 503", Some(Duration::from_secs(600))),
+        t,
+        1.0,
+    );
+    assert_eq!(
+        res.notes,
+        [Note::BackOff {
+            cause: "server error 503".into(),
+            delay: Duration::from_secs(600),
+            server: true
+        }]
+    );
+    assert_eq!(p.next(t), Step::Wait(Some(t + Duration::from_secs(600))));
+}
+
+#[test]
+fn a_retry_after_pause_holds_even_when_a_batch_sent_before_it_succeeds() {
+    let mut p = Planner::new(settings());
+    p.window = 2;
+    let pending = rows(0..8, 8);
+    let t = Instant::now();
+    let a = sent(fetch_and_offer(&mut p, &pending, t));
+    let b = sent(fetch_and_offer(&mut p, &pending, t));
+    p.answered(
+        a.id,
+        retry("rate limited", Some(Duration::from_secs(60))),
+        t,
+        1.0,
+    );
+    p.answered(b.id, all_ok(&b), t, 1.0);
+    assert_eq!(p.next(t), Step::Wait(Some(t + Duration::from_secs(60))));
+}
+
+#[test]
+fn a_400_splits_the_batch_and_a_single_refused_capture_is_a_dead_letter() {
+    let mut p = Planner::new(settings());
+    let t = Instant::now();
+    let b = sent(fetch_and_offer(&mut p, &rows(0..4, 4), t));
+    let res = p.answered(b.id, Action::Split("Invalid ble_packet".into()), t, 1.0);
+    assert!(res.settle.is_empty());
+    assert!(matches!(res.notes[..], [Note::Split { items: 4, .. }]));
+    // The halves go before anything new, first half first.
+    let h1 = sent(p.next(t));
+    assert_eq!(ids(&h1), [0, 1]);
+    p.answered(h1.id, Action::Split("Invalid ble_packet".into()), t, 1.0);
+    let q1 = sent(p.next(t));
+    assert_eq!(ids(&q1), [0]);
+    let res = p.answered(q1.id, Action::Split("Invalid ble_packet".into()), t, 1.0);
+    assert_eq!(
+        res.settle,
+        [(row(0, 0), Outcome::DeadLetter("Invalid ble_packet".into()))]
+    );
+    p.recorded(&res.settle);
+    let q2 = sent(p.next(t));
+    assert_eq!(ids(&q2), [1]);
+    p.answered(q2.id, all_ok(&q2), t, 1.0);
+    let h2 = sent(p.next(t));
+    assert_eq!(ids(&h2), [2, 3]);
+}
+
+#[test]
+fn single_refusals_past_the_limit_are_the_requests_fault_not_the_captures() {
+    let mut p = Planner::new(FlushSettings {
+        max_batch: 1,
+        ..settings()
+    });
+    let pending = rows(0..20, 20);
+    let mut t = Instant::now();
+    let mut dead = 0;
+    for _ in 0..=MAX_REFUSED_IN_A_ROW {
+        let b = sent(fetch_and_offer(&mut p, &pending[dead..], t));
+        let res = p.answered(b.id, Action::Split("Bad Request".into()), t, 1.0);
+        p.recorded(&res.settle);
+        dead += res.settle.len();
+        t = p.paused_until(t).unwrap_or(t);
+    }
+    assert_eq!(dead, MAX_REFUSED_IN_A_ROW as usize);
+    assert!(p.failing, "the last refusal backs off instead");
+}
+
+#[test]
+fn a_request_level_400_backs_off_and_dead_letters_nothing() {
+    let mut p = Planner::new(settings());
+    let t = Instant::now();
+    let b = sent(fetch_and_offer(&mut p, &rows(0..4, 4), t));
+    let res = p.answered(
+        b.id,
+        Action::Refused("Missing required headers".into()),
+        t,
+        1.0,
+    );
+    assert!(res.settle.is_empty());
+    assert!(
+        matches!(&res.notes[..], [Note::BackOff { cause, .. }] if cause.contains("Missing required headers"))
+    );
+    assert!(p.busy().is_empty());
+    assert!(p.paused_until(t).is_some());
+}
+
+#[test]
+fn a_413_halves_the_limit_and_that_size_is_never_sent_again() {
+    let mut p = Planner::new(settings());
+    let t = Instant::now();
+    let pending = rows(0..40, 40);
+    let b = sent(fetch_and_offer(&mut p, &pending, t));
+    let res = p.answered(b.id, Action::Shrink, t, 1.0);
+    assert_eq!(res.notes, [Note::Shrunk { sent: 4, limit: 2 }]);
+    assert_eq!(p.limit(), 2);
+    let a = sent(p.next(t));
+    assert_eq!(ids(&a), [0, 1]);
+    p.answered(a.id, all_ok(&a), t, 1.0);
+    let b = sent(p.next(t));
+    assert_eq!(ids(&b), [2, 3]);
+    assert_eq!(p.next(t), Step::Fetch { max: 2 });
+}
+
+#[test]
+fn a_413_for_a_single_item_backs_off() {
+    let mut p = Planner::new(FlushSettings {
+        max_batch: 1,
+        ..settings()
+    });
+    let t = Instant::now();
+    let b = sent(fetch_and_offer(&mut p, &rows(0..4, 4), t));
+    let res = p.answered(b.id, Action::Shrink, t, 1.0);
+    assert!(matches!(res.notes[..], [Note::BackOff { .. }]));
+    assert_eq!(p.limit(), 1);
+}
+
+/// Drives `p` until `poison` (a row id) is settled, answering every batch holding it
+/// with `fail` and every other batch as decoded. Returns the outcome of the poison,
+/// the batch sizes that failed, and how long it took.
+fn isolate(
+    p: &mut Planner,
+    pending: &mut Vec<PendingCapture>,
+    poison: i64,
+    fail: Action,
+) -> (Outcome, Vec<usize>, Duration) {
+    let t0 = Instant::now();
+    let mut t = t0;
+    let mut failed_sizes = Vec::new();
+    for _ in 0..10_000 {
+        match fetch_and_offer(p, pending, t) {
+            Step::Send(b) => {
+                let holds = b.rows.iter().any(|r| r.id == poison);
+                let action = if holds { fail.clone() } else { all_ok(&b) };
+                if holds {
+                    failed_sizes.push(b.rows.len());
+                }
+                // Answers come 10 ms later.
+                t += Duration::from_millis(10);
+                let res = p.answered(b.id, action, t, 1.0);
+                p.recorded(&res.settle);
+                for (r, o) in res.settle {
+                    pending.retain(|x| x.id != r.id);
+                    if r.id == poison {
+                        return (o, failed_sizes, t - t0);
+                    }
+                }
+            }
+            Step::Wait(until) => t = until.unwrap_or(t + Duration::from_millis(10)).max(t),
+            other => panic!("{other:?}"),
+        }
+    }
+    panic!(
+        "the poison was never settled; {} failed batches, the last {:?}",
+        failed_sizes.len(),
+        &failed_sizes[failed_sizes.len().saturating_sub(10)..]
+    );
+}
+
+#[test]
+fn a_capture_that_always_gets_500_while_others_succeed_is_isolated_and_dead_lettered_with_its_cause(
+) {
+    let mut p = Planner::new(FlushSettings {
+        max_batch: 16,
+        ..settings()
+    });
+    // 64 tapes with 4 captures each; the poison is the first capture of tape 5.
+    let mut pending = rows(0..256, 64);
+    let (outcome, failed, took) = isolate(&mut p, &mut pending, 5, retry("server error 500", None));
+    let Outcome::DeadLetter(reason) = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(reason.contains("server error 500"), "{reason}");
+    assert!(reason.contains("3 attempts on its own"), "{reason}");
+    assert_eq!(failed.first(), Some(&16));
+    assert!(failed.contains(&1), "{failed:?}");
+    assert!(
+        took < Duration::from_secs(60),
+        "isolated in {took:?}: minutes, not hours"
+    );
+    // Everything else kept flowing: only the poison's MAC waited for it.
+    assert!(
+        pending.iter().all(|r| r.capture.mac == mac(5)),
+        "{:?}",
+        pending.len()
+    );
+}
+
+#[test]
+fn a_capture_that_always_times_out_while_others_succeed_is_dead_lettered_too() {
+    let mut p = Planner::new(FlushSettings {
+        max_batch: 16,
+        ..settings()
+    });
+    let mut pending = rows(0..128, 32);
+    let (outcome, _, _) = isolate(&mut p, &mut pending, 40, retry("timeout", None));
+    assert!(matches!(outcome, Outcome::DeadLetter(r) if r.contains("timeout")));
+}
+
+#[test]
+fn a_failing_capture_is_isolated_even_when_its_batch_is_all_that_is_pending() {
+    let mut p = Planner::new(settings());
+    // One batch, one capture of each of four tapes; the first always fails. Only the
+    // halves of its own batch can show that the service works.
+    let mut pending = rows(0..4, 4);
+    let (outcome, failed, _) = isolate(&mut p, &mut pending, 0, retry("server error 500", None));
+    assert!(matches!(outcome, Outcome::DeadLetter(_)), "{outcome:?}");
+    assert_eq!(failed[..3], [4, 4, 2], "failed twice whole, then split");
+    assert!(pending.iter().all(|r| r.id == 0) || pending.is_empty());
+}
+
+#[test]
+fn a_rate_limit_or_a_refused_token_never_isolates_or_dead_letters_a_capture() {
+    let mut p = Planner::new(settings());
+    // Other tapes are answered between the failures: still nobody's fault.
+    let mut pending = rows(0..64, 16);
+    let poison = 0;
+    let not_the_batchs = Action::Retry {
+        cause: "rate limited".into(),
+        retry_after: None,
+        isolate: false,
+    };
+    let mut t = Instant::now();
+    for _ in 0..200 {
+        match fetch_and_offer(&mut p, &pending, t) {
+            Step::Send(b) => {
+                let holds = b.rows.iter().any(|r| r.id == poison);
+                let action = if holds {
+                    not_the_batchs.clone()
+                } else {
+                    all_ok(&b)
+                };
+                let res = p.answered(b.id, action, t, 1.0);
+                assert!(res
+                    .notes
+                    .iter()
+                    .all(|n| !matches!(n, Note::Isolating { .. })));
+                assert!(
+                    res.settle.iter().all(|(r, _)| r.id != poison),
+                    "dead-lettered"
+                );
+                p.recorded(&res.settle);
+                let done: Vec<i64> = res.settle.iter().map(|(r, _)| r.id).collect();
+                pending.retain(|r| !done.contains(&r.id));
+            }
+            Step::Wait(u) => t = u.unwrap_or(t + Duration::from_secs(1)),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(pending.iter().any(|r| r.id == poison));
+}
+
+#[test]
+fn in_an_outage_nothing_is_dead_lettered_however_often_it_fails() {
+    let mut p = Planner::new(settings());
+    let pending = rows(0..4, 4);
+    let mut t = Instant::now();
+    for _ in 0..50 {
+        match fetch_and_offer(&mut p, &pending, t) {
+            Step::Send(b) => {
+                let res = p.answered(b.id, retry("server error 503", None), t, 1.0);
+                assert!(res.settle.is_empty());
+            }
+            Step::Wait(u) => t = u.unwrap_or(t + Duration::from_secs(1)),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn an_item_always_left_out_is_a_dead_letter_after_the_bound_and_its_mac_goes_on() {
+    let mut p = Planner::new(settings());
+    let mut pending = rows(0..8, 2);
+    let t = Instant::now();
+    let mut answers = 0;
+    loop {
+        let b = sent(fetch_and_offer(&mut p, &pending, t));
+        // Row 0 is always left out.
+        let outcomes: Vec<(usize, Outcome)> = b
+            .rows
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.id != 0)
+            .map(|(i, _)| (i, delivered()))
+            .collect();
+        answers += 1;
+        let res = p.answered(b.id, Action::Settle(outcomes), t, 1.0);
+        p.recorded(&res.settle);
+        let done: Vec<i64> = res.settle.iter().map(|(r, _)| r.id).collect();
+        pending.retain(|r| !done.contains(&r.id));
+        if let Some((_, o)) = res.settle.iter().find(|(r, _)| r.id == 0) {
+            assert_eq!(
+                *o,
+                Outcome::DeadLetter(
+                    "the service left this capture out of 3 answers in a row".into()
+                )
+            );
+            break;
+        }
+    }
+    assert_eq!(answers, 3);
+    // The MAC's next capture goes in the next batch.
+    let b = sent(fetch_and_offer(&mut p, &pending, t));
+    assert!(b.rows.iter().any(|r| r.capture.mac == mac(0)));
+}
+
+#[test]
+fn a_capture_left_out_and_then_sent_alone_counts_empty_answers_as_left_out() {
+    let mut p = Planner::new(settings());
+    let t = Instant::now();
+    let mut pending = rows(0..2, 2);
+    let Step::Fetch { max } = p.next(t) else {
+        panic!("fetch")
+    };
+    let b = sent(p.offer(fetch(&pending, p.busy(), max), true, t));
+    let res = p.answered(b.id, Action::Settle(vec![(1, delivered())]), t, 1.0);
+    p.recorded(&res.settle);
+    pending.retain(|r| r.id != 1);
+    for n in 2..=3 {
+        let Step::Fetch { max } = p.next(t) else {
+            panic!("fetch")
+        };
+        let b = sent(p.offer(fetch(&pending, p.busy(), max), true, t));
+        assert_eq!(ids(&b), [0]);
+        let res = p.answered(b.id, Action::Settle(vec![]), t, 1.0);
+        assert!(res.notes.is_empty(), "not a failure: {:?}", res.notes);
+        if n == 3 {
+            assert!(matches!(&res.settle[..], [(r, Outcome::DeadLetter(_))] if r.id == 0));
+        }
+    }
+}
+
+#[test]
+fn an_answer_with_no_item_at_all_is_a_failure_not_a_count_against_the_captures() {
+    let mut p = Planner::new(settings());
+    let t = Instant::now();
+    let b = sent(fetch_and_offer(&mut p, &rows(0..4, 4), t));
+    let res = p.answered(b.id, Action::Settle(vec![]), t, 1.0);
+    assert!(res.settle.is_empty());
+    assert!(matches!(res.notes[..], [Note::BackOff { .. }]));
+    assert!(p.attempts.values().all(|a| a.left_out == 0));
+}
+
+#[test]
+fn a_failed_recording_pauses_and_records_the_same_outcomes_again_without_resending() {
+    let mut p = Planner::new(settings());
+    let t = Instant::now();
+    let pending = rows(0..4, 4);
+    let b = sent(fetch_and_offer(&mut p, &pending, t));
+    let res = p.answered(b.id, all_ok(&b), t, 1.0);
+    assert_eq!(res.settle.len(), 4);
+    let res2 = p.record_failed(res.settle.clone(), "disk full".into(), t, 1.0);
+    assert!(matches!(res2.notes[..], [Note::BackOff { .. }]));
+    // Paused: no fetch, no send; the MACs stay busy.
+    let until = p.paused_until(t).expect("paused");
+    assert_eq!(p.next(t), Step::Wait(Some(until)));
+    assert_eq!(p.busy().len(), 4);
+    let Step::Record(again) = p.next(until) else {
+        panic!("record again")
+    };
+    assert_eq!(again, res.settle);
+    // Failing again backs off longer.
+    p.record_failed(again, "disk full".into(), until, 1.0);
+    let until2 = p.paused_until(until).expect("paused");
+    assert_eq!(until2 - until, Duration::from_secs(1));
+    let Step::Record(again) = p.next(until2) else {
+        panic!()
+    };
+    p.recorded(&again);
+    assert!(p.is_idle() && p.busy().is_empty());
+}
+
+#[test]
+fn a_failed_read_of_the_outbox_pauses_new_sends() {
+    let mut p = Planner::new(settings());
+    let t = Instant::now();
+    let res = p.read_failed("disk I/O error".into(), t, 1.0);
+    assert!(
+        matches!(res.notes[..], [Note::BackOff { delay, .. }] if delay == Duration::from_millis(500))
+    );
+    assert_eq!(p.next(t), Step::Wait(Some(t + Duration::from_millis(500))));
+}
+
+mod model {
+    //! Per-MAC order under any interleaving of answers: the planner against a model
+    //! in which the outbox is a list and the service answers in any order.
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Answer {
+        Ok,
+        LeaveOutFirst,
+        Fail,
+        Split,
+        Shrink,
+    }
+
+    fn answer() -> impl Strategy<Value = Answer> {
+        prop_oneof![
+            4 => Just(Answer::Ok),
+            1 => Just(Answer::LeaveOutFirst),
+            1 => Just(Answer::Fail),
+            1 => Just(Answer::Split),
+            1 => Just(Answer::Shrink),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        #[test]
+        fn captures_of_a_mac_are_settled_in_order_and_never_in_two_batches_at_once(
+            macs in 1i64..6,
+            n in 1i64..40,
+            script in proptest::collection::vec((answer(), any::<prop::sample::Index>()), 1..300),
+        ) {
+            let mut p = Planner::new(FlushSettings { max_batch: 4, ..settings() });
+            p.window = 4;
+            let mut pending = rows(0..n, macs);
+            let mut in_flight: Vec<Batch> = Vec::new();
+            let mut settled: Vec<PendingCapture> = Vec::new();
+            let mut t = Instant::now();
+            for (a, pick) in script {
+                // Send what the plan allows.
+                loop {
+                    match fetch_and_offer(&mut p, &pending, t) {
+                        Step::Send(b) => {
+                            for r in &b.rows {
+                                for o in &in_flight {
+                                    prop_assert!(o.rows.iter().all(|x| x.capture.mac != r.capture.mac), "a MAC in two batches in flight");
+                                }
+                            }
+                            in_flight.push(b);
+                        }
+                        Step::Record(s) => p.recorded(&s),
+                        Step::Wait(u) => { t = u.unwrap_or(t).max(t + Duration::from_millis(1)); break; }
+                        Step::Fetch { .. } => break,
+                    }
+                }
+                if in_flight.is_empty() { continue; }
+                let b = in_flight.remove(pick.index(in_flight.len()));
+                let action = match a {
+                    Answer::Ok => all_ok(&b),
+                    Answer::LeaveOutFirst => Action::Settle((1..b.rows.len()).map(|i| (i, delivered())).collect()),
+                    Answer::Fail => retry("server error 503", None),
+                    Answer::Split => Action::Split("Invalid ble_packet".into()),
+                    Answer::Shrink => Action::Shrink,
+                };
+                let res = p.answered(b.id, action, t, 0.5);
+                p.recorded(&res.settle);
+                for (r, _) in res.settle {
+                    // The oldest pending capture of its MAC, always.
+                    let oldest = pending.iter().find(|x| x.capture.mac == r.capture.mac).map(|x| x.id);
+                    prop_assert_eq!(oldest, Some(r.id), "settled out of order");
+                    pending.retain(|x| x.id != r.id);
+                    settled.push(r);
+                }
+            }
+            // Per MAC, the settled captures are in capture order.
+            for m in 0..macs {
+                let ts: Vec<i64> = settled.iter().filter(|r| r.capture.mac == mac(m as u8)).map(|r| r.capture.ts_ms).collect();
+                prop_assert!(ts.windows(2).all(|w| w[0] < w[1]), "{:?}", ts);
+            }
+        }
+    }
+}
