@@ -31,6 +31,9 @@ use crate::systemd::{Liveness, Notifier};
 /// How often the state is read for `STATUS=` (sent only when it changed).
 const STATUS_EVERY: Duration = Duration::from_secs(1);
 
+/// How often the scanner's counts are moved into the state database outside systemd.
+const KEEP_EVERY: Duration = Duration::from_secs(10);
+
 /// Why the daemon is not healthy: the stage, and a sentence for the operator.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unhealthy {
@@ -129,7 +132,14 @@ pub async fn report_status(
     mut health: HealthKeeper,
     stop: CancellationToken,
 ) {
-    let mut tick = tokio::time::interval(STATUS_EVERY);
+    // Outside systemd only the scanner's counts are kept, which need no haste: an idle
+    // daemon wakes for them every `KEEP_EVERY`, not every second.
+    let every = if notifier.is_enabled() {
+        STATUS_EVERY
+    } else {
+        KEEP_EVERY
+    };
+    let mut tick = tokio::time::interval(every);
     let mut sent = String::new();
     loop {
         tokio::select! {
