@@ -47,10 +47,11 @@ impl DeadLetterLog {
     }
 
     /// Logs a dead letter of `mac` if its period allows.
-    pub fn log(&mut self, mac: Mac, reason: &str, now: Instant) {
+    pub fn log(&mut self, mac: Mac, reason: &str, correlation_id: &str, now: Instant) {
         if let Some(suppressed) = self.admit(mac, now) {
             tracing::warn!(
                 mac = %mac,
+                correlation_id,
                 reason,
                 suppressed,
                 "the service refused a capture; kept as a dead letter"

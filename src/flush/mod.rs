@@ -153,7 +153,7 @@ impl Flusher {
                     continue;
                 }
                 Step::Record(settle) => {
-                    self.record(&mut sh, settle).await;
+                    self.record(&mut sh, settle, "").await;
                     continue;
                 }
                 Step::Fetch { max } => {
@@ -328,13 +328,20 @@ impl Flusher {
             self.note(sh, note, correlation_id).await;
         }
         if !res.settle.is_empty() {
-            self.record(sh, res.settle).await;
+            self.record(sh, res.settle, correlation_id).await;
         }
     }
 
     /// Records outcomes in the outbox (one transaction). If that fails, the planner
     /// keeps them and pauses; they are recorded again, never sent again.
-    async fn record(&self, sh: &mut Shell, settle: Vec<(PendingCapture, Outcome)>) {
+    /// `correlation_id` names the request whose answer this is (empty for a retried
+    /// recording), for the dead-letter log lines.
+    async fn record(
+        &self,
+        sh: &mut Shell,
+        settle: Vec<(PendingCapture, Outcome)>,
+        correlation_id: &str,
+    ) {
         let delivered = settle
             .iter()
             .filter(|(_, o)| matches!(o, Outcome::Delivered(_)))
@@ -366,7 +373,8 @@ impl Flusher {
         for (row, outcome) in &settle {
             if let Outcome::DeadLetter(reason) = outcome {
                 sh.report.dead_letters += 1;
-                sh.dead_log.log(row.capture.mac, reason, now);
+                sh.dead_log
+                    .log(row.capture.mac, reason, correlation_id, now);
             }
         }
     }
