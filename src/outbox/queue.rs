@@ -169,13 +169,21 @@ impl Store {
                 break 'scan false;
             }
         };
-        let mut read = self.conn.prepare_cached(
-            "SELECT id, mac, captured_at, product_id, packet, rssi, boot_ms FROM pending WHERE id = ?1",
-        )?;
-        let rows = chosen
-            .into_iter()
-            .map(|id| read.query_row([id], row_to_pending))
-            .collect::<Result<_, _>>()?;
+        // One query for the chosen rows (not one per row): a full batch is almost always
+        // the same length, so its statement stays cached.
+        let rows = if chosen.is_empty() {
+            Vec::new()
+        } else {
+            let sql = format!(
+                "SELECT id, mac, captured_at, product_id, packet, rssi, boot_ms FROM pending WHERE id IN ({}) ORDER BY id",
+                vec!["?"; chosen.len()].join(",")
+            );
+            let mut read = self.conn.prepare_cached(&sql)?;
+            let rows = read
+                .query_map(rusqlite::params_from_iter(chosen.iter()), row_to_pending)?
+                .collect::<Result<_, _>>()?;
+            rows
+        };
         Ok(Fetched {
             rows,
             complete,
