@@ -89,22 +89,14 @@ fn fill_outbox(state: &std::path::Path, captures: u64) {
 }
 
 fn config(dir: &std::path::Path, state: &std::path::Path, mock: &MockHandle, captures: u64) {
-    let e = mock.environment_settings("ppe").expect("ppe");
+    let service = mock.service_toml("ppe", 30).expect("the mock serves ppe");
     std::fs::write(
         dir.join("config.toml"),
         format!(
             r#"[gateway]
 id = "bench"
 state_dir = "{state}"
-[service.environments.ppe]
-base_url = "{base}"
-auth_url = "{auth}"
-client_id = "{client_id}"
-audience = "{audience}"
-username = "{username}"
-password = "{password}"
-customer_id = "{customer}"
-authorized_groups = "{groups}"
+{service}
 [scanner]
 source = "replay"
 replay_path = "/dev/null"
@@ -112,14 +104,6 @@ replay_path = "/dev/null"
 max_pending = {captures}
 "#,
             state = state.display(),
-            base = e.base_url,
-            auth = e.auth_url,
-            client_id = e.client_id,
-            audience = e.audience,
-            username = e.username,
-            password = e.password.expose(),
-            customer = e.customer_id,
-            groups = e.authorized_groups,
         ),
     )
     .expect("config");

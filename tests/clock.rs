@@ -13,7 +13,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{mock_with as mock_on_own_runtime, text, wait_for, Gateway};
-use tapegate::mock::{MockConfig, MockEnvironment, MockHandle, ReceivedItem};
+use tapegate::mock::{MockConfig, MockHandle, ReceivedItem};
 use tapegate::outbox::Stats;
 use tapegate::tape::TapeReading;
 
@@ -24,22 +24,9 @@ const WEEK_MS: i64 = 7 * 24 * 3_600_000;
 /// repeated or reordered. Ten captures a second: a batch carries one capture per tape,
 /// so this is a rate the flusher keeps up with on a loaded machine.
 fn sim_config(mock: &MockHandle) -> String {
-    let env = MockEnvironment::demo();
+    let service = mock.service_toml("ppe", 5).expect("the mock serves ppe");
     format!(
-        r#"
-[service]
-environment = "ppe"
-request_timeout_secs = 5
-
-[service.environments.ppe]
-base_url = "{base}"
-auth_url = "{auth}"
-client_id = "{client}"
-audience = "{audience}"
-username = "{user}"
-password = "{password}"
-customer_id = "{customer}"
-authorized_groups = "{groups}"
+        r#"{service}
 
 [scanner]
 source = "sim"
@@ -59,15 +46,7 @@ commit_interval_ms = 20
 max_delay_secs = 0.05
 backoff_initial_ms = 50
 backoff_max_secs = 1
-"#,
-        base = mock.base_url("ppe"),
-        auth = mock.auth_url("ppe"),
-        client = env.client_id,
-        audience = env.audience,
-        user = env.username,
-        password = env.password.expose(),
-        customer = env.customer_id,
-        groups = env.authorized_groups,
+"#
     )
 }
 
