@@ -59,6 +59,8 @@ tapes into decoded readings in the tracking service.
   of the gateway's API.
 - [`tape`]: the simulated tape's packet layout, written by the `sim` source and read by
   the mock.
+- [`text`]: text from elsewhere (the service, CSV, arguments) bounded and made inert
+  before it is stored or shown.
 */
 
 pub mod api;
@@ -84,3 +86,4 @@ pub mod secret;
 pub mod source;
 pub mod systemd;
 pub mod tape;
+pub mod text;

@@ -10,7 +10,7 @@ use std::fmt;
 use std::time::{Duration, SystemTime};
 
 /// Longest server message kept in an error (the rest is cut, with an ellipsis).
-const MESSAGE_MAX_CHARS: usize = 300;
+const MESSAGE_MAX_CHARS: usize = crate::text::SHOWN_MAX_CHARS;
 
 /// An error of the service client. The variant says what to do next.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -308,14 +308,7 @@ impl fmt::Display for WithoutUrl<'_> {
     }
 }
 
-/// Cuts `s` to at most `max` characters, marking the cut.
-pub(crate) fn truncate(s: &str, max: usize) -> String {
-    let s = s.trim();
-    match s.char_indices().nth(max) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_string(),
-    }
-}
+pub(crate) use crate::text::bounded as truncate;
 
 /// The operator-readable message of an error answer: `message` (and `errors`) of the
 /// spec's error body, `error`/`error_description` of an OAuth answer, or else the body
