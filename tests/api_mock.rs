@@ -295,9 +295,14 @@ async fn a_duplicate_mac_id_rejects_the_whole_batch() {
     let client = client(&mock);
     let sent = [item("C0FFEE000001"), item("C0:FF:EE:00:00:01")];
     match client.decode_bulk(&sent, "c").await.unwrap_err() {
-        ApiError::Rejected { status, message } => {
+        ApiError::Rejected {
+            status,
+            message,
+            errors,
+        } => {
             assert_eq!(status, 400);
             assert!(message.contains("Duplicate mac_id"), "{message}");
+            assert!(errors, "a validation failure carries `errors` (spec 7)");
         }
         other => panic!("expected Rejected, got {other:?}"),
     }
@@ -310,9 +315,14 @@ async fn a_poison_mac_rejects_the_whole_batch_naming_it() {
     mock.set_poison(Some("C0:FF:EE:00:00:02"));
     let client = client(&mock);
     match client.decode_bulk(&items(4), "c").await.unwrap_err() {
-        ApiError::Rejected { status, message } => {
+        ApiError::Rejected {
+            status,
+            message,
+            errors,
+        } => {
             assert_eq!(status, 400);
             assert_eq!(message, "Invalid ble_packet for C0FFEE000002");
+            assert!(!errors, "`{{message, code}}` only");
         }
         other => panic!("expected Rejected, got {other:?}"),
     }

@@ -49,7 +49,7 @@ pub use decode::{BulkAnswerItem, BulkItem, Decoded};
 pub use devices::{
     AddDevice, AddOutcome, DeviceOp, DeviceOutcome, DeviceReport, Operator, OperatorError,
 };
-pub use error::{parse_retry_after, ApiError, Transport, TransportKind};
+pub use error::{parse_retry_after, ApiError, Endpoint, TransientKind, Transport, TransportKind};
 pub use history::{
     merge, month_windows, HistoricalEvent, HistoryFilter, HistoryQuery, HistoryWindow,
 };
@@ -57,7 +57,7 @@ pub use locate::{Asset, LocationEvent, SensorReading, SENSORS};
 pub use messages::{check_payload, MessageType};
 
 use auth::{Grant, TokenCache};
-use error::answer_message;
+use error::{answer_message, carries_errors};
 
 /// Largest success answer read; a bigger one is [`ApiError::BadAnswer`]. 250 decoded
 /// items are a few tens of KiB, so this only stops a broken or hostile server.
@@ -121,8 +121,16 @@ struct Answer {
     /// from it; it is never logged or shown whole).
     body: Bytes,
     /// The message of an error answer, scrubbed of the token and password (empty on
-    /// success).
+    /// success). For people: no decision reads it.
     message: String,
+}
+
+impl Answer {
+    /// Whether this error answer's body carries the spec's `errors` array (a validation
+    /// failure, spec 2.6 and 7): its structure, for callers that must not read `message`.
+    fn carries_errors(&self) -> bool {
+        !self.status.is_success() && carries_errors(&self.body)
+    }
 }
 
 /// Whether a URL's scheme is one we can talk to.
@@ -371,8 +379,7 @@ impl ServiceClient {
     /// Sends and reads the answer (success bodies capped at [`MAX_ANSWER_BYTES`]; of an
     /// error answer only the message is kept).
     async fn execute(&self, req: RequestBuilder, token: &Secret) -> Result<Answer, ApiError> {
-        let transport =
-            |e: reqwest::Error| ApiError::from_transport(&e, "service unreachable", "timeout");
+        let transport = |e: reqwest::Error| ApiError::from_transport(&e, Endpoint::Service);
         let resp = req.send().await.map_err(transport)?;
         let status = resp.status();
         let retry_after = retry_after_of(&resp);
@@ -424,9 +431,7 @@ impl ServiceClient {
             ("client_id", e.client_id.as_str()),
             ("audience", e.audience.as_str()),
         ];
-        let transport = |err: reqwest::Error| {
-            ApiError::from_transport(&err, "token endpoint unreachable", "token endpoint timeout")
-        };
+        let transport = |err: reqwest::Error| ApiError::from_transport(&err, Endpoint::Token);
         let resp = self
             .inner
             .http
@@ -458,7 +463,16 @@ impl ServiceClient {
             .unwrap_or_else(|| Bytes::from_static(b"(body too large)"));
         let code = status.as_u16();
         if status.is_success() {
-            let grant = parse_token_answer(&body)?;
+            // A success that is no token is the token endpoint's trouble, never the
+            // service's answer to a batch.
+            let grant = parse_token_answer(&body).map_err(|e| match e {
+                ApiError::BadAnswer(m) => ApiError::Transient {
+                    endpoint: Endpoint::Token,
+                    kind: TransientKind::Unreadable(m),
+                    retry_after: None,
+                },
+                other => other,
+            })?;
             if let Some(m) = &self.metrics {
                 m.token_granted();
             }
@@ -470,14 +484,7 @@ impl ServiceClient {
             return Ok(grant);
         }
         match code {
-            429 => Err(ApiError::transient(
-                "token endpoint rate limited",
-                retry_after,
-            )),
-            500..=599 => Err(ApiError::transient(
-                format!("token endpoint error {code}"),
-                retry_after,
-            )),
+            429 | 500..=599 => Err(ApiError::status(Endpoint::Token, code, retry_after)),
             _ => Err(ApiError::AuthRejected {
                 status: code,
                 message: scrub(&answer_message(&body), &[e.password.expose()]),
