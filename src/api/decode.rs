@@ -118,7 +118,7 @@ impl ServiceClient {
         let started = Instant::now();
         let url = &self.inner.bulk_url;
         let answer = self
-            .send(correlation_id, |token| {
+            .send_decode(correlation_id, |token| {
                 self.request(url, token, correlation_id).body(body.clone())
             })
             .await;
@@ -168,7 +168,7 @@ impl ServiceClient {
             &["external", "v1", "devices", mac_id, "decode"],
         )?;
         let answer = self
-            .send(correlation_id, |token| {
+            .send_decode(correlation_id, |token| {
                 self.request(&url, token, correlation_id)
                     .header("product_id", product_id)
                     .header("ble_packet", ble_packet)

@@ -29,6 +29,7 @@ mod error;
 mod history;
 mod locate;
 mod messages;
+mod pause;
 pub mod rate;
 
 use std::fmt;
@@ -58,6 +59,7 @@ pub use messages::{check_payload, MessageType};
 
 use auth::{Grant, TokenCache};
 use error::{answer_message, carries_errors};
+use pause::DecodeGate;
 
 /// Largest success answer read; a bigger one is [`ApiError::BadAnswer`]. 250 decoded
 /// items are a few tens of KiB, so this only stops a broken or hostile server.
@@ -84,6 +86,8 @@ struct Inner {
     customer_id: HeaderValue,
     authorized_groups: HeaderValue,
     tokens: TokenCache,
+    /// The service's `Retry-After`, for every decode request (see `pause`).
+    decode_gate: DecodeGate,
     /// Server clock minus ours, in seconds, from the `Date` of the last token answer.
     clock_skew: std::sync::Mutex<Option<i64>>,
 }
@@ -242,6 +246,7 @@ impl ServiceClient {
                 customer_id,
                 authorized_groups,
                 tokens: TokenCache::new(),
+                decode_gate: DecodeGate::new(),
                 clock_skew: std::sync::Mutex::new(None),
             }),
             metrics: None,
@@ -355,9 +360,41 @@ impl ServiceClient {
     where
         F: Fn(&Secret) -> RequestBuilder,
     {
+        self.send_via(correlation_id, None, build).await
+    }
+
+    /// [`ServiceClient::send`] for a decode request: each time it goes on the wire, it
+    /// first passes the decode gate, and an answer with `Retry-After` closes the gate
+    /// (see `pause`).
+    async fn send_decode<F>(&self, correlation_id: &str, build: F) -> Result<Answer, ApiError>
+    where
+        F: Fn(&Secret) -> RequestBuilder,
+    {
+        self.send_via(correlation_id, Some(&self.inner.decode_gate), build)
+            .await
+    }
+
+    /// Until when decode requests wait for the service's `Retry-After`, if they do.
+    pub fn decode_paused_until(&self) -> Option<tokio::time::Instant> {
+        self.inner.decode_gate.closed_until()
+    }
+
+    async fn send_via<F>(
+        &self,
+        correlation_id: &str,
+        gate: Option<&DecodeGate>,
+        build: F,
+    ) -> Result<Answer, ApiError>
+    where
+        F: Fn(&Secret) -> RequestBuilder,
+    {
+        if let Some(g) = gate {
+            g.wait_open().await;
+        }
+        let gate = gate.map(|g| (g, correlation_id));
         let tokens = &self.inner.tokens;
         let token = tokens.get(|| self.grant()).await?;
-        let answer = self.execute(build(&token), &token).await?;
+        let answer = self.execute(build(&token), &token, gate).await?;
         if answer.status != StatusCode::UNAUTHORIZED {
             return Ok(answer);
         }
@@ -367,7 +404,7 @@ impl ServiceClient {
         );
         tokens.invalidate_if(&token);
         let token = tokens.get(|| self.grant()).await?;
-        let answer = self.execute(build(&token), &token).await?;
+        let answer = self.execute(build(&token), &token, gate).await?;
         if answer.status == StatusCode::UNAUTHORIZED {
             return Err(ApiError::Unauthorized {
                 message: answer.message,
@@ -378,11 +415,26 @@ impl ServiceClient {
 
     /// Sends and reads the answer (success bodies capped at [`MAX_ANSWER_BYTES`]; of an
     /// error answer only the message is kept).
-    async fn execute(&self, req: RequestBuilder, token: &Secret) -> Result<Answer, ApiError> {
+    /// With `gate`, the request passes it right before it goes on the wire, and an
+    /// answer that asks for a pause (429 or 5xx with `Retry-After`) closes it at once.
+    async fn execute(
+        &self,
+        req: RequestBuilder,
+        token: &Secret,
+        gate: Option<(&DecodeGate, &str)>,
+    ) -> Result<Answer, ApiError> {
         let transport = |e: reqwest::Error| ApiError::from_transport(&e, Endpoint::Service);
+        if let Some((g, correlation_id)) = gate {
+            g.pass(correlation_id).await;
+        }
         let resp = req.send().await.map_err(transport)?;
         let status = resp.status();
         let retry_after = retry_after_of(&resp);
+        if let (Some((g, correlation_id)), Some(pause)) = (gate, retry_after) {
+            if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
+                g.hold(pause, correlation_id);
+            }
+        }
         if status.is_success() {
             let body = read_capped(resp, MAX_ANSWER_BYTES)
                 .await

@@ -293,6 +293,12 @@ impl Planner {
         std::mem::take(&mut self.unclaimed)
     }
 
+    /// The claims waiting to be handed back (what [`Planner::take_unclaimed`] would
+    /// take), for checks.
+    pub fn to_unclaim(&self) -> &[i64] {
+        &self.unclaimed
+    }
+
     /// The rows whose claims the outbox must keep: in flight, or settled and not yet
     /// recorded. (For checks: the outbox's claims are exactly these, once the handed
     /// back ones are passed on.)
