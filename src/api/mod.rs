@@ -6,7 +6,8 @@ and single decode (4.3), with answers mapped to errors that say what to do (sect
 This file is the client itself: its setup, the password grant, and the plumbing every
 call shares (the request headers, the one retry after a 401, reading an answer with a
 cap). Each group of endpoints is a file beside it (`decode` so far); `auth` is the
-token cache and `error` what can go wrong.
+token cache, `pause` the service's `Retry-After` held for every decode request, and
+`error` what can go wrong, by kind.
 
 Why it is built this way:
 - One [`ServiceClient`] is shared (it is an `Arc` inside) so that the flusher and
