@@ -1736,6 +1736,13 @@ fn dead_letters_are_logged_at_warn_once_per_tape_with_its_mac_and_the_services_r
             .unwrap_or_else(|| panic!("no line for {mac}:\n{log}"));
         assert!(line.contains(" WARN "), "{line}");
         assert!(line.contains(NOT_FOUND), "{line}");
+        // The message itself (what `journalctl -u tapegate` shows; the fields follow
+        // it) names the tape and the service's reason.
+        let message = line.split(" mac=").next().unwrap_or_default();
+        assert!(
+            message.contains(&mac.to_string()) && message.contains(NOT_FOUND),
+            "the message names neither the MAC nor the reason: {line}"
+        );
     }
 }
 
