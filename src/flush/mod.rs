@@ -468,7 +468,7 @@ impl Flusher {
                 correlation_id,
                 items,
                 reason,
-                "the service refused the batch (400: {reason}); splitting it to find what it refuses"
+                "the service refused the batch (400); splitting it to find what it refuses"
             ),
             Note::Isolating { items, cause } => tracing::info!(
                 correlation_id,
