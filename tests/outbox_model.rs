@@ -222,9 +222,10 @@ fn answer() -> impl Strategy<Value = Answer> {
 enum Step2 {
     /// Tapes (by index) heard, one capture each, committed as one group.
     Ingest(Vec<u8>),
-    /// The flusher's loop until it waits. With `Some`, a fetch is under way when that
-    /// batch in flight is answered, and what the fetch found is offered after.
-    Drive(Option<(prop::sample::Index, Answer)>),
+    /// The flusher's loop until it waits. With `Some`, a fetch (or a parked part's
+    /// claim) is under way when that batch in flight is answered 429 with that many
+    /// seconds of `Retry-After`, and what the fetch found is offered after.
+    Drive(Option<(prop::sample::Index, u8)>),
     /// A batch in flight is answered.
     Answer(prop::sample::Index, Answer),
     /// Time passes (milliseconds).
@@ -242,7 +243,7 @@ enum Step2 {
 fn step2() -> impl Strategy<Value = Step2> {
     prop_oneof![
         5 => prop::collection::vec(0u8..8, 1..7).prop_map(Step2::Ingest),
-        5 => proptest::option::weighted(0.3, (any::<prop::sample::Index>(), answer())).prop_map(Step2::Drive),
+        6 => proptest::option::weighted(0.4, (any::<prop::sample::Index>(), 1u8..4)).prop_map(Step2::Drive),
         6 => (any::<prop::sample::Index>(), answer()).prop_map(|(i, a)| Step2::Answer(i, a)),
         3 => (50u16..3000).prop_map(Step2::Advance),
         1 => Just(Step2::Restart),
@@ -519,7 +520,8 @@ impl World {
     }
 
     /// The flusher's loop until it waits.
-    fn drive(&mut self, mut interleave: Option<(prop::sample::Index, Answer)>) -> Checked {
+    fn drive(&mut self, interleave: Option<(prop::sample::Index, u8)>) -> Checked {
+        let mut interleave = interleave.map(|(pick, secs)| (pick, Answer::RateLimited(secs)));
         for _ in 0..64 {
             let now = self.now;
             match self.planner.next(now) {
