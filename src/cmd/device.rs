@@ -468,13 +468,14 @@ pub async fn run_devices(
         .with_interrupt(interrupts(&console))
         .with_progress(Box::new(move |p: &Progress| {
             let left = ((p.total - p.done).div_ceil(per)) as u64;
+            let eta = if left > rate::REQUESTS_PER_WINDOW as u64 {
+                format!("; about {} left", human(rate::estimate(left, 0, window)))
+            } else {
+                String::new()
+            };
             progress.progress(&format!(
-                "{op_name}: {} of {} device(s), {} ok, {} request(s); about {} left",
-                p.done,
-                p.total,
-                p.ok,
-                p.requests,
-                human(rate::estimate(left, 0, window))
+                "{op_name}: {} of {} device(s), {} ok, {} request(s){eta}",
+                p.done, p.total, p.ok, p.requests,
             ));
         }));
     let mut run = if devices.entries.is_empty() {
