@@ -11,8 +11,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use tapegate::mock::{
     self, seed, Device, DeviceStatus, Endpoint, Fault, HistoryKeeps, HistoryOrder, LookupShape,
-    MockConfig, MockHandle, QrEcho, RateWindows, Readings, HISTORY_OPERATION_ID, LOCATION_UUID,
-    VENDOR_ID,
+    MockConfig, MockHandle, QrEcho, Readings, HISTORY_OPERATION_ID, LOCATION_UUID, VENDOR_ID,
 };
 use tapegate::record::hex_upper;
 use tapegate::tape::TapeReading;
