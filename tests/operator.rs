@@ -977,23 +977,6 @@ async fn an_add_that_never_reached_the_service_is_not_taken_for_a_lost_answer() 
 async fn a_409_after_a_lost_add_is_confirmed_by_the_lookup_or_reported() {
     for readings in Readings::variants() {
         let (mock, g) = setup_with(readings).await;
-        // Ours: applied, the answer held past the client's timeout.
-        mock.push_operator_fault(Endpoint::AddDevice, Fault::Delay(Duration::from_secs(3)));
-        let out = g.run(&[
-            "device",
-            "add",
-            "--qr",
-            "TTC0DEAD000005",
-            "--tape-id",
-            "C0:DE:AD:00:00:05",
-        ]);
-        assert_eq!(code(&out), 0, "{readings:?}: {}", both(&out));
-        assert!(
-            text(&out.stdout).contains("created by the earlier attempt"),
-            "{}",
-            both(&out)
-        );
-        assert_eq!(statuses(&mock, Endpoint::AddDevice), [Some(201), Some(409)]);
         // Not ours: a 503 applied nothing; the QR code belongs to another tape.
         let existing = seed::STATUS_DEVICES[1].0;
         mock.push_operator_fault(
@@ -1010,22 +993,45 @@ async fn a_409_after_a_lost_add_is_confirmed_by_the_lookup_or_reported() {
             existing,
             "--tape-id",
             "C0:DE:AD:00:00:09",
-            "--json",
         ]);
         assert_eq!(code(&out), 1, "{readings:?}: {}", both(&out));
-        let doc = json(&out);
-        assert_eq!(doc["ok"], false, "{doc}");
-        assert_eq!(doc["error_code"], "EXISTS", "{doc}");
         assert!(
-            doc["note"].as_str().unwrap().contains("another tape id"),
-            "{doc}"
+            text(&out.stderr).contains("another tape id"),
+            "{}",
+            both(&out)
         );
-        let last = mock
+        let adds: Vec<String> = mock
             .operator_received()
             .into_iter()
-            .rfind(|r| r.endpoint == Endpoint::AddDevice)
-            .unwrap();
-        assert!(last.query.unwrap().contains("retry=1"));
+            .filter(|r| r.endpoint == Endpoint::AddDevice)
+            .map(|r| r.query.unwrap_or_default())
+            .collect();
+        assert!(adds[1].contains("retry=1"), "{adds:?}");
+        // Ours: applied, the answer held past the client's timeout; `--json` says so.
+        mock.push_operator_fault(Endpoint::AddDevice, Fault::Delay(Duration::from_secs(3)));
+        let out = g.run(&[
+            "device",
+            "add",
+            "--qr",
+            "TTC0DEAD000005",
+            "--tape-id",
+            "C0:DE:AD:00:00:05",
+            "--json",
+        ]);
+        assert_eq!(code(&out), 0, "{readings:?}: {}", both(&out));
+        let doc = json(&out);
+        assert_eq!(doc["ok"], true, "{doc}");
+        assert!(
+            doc["note"]
+                .as_str()
+                .unwrap()
+                .contains("created by the earlier attempt"),
+            "{doc}"
+        );
+        assert_eq!(
+            statuses(&mock, Endpoint::AddDevice)[2..],
+            [Some(201), Some(409)]
+        );
     }
 }
 
@@ -1189,7 +1195,7 @@ async fn no_span_of_a_window_holds_more_than_ten_requests_whatever_the_alignment
             );
         }
         let csv = format!("qrcode\n{}\n", fleet(400).join("\n"));
-        let out = run_stdin(&g, &["device", "show", "--csv", "-"], &csv);
+        let out = csv_run(&g, "show", &csv);
         assert_eq!(code(&out), 0, "{readings:?}: {}", both(&out));
         let got = statuses(&mock, Endpoint::ShowLabels);
         assert_eq!(got, vec![Some(200); 20], "{readings:?}");
