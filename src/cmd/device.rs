@@ -1,6 +1,6 @@
 //! `tapegate device add|label|relabel|show|deactivate|configure`: the device calls of
 //! spec 4.6 and 4.7 through [`Operator`], with devices from `--qr` or a CSV manifest
-//! (`--csv FILE`, `-` for stdin; see [`manifest`](super::manifest)), a table for a
+//! (`--csv FILE`, `-` for stdin; see [`super::manifest`]), a table for a
 //! person or one JSON document with `--json`, and the exit code of DESIGN.md (0 every
 //! device succeeded, 1 any failed, 2 usage or config).
 //!
@@ -12,8 +12,8 @@
 //! loudest unknown tape the daemon heard).
 //!
 //! Every text that came from elsewhere (the service, the CSV file) goes through
-//! [`crate::text`] before it is printed; the printing is in [`print_outcomes`],
-//! [`print_records`] and [`print_adds`].
+//! [`crate::text`] before it is printed; the printing is in `print_outcomes`,
+//! `print_records` and `print_adds`.
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::Path;

@@ -12,7 +12,7 @@ count, duplicate QR code, a missing or mistyped field) changes nothing and gets 
 `Validation failed`; otherwise each device gets its own outcome.
 
 The request and answer shapes of 4.7 are not shown by the spec; the ones here are the
-project's choice, written down in the README ("Request shapes we assumed").
+project's choice, written down in the README ("Request shapes that are assumptions").
 */
 
 use std::collections::{HashMap, HashSet};
