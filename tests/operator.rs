@@ -1528,9 +1528,7 @@ async fn a_long_run_says_its_estimate_up_front() {
     let stderr = text(&out.stderr);
     // 11 requests, 10 free: one more span of the window (2 s + 1 s of margin).
     assert!(
-        stderr.contains(
-            "label: 220 device(s) in 11 request(s); the service takes 10 requests a 2 s: about 3 s"
-        ),
+        stderr.contains("label: 220 device(s) in 11 request(s), at most 10 per 2 s: about 3 s"),
         "{stderr}"
     );
     assert!(!stderr.contains('\r'), "progress on a pipe: {stderr:?}");

@@ -323,7 +323,11 @@ impl Operator {
             () = self.interrupt.abandon.cancelled() => None,
         };
         if let Some(t) = ticket {
-            self.gate.finish(t)?;
+            // The request went (or went and was given up): a failure to restamp its
+            // slot only leaves the slot stamped when it was taken.
+            if let Err(e) = self.gate.finish(t) {
+                tracing::warn!(error = %e, "the rate window's stamp of a request could not be updated");
+            }
         }
         let Some(result) = result else {
             return Ok(Attempt::Interrupted);

@@ -492,7 +492,7 @@ pub async fn run_devices(
         let eta = rate::estimate(requests, free, window);
         if !eta.is_zero() {
             console.say(&format!(
-                "{op_name}: {total} device(s) in {requests} request(s); the service takes {} requests a {}: about {}",
+                "{op_name}: {total} device(s) in {requests} request(s), at most {} per {}: about {}",
                 rate::REQUESTS_PER_WINDOW,
                 human(window),
                 human(eta)
@@ -703,6 +703,7 @@ struct AddReport<'a> {
 /// What `--nearest` found, for `--json`.
 #[derive(Serialize)]
 struct NearestPrinted<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
     nearest: Option<&'a HeardTape>,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     candidates: &'a [HeardTape],

@@ -68,7 +68,16 @@ pub async fn run(config: &Config, a: HistoryArgs<'_>, out: &mut dyn Write) -> Re
     };
     let console = Console::stderr();
     let operator = operator_on(config, &console)?.with_interrupt(interrupts(&console));
-    let read = operator.history(&query, Timestamp::now()).await?;
+    let read = match operator.history(&query, Timestamp::now()).await {
+        Ok(r) => r,
+        Err(e) => {
+            let e = CmdError::from(e);
+            if a.json && !matches!(e, CmdError::Usage(_)) {
+                writeln!(out, "{:#}", serde_json::json!({"error": e.to_string()}))?;
+            }
+            return Err(e);
+        }
+    };
     print(&read, a.json, out)?;
     for w in &read.incomplete {
         console.say(&format!("history incomplete: {w}"));

@@ -43,7 +43,16 @@ pub async fn run(
 ) -> Result<(), CmdError> {
     let console = Console::stderr();
     let operator = operator_on(config, &console)?.with_interrupt(interrupts(&console));
-    let event = operator.locate(asset_id, sensor).await?;
+    let event = match operator.locate(asset_id, sensor).await {
+        Ok(e) => e,
+        Err(e) => {
+            let e = CmdError::from(e);
+            if json && !matches!(e, CmdError::Usage(_)) {
+                writeln!(out, "{:#}", serde_json::json!({"error": e.to_string()}))?;
+            }
+            return Err(e);
+        }
+    };
     let Some(event) = event else {
         if json {
             writeln!(out, "null")?;
