@@ -355,7 +355,7 @@ impl ServiceClient {
         if let Some(b) = body {
             r = r.body(b);
         }
-        self.execute(r, token).await
+        self.execute(r, token, None).await
     }
 
     /// `{base_url}` with `segments` appended.
@@ -369,44 +369,23 @@ impl ServiceClient {
         (&e.customer_id, &e.authorized_groups)
     }
 
-    /// Sends a request built by `build` with the cached token; on 401 drops that
-    /// token, gets one new token and sends once more.
-    async fn send<F>(&self, correlation_id: &str, build: F) -> Result<Answer, ApiError>
-    where
-        F: Fn(&Secret) -> RequestBuilder,
-    {
-        self.send_via(correlation_id, None, build).await
+    /// Until when decode requests wait for the service's `Retry-After`, if they do.
+    pub fn decode_paused_until(&self) -> Option<tokio::time::Instant> {
+        self.inner.decode_gate.closed_until()
     }
 
-    /// [`ServiceClient::send`] for a decode request: each time it goes on the wire, it
+    /// Sends a decode request built by `build` with the cached token; on 401 drops that
+    /// token, gets one new token and sends once more. Each time it goes on the wire it
     /// first passes the decode gate, and an answer with `Retry-After` closes the gate
     /// (see `pause`).
     async fn send_decode<F>(&self, correlation_id: &str, build: F) -> Result<Answer, ApiError>
     where
         F: Fn(&Secret) -> RequestBuilder,
     {
-        self.send_via(correlation_id, Some(&self.inner.decode_gate), build)
-            .await
-    }
-
-    /// Until when decode requests wait for the service's `Retry-After`, if they do.
-    pub fn decode_paused_until(&self) -> Option<tokio::time::Instant> {
-        self.inner.decode_gate.closed_until()
-    }
-
-    async fn send_via<F>(
-        &self,
-        correlation_id: &str,
-        gate: Option<&DecodeGate>,
-        build: F,
-    ) -> Result<Answer, ApiError>
-    where
-        F: Fn(&Secret) -> RequestBuilder,
-    {
-        if let Some(g) = gate {
-            g.wait_open().await;
-        }
-        let gate = gate.map(|g| (g, correlation_id));
+        let gate = &self.inner.decode_gate;
+        // Before the token is taken, so that a long pause does not leave it stale.
+        gate.wait_open().await;
+        let gate = Some((gate, correlation_id));
         let tokens = &self.inner.tokens;
         let token = tokens.get(|| self.grant()).await?;
         let answer = self.execute(build(&token), &token, gate).await?;
