@@ -475,4 +475,41 @@ mod tests {
         assert_eq!(s.claim(&[2, 3, 4], &[3]).unwrap(), [3, 4]);
         assert_eq!(s.claimed(), [3, 4]);
     }
+
+    #[test]
+    fn an_answer_for_rows_already_gone_changes_no_count_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = open(&dir, 10);
+        s.enqueue(&[capture(1), capture(2)]).unwrap();
+        let rows = s
+            .claim_next_batch(2, 100, &HashSet::new(), &[])
+            .unwrap()
+            .rows;
+        let delivered = Outcome::Delivered(Reading {
+            qr_code: Some("TT".into()),
+            temp: None,
+            bat: None,
+            raw: "{}".into(),
+        });
+        let settle = vec![
+            (rows[0].clone(), delivered),
+            (rows[1].clone(), Outcome::DeadLetter("refused".into())),
+        ];
+        assert_eq!(s.settle(&settle, 0).unwrap(), 2);
+        // The same answer recorded again (or an answer for rows a replaced database no
+        // longer holds): nothing left, nothing counted.
+        assert_eq!(s.settle(&settle, 0).unwrap(), 0);
+        let stats = s.stats().unwrap();
+        assert_eq!(
+            (
+                stats.admitted,
+                stats.delivered,
+                stats.dead_letters,
+                stats.evicted,
+                stats.pending
+            ),
+            (2, 1, 1, 0, 0)
+        );
+        assert_eq!(stats.dead_letters_stored, 1);
+    }
 }
