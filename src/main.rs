@@ -61,11 +61,11 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
         Err(Failure::Usage(m)) => {
-            eprintln!("tapegate: {m}");
+            let _ = writeln!(std::io::stderr(), "tapegate: {m}");
             ExitCode::from(2)
         }
         Err(Failure::Other(e)) => {
-            report(&format!("{e:#}"));
+            report(&error_text(&e));
             let unusable = e
                 .downcast_ref::<RunError>()
                 .is_some_and(RunError::source_cannot_work_here);
@@ -74,13 +74,34 @@ fn main() -> ExitCode {
     }
 }
 
+/// `e` and its causes, joined by `: `, each said once: a cause whose text the message
+/// already holds (`outbox: file is not a database` over `file is not a database`) is
+/// not repeated.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let cause = cause.to_string();
+        if text.is_empty() {
+            text = cause;
+        } else if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
+}
+
 /// Says why the command failed on stderr. When stderr is the journal (a unit's
 /// `JOURNAL_STREAM`), each line is marked priority 3 (`<3>`), so that the reason shows in
-/// `journalctl -p warning` and `systemctl status`, not as an INFO line.
+/// `journalctl -p warning` and `systemctl status`, not as an INFO line. A closed stderr
+/// (`tapegate locate X 2>&1 | head -1`) is not an error of its own: nothing is said.
 fn report(message: &str) {
     let mark = if stderr_is_journal() { "<3>" } else { "" };
+    let mut stderr = std::io::stderr().lock();
     for line in message.lines() {
-        eprintln!("{mark}tapegate: {line}");
+        if writeln!(stderr, "{mark}tapegate: {line}").is_err() {
+            return;
+        }
     }
 }
 
@@ -147,6 +168,9 @@ fn init_logging(level: &str) -> LevelHandle {
             .with(
                 tracing_subscriber::fmt::layer()
                     .with_writer(std::io::stderr)
+                    // A closed stderr drops log lines; the default would panic
+                    // reporting that it could not write them.
+                    .log_internal_errors(false)
                     .with_ansi(std::io::stderr().is_terminal())
                     .with_target(false),
             )

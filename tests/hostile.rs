@@ -530,3 +530,63 @@ fn tls_with_an_expired_certificate_says_certificate_expired() {
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains("certificate expired"), "{said}");
 }
+
+// ---------------------------------------------------------------------------------
+// Smaller things a user trips on (issue 20)
+// ---------------------------------------------------------------------------------
+
+/// A pipe whose reader has gone, as `2>&1 | head -1` leaves it once `head` exits: the
+/// stdout and stderr of a command.
+fn closed_pipe() -> (Stdio, Stdio) {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let err = writer.try_clone().unwrap();
+    (Stdio::from(writer), Stdio::from(err))
+}
+
+#[test]
+fn a_closed_stderr_is_no_panic_for_an_error_or_for_the_log() {
+    let g = Gateway::new("");
+    // `locate` without a [service] fails at once: its reason goes to a closed stderr.
+    let (stdout, stderr) = closed_pipe();
+    let status = g
+        .command(&["locate", "AWB-1"])
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(1), "exit 101 is a panic");
+
+    // The daemon logs to a closed stderr from start to end.
+    let empty = g.path("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    g.write_config(&format!(
+        "[scanner]\nsource = \"replay\"\nreplay_path = \"{}\"\n",
+        empty.display()
+    ));
+    let (stdout, stderr) = closed_pipe();
+    let status = g
+        .command(&["run", "--until-drained"])
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "exit 101 is a panic");
+}
+
+#[test]
+fn an_error_and_its_cause_are_said_once_not_twice() {
+    let g = Gateway::new("");
+    std::fs::create_dir_all(g.state_dir()).unwrap();
+    std::fs::write(
+        tapegate::outbox::Store::path_in(&g.state_dir()),
+        b"this is not a database, but it is long enough to be mistaken for one".repeat(100),
+    )
+    .unwrap();
+    let out = g.run(&["status"]);
+    let said = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert_eq!(said.matches("file is not a database").count(), 1, "{said}");
+}

@@ -56,10 +56,10 @@ pub fn operator(config: &Config) -> Result<Operator, CmdError> {
         identity,
         settings.rate_window,
         Box::new(|d: Duration| {
-            eprintln!(
+            super::say(&format!(
                 "waiting {} s for the service's rate window",
                 d.as_secs_f64().ceil() as u64
-            );
+            ));
         }),
     );
     Ok(Operator::new(
@@ -67,7 +67,7 @@ pub fn operator(config: &Config) -> Result<Operator, CmdError> {
         gate,
         settings,
         config.gateway.id.clone(),
-        Box::new(|m: &str| eprintln!("{m}")),
+        Box::new(|m: &str| super::say(m)),
     ))
 }
 

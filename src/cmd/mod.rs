@@ -47,6 +47,13 @@ pub enum CmdError {
     Failed(String),
 }
 
+/// Tells the person at the terminal something on stderr (a wait, a retry). A closed
+/// stderr (`tapegate locate X 2>&1 | head -1`) is not worth failing, or panicking, over.
+pub fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 impl CmdError {
     /// The reader of our output went away (`tapegate tapes | head`).
     pub fn is_broken_pipe(&self) -> bool {
