@@ -1,6 +1,7 @@
 //! The thin binary: parse the command line, load the config, start logging, call the
 //! library, map errors to exit codes (0 ok, 2 bad config or usage, 3 the configured
-//! source cannot work on this machine, 1 anything else).
+//! source cannot work on this machine, 4 `run --until-drained` stopped before it
+//! drained, 1 anything else).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -9,7 +10,7 @@ use clap::Parser;
 use tapegate::cli::{Cli, Command, DeadLetters};
 use tapegate::cmd::CmdError;
 use tapegate::config::{self, Config, ConfigError, Password};
-use tapegate::pipeline::{self, Reload, RunError, RunOptions, SetLogLevel};
+use tapegate::pipeline::{self, Reload, RunError, RunOptions, SetLogLevel, EXIT_UNDRAINED};
 use tapegate::systemd::stop_signals;
 use tracing_journald::{Priority, PriorityMappings};
 use tracing_subscriber::layer::SubscriberExt;
@@ -28,6 +29,8 @@ enum Failure {
     Usage(String),
     /// Our reader went away (`tapegate tapes | head`): end quietly.
     BrokenPipe,
+    /// `run --until-drained` was stopped by a signal before it drained (logged).
+    Undrained,
     Other(anyhow::Error),
 }
 
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match dispatch(cli) {
         Ok(()) | Err(Failure::BrokenPipe) => ExitCode::SUCCESS,
+        Err(Failure::Undrained) => ExitCode::from(EXIT_UNDRAINED),
         Err(Failure::Config(e)) => {
             report(&e.to_string());
             ExitCode::from(2)
@@ -220,7 +224,9 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             // Everything is committed by now. A blocking read of stdin (replay from
             // "-") cannot be interrupted; do not wait for it.
             rt.shutdown_background();
-            result?;
+            if result?.stopped && *until_drained {
+                return Err(Failure::Undrained);
+            }
         }
         Command::Status { json } => {
             let config = load_local(&cli)?;

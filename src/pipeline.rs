@@ -56,6 +56,11 @@ const INGEST_ALLOWANCE: Duration = Duration::from_secs(30);
 /// Beyond a whole request and a whole backoff, how long the flusher may go without a turn.
 const FLUSH_SLACK: Duration = Duration::from_secs(60);
 
+/// The exit code of `run --until-drained` stopped by a signal before it drained, so that
+/// a script can tell "drained" (0) from "stopped" (captures may still be pending). `run`
+/// without it exits 0 on SIGTERM (DESIGN.md, "Signals").
+pub const EXIT_UNDRAINED: u8 = 4;
+
 /// How `run` behaves beyond the config.
 #[derive(Default)]
 pub struct RunOptions {
@@ -85,6 +90,11 @@ pub struct RunReport {
     pub ingest: IngestReport,
     /// `None` when no `[service]` is configured.
     pub flush: Option<FlushReport>,
+    /// A stop signal (SIGTERM, SIGINT: the `shutdown` future) ended the run, rather than
+    /// the drain of `--until-drained`.
+    pub stopped: bool,
+    /// Captures still pending in the outbox when the run ended.
+    pub pending: u64,
 }
 
 /// Why the daemon stopped with an error.
@@ -348,6 +358,7 @@ async fn run_in(
         deadline: None,
     };
     let mut shutdown = std::pin::pin!(shutdown);
+    let mut stopped = false;
     let mut abandoned = false;
     let mut failure: Option<RunError> = None;
     let (mut source_report, mut ingest_report, mut flush_report) = (None, None, None);
@@ -389,6 +400,7 @@ async fn run_in(
                 }
             }
             _ = &mut shutdown, if stopper.deadline.is_none() => {
+                stopped = true;
                 tracing::info!("shutting down: stopping the source, committing what is held, finishing the batch in flight");
                 stopper.begin();
             }
@@ -408,6 +420,7 @@ async fn run_in(
     if let Some(task) = http_task {
         let _ = task.await;
     }
+    let pending = outbox.call(|s| Ok(s.pending())).await.unwrap_or(0);
     drop(outbox);
     // The owner thread closes the database (checkpointing the WAL) once every handle is gone.
     let _ = tokio::task::spawn_blocking(move || owner.join()).await;
@@ -427,12 +440,21 @@ async fn run_in(
         malformed = source_report.malformed,
         delivered = flushed.delivered,
         dead_letters = flushed.dead_letters,
+        pending,
         "stopped"
     );
+    if options.until_drained && stopped {
+        tracing::warn!(
+            pending,
+            "stopped by a signal before the outbox was drained (--until-drained exits {EXIT_UNDRAINED})"
+        );
+    }
     Ok(RunReport {
         source: source_report,
         ingest: ingest_report,
         flush: flush_report,
+        stopped,
+        pending,
     })
 }
 

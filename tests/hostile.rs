@@ -590,3 +590,28 @@ fn an_error_and_its_cause_are_said_once_not_twice() {
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert_eq!(said.matches("file is not a database").count(), 1, "{said}");
 }
+
+#[test]
+fn run_until_drained_stopped_by_sigterm_with_captures_pending_exits_4_not_0() {
+    let g = Gateway::new(&common::stdin_replay_config(20));
+    let mut d = common::Daemon::start_with(&g, |c| {
+        c.arg("--until-drained");
+    });
+    let adverts: Vec<_> = (0..3)
+        .map(|i| tape_advert(tape_mac(i), T0_MS + i64::from(i), 1))
+        .collect();
+    d.send(&adverts);
+    // No [service]: the captures stay pending; the replay's input stays open.
+    wait_for(LIMIT, || g.try_stats().filter(|s| s.pending == 3))
+        .unwrap_or_else(|| panic!("not committed:\n{}", d.stderr()));
+    let (status, log) = d.terminate(LIMIT);
+    assert_eq!(status.code(), Some(4), "stopped, not drained:\n{log}");
+    assert!(log.contains("stopped by a signal before the outbox was drained"), "{log}");
+    assert_eq!(g.stats().pending, 3);
+
+    // Without --until-drained, SIGTERM is the normal end of a daemon: exit 0.
+    let d = common::Daemon::start(&g);
+    wait_for(LIMIT, || d.stderr().contains("outbox open").then_some(())).unwrap();
+    let (status, log) = d.terminate(LIMIT);
+    assert_eq!(status.code(), Some(0), "{log}");
+}
