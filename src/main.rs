@@ -250,6 +250,9 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
                 config.products.0.len(),
                 config.scanner.source
             )?;
+            if let Some(warning) = config.http.listen.and_then(tapegate::http::exposure_warning) {
+                writeln!(stdout, "warn http             {warning}")?;
+            }
         }
         Command::Check { config_only: false } => {
             let config = load(&cli)?;

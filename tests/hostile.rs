@@ -615,3 +615,35 @@ fn run_until_drained_stopped_by_sigterm_with_captures_pending_exits_4_not_0() {
     let (status, log) = d.terminate(LIMIT);
     assert_eq!(status.code(), Some(0), "{log}");
 }
+
+#[test]
+fn state_files_are_created_0600_in_a_0700_directory_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let g = Gateway::new(&common::stdin_replay_config(20));
+    let mut d = common::Daemon::start_with(&g, |c| {
+        // SAFETY: umask(2) only, between fork and exec.
+        unsafe {
+            c.pre_exec(|| {
+                libc::umask(0);
+                Ok(())
+            });
+        }
+    });
+    d.send(&[tape_advert(tape_mac(1), T0_MS, 1)]);
+    wait_for(LIMIT, || g.try_stats().filter(|s| s.pending == 1))
+        .unwrap_or_else(|| panic!("not committed:\n{}", d.stderr()));
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&g.state_dir()), 0o700, "the state directory");
+    let db = tapegate::outbox::Store::path_in(&g.state_dir());
+    for file in [
+        db.clone(),
+        db.with_extension("db-wal"),
+        db.with_extension("db-shm"),
+        g.state_dir().join(tapegate::outbox::LOCK_FILE),
+    ] {
+        assert_eq!(mode(&file), 0o600, "{}", file.display());
+    }
+    let (status, log) = d.terminate(LIMIT);
+    assert!(status.success(), "{log}");
+}

@@ -468,6 +468,65 @@ async fn no_password_or_token_in_any_answer() {
     mock.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_forbids_scripts_framing_and_sniffing_and_a_listen_beyond_loopback_is_warned_of(
+) {
+    let port = free_port();
+    let g = Gateway::new(&format!(
+        "{}\n[http]\nlisten = \"127.0.0.1:{port}\"\n",
+        stdin_replay_config(20)
+    ));
+    let d = Daemon::start(&g);
+    let base = format!("http://127.0.0.1:{port}");
+    until_serving(&base).await;
+    for path in ["/", "/metrics", "/healthz", "/nope"] {
+        let resp = reqwest::get(format!("{base}{path}")).await.unwrap();
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string()
+        };
+        let csp = header("content-security-policy");
+        for directive in [
+            "default-src 'none'",
+            "style-src 'unsafe-inline'",
+            "frame-ancestors 'none'",
+        ] {
+            assert!(csp.contains(directive), "{path}: {csp:?}");
+        }
+        assert_eq!(header("x-content-type-options"), "nosniff", "{path}");
+    }
+    let (code, log) = d.terminate(LIMIT);
+    assert!(code.success());
+    const WARNING: &str = "answers anyone who can reach it";
+    assert!(!log.contains(WARNING), "loopback is not exposed:\n{log}");
+
+    // On every address: said at start and by `check` (both forms).
+    let port = free_port();
+    g.write_config(&format!(
+        "{}\n[http]\nlisten = \"0.0.0.0:{port}\"\n",
+        stdin_replay_config(20)
+    ));
+    let d = Daemon::start(&g);
+    until_serving(&format!("http://127.0.0.1:{port}")).await;
+    let (code, log) = d.terminate(LIMIT);
+    assert!(code.success());
+    let line = log
+        .lines()
+        .find(|l| l.contains(WARNING))
+        .unwrap_or_else(|| panic!("no warning:\n{log}"));
+    assert!(line.contains("WARN") && line.contains(&format!("0.0.0.0:{port}")), "{line}");
+    for args in [&["check"][..], &["check", "--config-only"]] {
+        let said = common::text(&g.run(args).stdout);
+        assert!(
+            said.lines().any(|l| l.starts_with("warn http") && l.contains(WARNING)),
+            "{args:?}: {said}"
+        );
+    }
+}
+
 #[test]
 fn a_port_in_use_stops_the_daemon_at_start_naming_the_key_and_address() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -5,7 +5,8 @@ waiting in the outbox, or else a probe that no tape has), saying in one line eac
 worked, what did not and what to do about it. It proves what it says: the answer must
 be a per-item array holding an item for the MAC sent, or the endpoint is not the bulk
 decode the spec describes and the check fails. Warnings (`warn`) do not fail the check: a `base_url` that looks doubled
-(`/external/external`), a password readable by every user.
+(`/external/external`), a password readable by every user, an `[http] listen` beyond
+loopback (the page and `/metrics` have no password).
 */
 
 use std::io::Write;
@@ -67,6 +68,9 @@ pub async fn run(config: &Config, config_path: &str, out: &mut dyn Write) -> boo
     if let Some(warning) = crate::config::world_readable_password(std::path::Path::new(config_path))
     {
         say(Verdict::Warn, "password", warning);
+    }
+    if let Some(warning) = config.http.listen.and_then(crate::http::exposure_warning) {
+        say(Verdict::Warn, "http", warning);
     }
     let Some(service) = &config.service else {
         say(

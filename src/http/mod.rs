@@ -26,7 +26,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE};
+use hyper::header::{
+    HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE,
+    X_CONTENT_TYPE_OPTIONS,
+};
 use hyper::server::conn::http1;
 use hyper::service::{service_fn, HttpService};
 use hyper::{Method, Request, Response, StatusCode};
@@ -71,6 +74,22 @@ pub struct BindError {
     pub source: std::io::Error,
 }
 
+/// What every answer says about itself: nothing on the page may run a script, load
+/// anything or be framed (its style is inline), and no answer is to be sniffed as
+/// another type than it says.
+const CONTENT_SECURITY_POLICY_VALUE: &str =
+    "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
+
+/// The warning for a listen address beyond loopback (logged at start, a `warn` line of
+/// `tapegate check`), or `None` for a loopback one.
+pub fn exposure_warning(addr: SocketAddr) -> Option<String> {
+    (!addr.ip().is_loopback()).then(|| {
+        format!(
+            "http.listen = {addr} answers anyone who can reach it: /metrics, /healthz and the status page need no password (none shows a secret); open the port to the monitoring network only, or listen on 127.0.0.1"
+        )
+    })
+}
+
 /// Binds `addr` (at start, so that a port in use stops the daemon with a clear error).
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, BindError> {
     TcpListener::bind(addr)
@@ -82,6 +101,9 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, BindError> {
 pub async fn serve(listener: TcpListener, state: Arc<HttpState>, stop: CancellationToken) {
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "serving /metrics, /healthz and the status page");
+        if let Some(warning) = exposure_warning(addr) {
+            tracing::warn!("{warning}");
+        }
     }
     let connections = TaskTracker::new();
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
@@ -157,6 +179,11 @@ fn text(status: StatusCode, content_type: &'static str, body: String) -> Answer 
     let headers = resp.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CONTENT_SECURITY_POLICY_VALUE),
+    );
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     resp
 }
 

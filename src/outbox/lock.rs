@@ -47,13 +47,13 @@ impl StateLock {
             dir: state_dir.to_path_buf(),
             source,
         };
-        std::fs::create_dir_all(state_dir).map_err(io)?;
+        super::store::create_state_dir(state_dir).map_err(io)?;
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
-            .mode(0o644)
+            .mode(0o600)
             .open(state_dir.join(LOCK_FILE))
             .map_err(io)?;
         // SAFETY: flock(2) on a file descriptor this function owns.

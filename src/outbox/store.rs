@@ -211,7 +211,7 @@ impl Store {
         options: StoreOptions,
     ) -> Result<(Store, OpenReport), OutboxError> {
         let path = Self::path_in(state_dir);
-        std::fs::create_dir_all(state_dir).map_err(|e| OutboxError::Unusable {
+        create_state_dir(state_dir).map_err(|e| OutboxError::Unusable {
             path: path.clone(),
             reason: format!("cannot create {}: {e}", state_dir.display()),
         })?;
@@ -237,6 +237,7 @@ impl Store {
     }
 
     fn open_checked(path: &Path, options: &StoreOptions) -> Result<Store, Broken> {
+        create_private_file(path).map_err(|e| Broken::Other(e.to_string()))?;
         let conn = Connection::open(path).map_err(Broken::from_sqlite)?;
         conn.busy_timeout(Duration::from_secs(5))
             .map_err(Broken::from_sqlite)?;
@@ -386,7 +387,7 @@ impl Store {
         self.identity = None;
         self.id_floor = floor.max(1);
         if let Some(dir) = self.path.parent() {
-            let _ = std::fs::create_dir_all(dir);
+            let _ = create_state_dir(dir);
         }
         match Self::open_checked(&self.path, &self.options) {
             Ok(fresh) => {
@@ -412,6 +413,35 @@ impl Store {
 
     pub fn set_max_pending(&mut self, max_pending: u64) {
         self.options.max_pending = max_pending;
+    }
+}
+
+/// Creates the state directory (and any missing parent) for its owner alone (0700),
+/// whatever the umask: captures, readings and the rate window are nobody else's. An
+/// existing directory keeps its mode (the unit's `StateDirectoryMode=` may open it to
+/// a group on purpose).
+pub(crate) fn create_state_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+/// Creates an empty database file at `path` readable and writable by its owner alone
+/// (0600), unless one is there. SQLite takes an empty file for a new database, and
+/// gives the `-wal` and `-shm` files it creates beside it the same mode.
+fn create_private_file(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
     }
 }
 
