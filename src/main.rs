@@ -65,7 +65,7 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
         Err(Failure::Usage(m)) => {
-            let _ = writeln!(std::io::stderr(), "tapegate: {m}");
+            let _ = writeln!(std::io::stderr(), "tapegate: {}", tapegate::text::inert(&m));
             ExitCode::from(2)
         }
         Err(Failure::Other(e)) => {
@@ -103,6 +103,9 @@ fn report(message: &str) {
     let mark = if stderr_is_journal() { "<3>" } else { "" };
     let mut stderr = std::io::stderr().lock();
     for line in message.lines() {
+        // Errors quote text from elsewhere (the service, a CSV file, an argument):
+        // shown inert, so that no escape sequence or bidi override acts.
+        let line = tapegate::text::inert(line);
         if writeln!(stderr, "{mark}tapegate: {line}").is_err() {
             return;
         }

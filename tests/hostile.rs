@@ -647,3 +647,92 @@ fn state_files_are_created_0600_in_a_0700_directory_whatever_the_umask() {
     let (status, log) = d.terminate(LIMIT);
     assert!(status.success(), "{log}");
 }
+
+/// A loopback port nothing listens on now.
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// Asserts `shown` holds no character that acts on a terminal or reorders text.
+fn assert_inert(what: &str, shown: &str) {
+    for c in ['\u{1b}', '\u{7}', '\u{202e}', '\u{9b}'] {
+        assert!(!shown.contains(c), "{what} shows {c:?} raw: {shown:?}");
+    }
+}
+
+#[test]
+fn service_texts_are_stored_and_shown_bounded_and_inert() {
+    use tapegate::mock::MacFault;
+    let (rt, mock) = mock_on_own_runtime();
+    let huge = format!("refused: {}", "x".repeat(1_000_000));
+    let hostile = "\u{1b}[2J\u{1b}[31mRED\u{202e}txet desrever\u{7}\u{9b}2J".to_string();
+    mock.set_mac_fault(&tape_mac(1).plain(), Some(MacFault::ItemError(huge)));
+    mock.set_mac_fault(&tape_mac(2).plain(), Some(MacFault::ItemError(hostile)));
+    let port = free_port();
+    let g = Gateway::new("");
+    g.write_config(&format!(
+        "{}{}\n[http]\nlisten = \"127.0.0.1:{port}\"\n",
+        mock_service_section(&mock),
+        common::stdin_replay_config(20)
+    ));
+    let mut d = common::Daemon::start(&g);
+    let now = tapegate::clock::now_ms();
+    d.send(&[
+        tape_advert(tape_mac(1), now, 1),
+        tape_advert(tape_mac(2), now, 1),
+    ]);
+    wait_for(LIMIT, || g.try_stats().filter(|s| s.dead_letters == 2))
+        .unwrap_or_else(|| panic!("not refused:\n{}", d.stderr()));
+
+    // Stored bounded, as every other text from elsewhere.
+    let db = rusqlite::Connection::open(tapegate::outbox::Store::path_in(&g.state_dir())).unwrap();
+    let longest: i64 = db
+        .query_row("SELECT MAX(length(error)) FROM dead_letters", [], |r| r.get(0))
+        .unwrap();
+    assert!(longest <= 301, "a reason of {longest} characters was stored");
+
+    // The page: both tapes are heard now, each card with the service's reason.
+    let page = rt
+        .block_on(async {
+            reqwest::get(format!("http://127.0.0.1:{port}/"))
+                .await?
+                .text()
+                .await
+        })
+        .unwrap();
+    assert!(page.len() < 64 * 1024, "the page is {} bytes", page.len());
+    assert_inert("the page", &page);
+    assert!(page.contains("\\e[2J") && page.contains("refused: xxx"), "{page}");
+
+    let listed = g.run(&["dead-letters", "list"]);
+    let listed = text(&listed.stdout);
+    assert!(listed.len() < 4 * 1024, "dead-letters list printed {} bytes", listed.len());
+    assert_inert("dead-letters list", &listed);
+    assert!(listed.contains("\\e[31mRED\\u{202e}txet") && listed.contains("x…"), "{listed}");
+
+    // Arguments come back in tables and errors: inert too.
+    let out = g.run(&["device", "show", "--qr", "TT\u{1b}]0;owned\u{7}\u{202e}QR"]);
+    assert_inert("device show", &text(&out.stdout));
+    assert_inert("device show's error", &text(&out.stderr));
+    assert!(text(&out.stdout).contains("TT\\e]0;owned"), "{}", text(&out.stdout));
+    // A refusal's message becomes the last error `status` shows.
+    mock.push_fault(tapegate::mock::Fault::Refuse {
+        status: 400,
+        message: "Missing required headers \u{1b}[31mRED\u{202e}".into(),
+    });
+    d.send(&[tape_advert(tape_mac(3), now, 1)]);
+    wait_for(LIMIT, || {
+        g.try_stats()
+            .filter(|s| s.last_error.as_deref().is_some_and(|e| e.contains("RED")))
+    })
+    .unwrap_or_else(|| panic!("no last error:\n{}", d.stderr()));
+    let status = text(&g.run(&["status"]).stdout);
+    assert_inert("status", &status);
+    assert!(status.contains("\\e[31mRED\\u{202e}"), "{status}");
+    let out = g.run(&["locate", "AWB\u{1b}[2J\u{202e}1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_inert("locate's error", &text(&out.stderr));
+    let (status, log) = d.terminate(LIMIT);
+    assert!(status.success(), "{log}");
+}

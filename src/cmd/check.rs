@@ -221,7 +221,10 @@ fn judge_answer(answer: &[BulkAnswerItem], mac_id: &str, what: &str) -> (Verdict
             result: Err(error), ..
         }) => (
             Verdict::Ok,
-            format!("answered {what} with the item error \"{error}\""),
+            format!(
+                "answered {what} with the item error \"{}\"",
+                crate::text::shown(error, crate::text::SHOWN_MAX_CHARS)
+            ),
         ),
         None => (
             Verdict::Fail,

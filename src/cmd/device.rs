@@ -314,7 +314,7 @@ pub async fn run_devices(
         )?;
     } else {
         for b in &devices.bad {
-            writeln!(out, "line {}: {} (not sent)", b.line, b.message)?;
+            writeln!(out, "line {}: {} (not sent)", b.line, crate::text::inert(&b.message))?;
         }
         if show {
             print_records(&report, out)?;
@@ -342,10 +342,10 @@ fn print_outcomes(report: &DeviceReport, out: &mut dyn Write) -> Result<(), CmdE
         writeln!(
             out,
             "{:<20} {:<8} {:<24} {}",
-            d.qrcode,
+            crate::text::inert(&d.qrcode),
             if d.ok { "ok" } else { "FAILED" },
-            d.error_code.as_deref().unwrap_or("-"),
-            d.note.as_deref().unwrap_or("")
+            crate::text::inert(d.error_code.as_deref().unwrap_or("-")),
+            crate::text::shown(d.note.as_deref().unwrap_or(""), crate::text::SHOWN_MAX_CHARS)
         )?;
     }
     let ok = report.devices.iter().filter(|d| d.ok).count();
@@ -370,17 +370,17 @@ fn print_records(report: &DeviceReport, out: &mut dyn Write) -> Result<(), CmdEr
             writeln!(
                 out,
                 "{:<20} {}",
-                d.qrcode,
-                d.error_code.as_deref().unwrap_or("FAILED")
+                crate::text::inert(&d.qrcode),
+                crate::text::inert(d.error_code.as_deref().unwrap_or("FAILED"))
             )?;
             continue;
         };
         let label = r.label.as_ref();
-        let dash = |v: Option<&str>| v.unwrap_or("-").to_string();
+        let dash = |v: Option<&str>| crate::text::inert(v.unwrap_or("-")).into_owned();
         writeln!(
             out,
             "{:<20} {:<22} {:<13} {:<16} {:<12} {:<9} {}",
-            d.qrcode,
+            crate::text::inert(&d.qrcode),
             dash(r.status.as_deref()),
             dash(r.mac.as_deref()),
             dash(label.and_then(|l| l.asset_barcode.as_deref())),
@@ -501,10 +501,10 @@ pub async fn add(config: &Config, mut args: AddArgs, out: &mut dyn Write) -> Res
         writeln!(
             out,
             "added {} (tape {}): HTTP {} {} [correlation id {}]",
-            outcome.qrcode,
-            outcome.tape_id,
+            crate::text::inert(&outcome.qrcode),
+            crate::text::inert(&outcome.tape_id),
             outcome.status,
-            outcome.message,
+            crate::text::shown(&outcome.message, crate::text::SHOWN_MAX_CHARS),
             outcome.correlation_id
         )?;
         if let Some(mac) = args.mac {

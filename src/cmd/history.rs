@@ -68,6 +68,8 @@ pub async fn run(config: &Config, a: HistoryArgs<'_>, out: &mut dyn Write) -> Re
         "{:<21} {:<12} {:<8} {:<24} {:<20} sensors",
         "time (UTC)", "event", "battery", "where", "location"
     )?;
+    // What the service says is shown inert: no escape sequence or bidi override acts.
+    let t = |s: &str| crate::text::shown(s, crate::text::SHOWN_MAX_CHARS);
     for e in &events {
         let sensors: Vec<String> = e
             .sensors
@@ -78,11 +80,11 @@ pub async fn run(config: &Config, a: HistoryArgs<'_>, out: &mut dyn Write) -> Re
             out,
             "{:<21} {:<12} {:<8} {:<24} {:<20} {}",
             e.timestamp.to_string(),
-            e.event_type,
-            e.battery.as_ref().map_or("-", |b| b.charge.as_str()),
-            e.location_detailed,
-            e.location,
-            sensors.join(" ")
+            t(&e.event_type),
+            t(e.battery.as_ref().map_or("-", |b| b.charge.as_str())),
+            t(&e.location_detailed),
+            t(&e.location),
+            t(&sensors.join(" "))
         )?;
     }
     writeln!(out, "{} event(s) in {requests} request(s)", events.len())?;

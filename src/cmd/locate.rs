@@ -40,22 +40,24 @@ pub async fn run(
 }
 
 fn print(event: &LocationEvent, out: &mut dyn Write) -> Result<(), CmdError> {
+    // What the service says is shown inert: no escape sequence or bidi override acts.
+    let t = |s: &str| crate::text::shown(s, crate::text::SHOWN_MAX_CHARS);
     for a in &event.assets {
         writeln!(
             out,
             "{} (tag {}): {} at {} {} — {}, {} ({:.5}, {:.5})",
-            a.trk_asset_id.as_deref().unwrap_or("(no asset barcode)"),
-            a.vendor_asset_id.as_deref().unwrap_or("-"),
-            a.event_type,
-            a.timestamp,
-            a.time_zone,
-            a.location_detailed,
-            a.location,
+            t(a.trk_asset_id.as_deref().unwrap_or("(no asset barcode)")),
+            t(a.vendor_asset_id.as_deref().unwrap_or("-")),
+            t(&a.event_type),
+            t(&a.timestamp),
+            t(&a.time_zone),
+            t(&a.location_detailed),
+            t(&a.location),
             a.lat,
             a.lon
         )?;
         for s in a.sensors.iter().flatten() {
-            writeln!(out, "  {:<13} {:>10} {}", s.kind, s.data, s.units)?;
+            writeln!(out, "  {:<13} {:>10} {}", t(&s.kind), s.data, t(&s.units))?;
         }
     }
     Ok(())

@@ -47,11 +47,12 @@ pub enum CmdError {
     Failed(String),
 }
 
-/// Tells the person at the terminal something on stderr (a wait, a retry). A closed
-/// stderr (`tapegate locate X 2>&1 | head -1`) is not worth failing, or panicking, over.
+/// Tells the person at the terminal something on stderr (a wait, a retry), inert (it
+/// may quote an argument or the service). A closed stderr (`tapegate locate X 2>&1 |
+/// head -1`) is not worth failing, or panicking, over.
 pub fn say(line: &str) {
     use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "{line}");
+    let _ = writeln!(std::io::stderr(), "{}", crate::text::inert(line));
 }
 
 impl CmdError {

@@ -247,6 +247,8 @@ impl Store {
                         if refused_as_unknown(error) {
                             note_known(&tx, c.mac, false)?;
                         }
+                        // The service's reason, bounded as every text from elsewhere.
+                        let error = crate::text::bounded(error, crate::text::SHOWN_MAX_CHARS);
                         dead.execute(params![mac, c.ts_ms, c.product_id, c.packet, c.rssi, error, now])?;
                         next.dead_lettered += 1;
                     }
