@@ -736,3 +736,75 @@ fn service_texts_are_stored_and_shown_bounded_and_inert() {
     let (status, log) = d.terminate(LIMIT);
     assert!(status.success(), "{log}");
 }
+
+/// Asserts no encoding of the test password shows in `shown`.
+fn assert_no_password(what: &str, shown: &str) {
+    for part in ["Sup3rSecret", "3rSecretPw", "%53%75%70%33", "\\u0053\\u0075"] {
+        assert!(!shown.contains(part), "{what} shows the password ({part}): {shown}");
+    }
+}
+
+#[test]
+fn a_token_endpoint_echoing_the_password_form_encoded_shows_it_nowhere() {
+    let env = MockEnvironment {
+        password: Secret::new("Sup3rSecretPw!"),
+        ..MockEnvironment::demo()
+    };
+    let (rt, mock) = mock_with(MockConfig {
+        environments: vec![env],
+        ..MockConfig::demo()
+    });
+    mock.set_echo_grant_refusals(true);
+    let port = free_port();
+    let g = Gateway::new("");
+    g.write_config(&format!(
+        "{}{}\n[http]\nlisten = \"127.0.0.1:{port}\"\n",
+        mock_service_section(&mock),
+        common::stdin_replay_config(20)
+    ));
+    let mut d = common::Daemon::start(&g);
+    d.send(&[tape_advert(tape_mac(1), tapegate::clock::now_ms(), 1)]);
+    let stats = wait_for(LIMIT, || {
+        g.try_stats().filter(|s| s.last_error.is_some())
+    })
+    .unwrap_or_else(|| panic!("no failure recorded:\n{}", d.stderr()));
+    assert_eq!(
+        stats.last_error.as_deref(),
+        Some("token refused: invalid_grant"),
+        "only the OAuth error code is kept"
+    );
+    assert!(mock.token_requests() >= 1);
+
+    let page = rt
+        .block_on(async {
+            reqwest::get(format!("http://127.0.0.1:{port}/"))
+                .await?
+                .text()
+                .await
+        })
+        .unwrap();
+    let check = g.run(&["check"]);
+    let check = format!("{}{}", text(&check.stdout), text(&check.stderr));
+    assert!(check.contains("wrong username or password"), "{check}");
+    let db = rusqlite::Connection::open(tapegate::outbox::Store::path_in(&g.state_dir())).unwrap();
+    let meta: Vec<String> = db
+        .prepare("SELECT key || '=' || value FROM meta")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let (status, log) = d.terminate(LIMIT);
+    assert!(status.success(), "{log}");
+    assert!(log.contains("invalid_grant"), "the log says why:\n{log}");
+    for (what, shown) in [
+        ("the log", log),
+        ("the database", meta.join("\n")),
+        ("status", text(&g.run(&["status"]).stdout)),
+        ("status --json", text(&g.run(&["status", "--json"]).stdout)),
+        ("check", check),
+        ("the page", page),
+    ] {
+        assert_no_password(what, &shown);
+    }
+}

@@ -51,6 +51,27 @@ pub(crate) fn clamp_lifetime(secs: f64) -> Option<Duration> {
     Some(Duration::from_secs_f64(secs.clamp(lo, hi)))
 }
 
+/// What is kept of a token endpoint's refusal: its OAuth 2.0 `error` code (RFC 6749
+/// 5.2: `invalid_grant`, `access_denied`, ...) when the body has one, and nothing else
+/// of the body, ever. A token endpoint that echoes the request it refuses (a debug
+/// page, a proxy's error, `error_description` quoting the form) would otherwise carry
+/// the password, form-encoded or any other way, into the log, `last_error`, `status`,
+/// `check` and the page; the status and the code say enough: 401 `invalid_grant` is a
+/// wrong password, 403 `access_denied` a wrong client or audience.
+pub(crate) fn refusal(body: &[u8], password: &str) -> String {
+    let code = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("error")?.as_str().map(str::to_string))
+        .filter(|c| {
+            (1..=64).contains(&c.len())
+                && c.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+                // A server that puts the password where the code goes gets no code.
+                && !c.contains(password)
+        });
+    code.unwrap_or_else(|| "no error code given".into())
+}
+
 /// What the token endpoint granted.
 #[derive(Debug, Clone)]
 pub(crate) struct Grant {
@@ -246,6 +267,22 @@ mod tests {
         ApiError::AuthRejected {
             status: 401,
             message: "invalid_grant".into(),
+        }
+    }
+
+    #[test]
+    fn of_a_refused_grant_only_the_oauth_error_code_is_kept() {
+        let pw = "Sup3rSecretPw!";
+        let echoed = br#"{"error":"invalid_grant","error_description":"bad credentials: grant_type=password&username=demo&password=Sup3rSecretPw%21","message":"password=Sup3rSecretPw%21"}"#;
+        assert_eq!(refusal(echoed, pw), "invalid_grant");
+        for body in [
+            &b"grant_type=password&password=Sup3rSecretPw%21"[..],
+            br#"{"error":"password=Sup3rSecretPw%21"}"#,
+            br#"{"error":"Sup3rSecretPw"}"#,
+            br#"{"error_description":"Sup3rSecretPw!"}"#,
+            b"",
+        ] {
+            assert_eq!(refusal(body, "Sup3rSecretPw"), "no error code given");
         }
     }
 

@@ -98,6 +98,16 @@ pub async fn run(config: &Config, config_path: &str, out: &mut dyn Write) -> boo
         );
     }
     let env = &service.endpoint;
+    if env.password.expose().chars().count() < crate::secret::SCRUB_MIN_CHARS {
+        say(
+            Verdict::Warn,
+            "password",
+            format!(
+                "shorter than {} characters: too short to tell from ordinary text, so it is not looked for in what the service answers (the token endpoint's answers are never shown); ask for a longer one",
+                crate::secret::SCRUB_MIN_CHARS
+            ),
+        );
+    }
     match client.fetch_token().await {
         Ok(expires) => say(
             Verdict::Ok,
