@@ -235,7 +235,7 @@ async fn run_in(
         .with_health(health.clone());
     let live = source.is_live();
     let announces_start = source.announces_start();
-    let clock = start_clock(&config, &outbox).await;
+    let clock = start_clock(&config, &outbox, &metrics).await;
     {
         let stop = stop_source.clone();
         let run = async move { source.run(adverts_tx, stop).await.map_err(RunError::from) };
@@ -461,10 +461,15 @@ async fn run_in(
 /// Starts the clock keeper (DESIGN.md, "Time on a gateway without a real-time clock").
 /// If the outbox cannot record this boot, captures are not held: accepted and sent as
 /// the clock says, which is what a gateway did before clock repair.
-async fn start_clock(config: &Config, outbox: &Outbox) -> Option<ClockKeeper> {
+async fn start_clock(
+    config: &Config,
+    outbox: &Outbox,
+    metrics: &Arc<Metrics>,
+) -> Option<ClockKeeper> {
     match ClockKeeper::start(config.gateway.clock, outbox).await {
-        Ok((keeper, released)) => {
+        Ok((mut keeper, released)) => {
             tracing::info!(clock = %keeper.verdict(), released, "clock judged at start");
+            keeper.report_to(metrics.clone());
             Some(keeper)
         }
         Err(e) => {
