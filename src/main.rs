@@ -253,7 +253,11 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
                 config.products.0.len(),
                 config.scanner.source
             )?;
-            if let Some(warning) = config.http.listen.and_then(tapegate::http::exposure_warning) {
+            if let Some(warning) = config
+                .http
+                .listen
+                .and_then(tapegate::http::exposure_warning)
+            {
                 writeln!(stdout, "warn http             {warning}")?;
             }
         }

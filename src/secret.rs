@@ -72,9 +72,9 @@ fn scrub_one(text: &str, secret: &[char]) -> String {
     let mut at = 0;
     while at < bytes.len() {
         if text.is_char_boundary(at) {
-            if let Some(end) = longest_match(bytes, at, secret).filter(|&end| {
-                whole(text, at, end, secret)
-            }) {
+            if let Some(end) =
+                longest_match(bytes, at, secret).filter(|&end| whole(text, at, end, secret))
+            {
                 out.push_str(&text[copied..at]);
                 out.push_str(REDACTED);
                 copied = end;
@@ -237,7 +237,10 @@ mod tests {
     #[test]
     fn scrub_removes_every_secret_longest_first() {
         assert_eq!(
-            scrub("pw hunter2hunter tok abcdefgh hunter2hunter", &["hunter2hunter", "abcdefgh", ""]),
+            scrub(
+                "pw hunter2hunter tok abcdefgh hunter2hunter",
+                &["hunter2hunter", "abcdefgh", ""]
+            ),
             "pw <redacted> tok <redacted> <redacted>"
         );
         assert_eq!(
@@ -254,10 +257,16 @@ mod tests {
             ("literal", "Sup3rSecretPw!"),
             ("form-encoded", "Sup3rSecretPw%21"),
             ("lower-case hex", "Sup3rSecretPw%21"),
-            ("every byte percent-encoded", "%53%75%70%33%72%53%65%63%72%65%74%50%77%21"),
+            (
+                "every byte percent-encoded",
+                "%53%75%70%33%72%53%65%63%72%65%74%50%77%21",
+            ),
             ("mixed case hex", "%53u%70%33rSecretPw%21"),
             ("JSON \\u escapes", "Sup3rSecretPw\\u0021"),
-            ("JSON \\u escapes throughout", "\\u0053\\u0075p3rSecretPw\\u0021"),
+            (
+                "JSON \\u escapes throughout",
+                "\\u0053\\u0075p3rSecretPw\\u0021",
+            ),
             ("HTML numeric", "Sup3rSecretPw&#33;"),
             ("HTML hex", "Sup3rSecretPw&#x21;"),
         ] {
@@ -275,7 +284,11 @@ mod tests {
             "a%20%22b%5cc/d%20%c3%a9%f0%9f%98%80%20e%26f",
             "a &quot;b\\c/d é😀 e&amp;f",
         ] {
-            assert_eq!(scrub(&format!("[{encoded}]"), &[awkward]), "[<redacted>]", "{encoded}");
+            assert_eq!(
+                scrub(&format!("[{encoded}]"), &[awkward]),
+                "[<redacted>]",
+                "{encoded}"
+            );
         }
     }
 
@@ -283,12 +296,18 @@ mod tests {
     fn a_short_secret_or_a_part_of_a_longer_word_is_left_alone() {
         // Too short to tell from ordinary text: the message stays readable.
         assert_eq!(
-            scrub("table 42: the value 1234 is not acceptable", &["abl", "1234"]),
+            scrub(
+                "table 42: the value 1234 is not acceptable",
+                &["abl", "1234"]
+            ),
             "table 42: the value 1234 is not acceptable"
         );
         // Whole occurrences only.
         let pw = "hunter22";
-        assert_eq!(scrub("hunter22 hunter222 xhunter22", &[pw]), "<redacted> hunter222 xhunter22");
+        assert_eq!(
+            scrub("hunter22 hunter222 xhunter22", &[pw]),
+            "<redacted> hunter222 xhunter22"
+        );
         assert_eq!(scrub("(hunter22)", &[pw]), "(<redacted>)");
         // A secret that ends in a symbol ends there, whatever follows.
         assert_eq!(scrub("Sup3rSecretPw!abc", &[PW]), "<redacted>abc");

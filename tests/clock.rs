@@ -364,8 +364,7 @@ fn the_clock_state_metric_follows_the_clock_from_holding_to_synchronised() {
 }
 
 #[test]
-fn captures_of_a_group_still_open_when_the_clock_is_repaired_are_never_sent_with_the_wrong_time(
-) {
+fn captures_of_a_group_still_open_when_the_clock_is_repaired_are_never_sent_with_the_wrong_time() {
     let (_rt, mock) = mock_on_own_runtime(MockConfig::demo());
     // A group stays open 10 s: the clock's repair (looked at every second) lands while
     // one is open, with about a second of captures in it.
@@ -387,7 +386,11 @@ fn captures_of_a_group_still_open_when_the_clock_is_repaired_are_never_sent_with
     stop(&mut child, &g);
 
     let items = delivered_items(&mock);
-    assert!(items.len() as u64 > held.clock.held, "{} delivered", items.len());
+    assert!(
+        items.len() as u64 > held.clock.held,
+        "{} delivered",
+        items.len()
+    );
     let end = real_now_secs();
     let wrong: Vec<i64> = items
         .iter()

@@ -538,7 +538,11 @@ fn tls_with_an_expired_certificate_says_certificate_expired() {
 /// A pipe whose reader has gone, as `2>&1 | head -1` leaves it once `head` exits: the
 /// stdout and stderr of a command.
 fn closed_pipe() -> (Stdio, Stdio) {
-    let (reader, writer) = std::io::pipe().unwrap();
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: pipe(2) fills both descriptors, which are then owned here alone.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     drop(reader);
     let err = writer.try_clone().unwrap();
     (Stdio::from(writer), Stdio::from(err))
@@ -606,7 +610,10 @@ fn run_until_drained_stopped_by_sigterm_with_captures_pending_exits_4_not_0() {
         .unwrap_or_else(|| panic!("not committed:\n{}", d.stderr()));
     let (status, log) = d.terminate(LIMIT);
     assert_eq!(status.code(), Some(4), "stopped, not drained:\n{log}");
-    assert!(log.contains("stopped by a signal before the outbox was drained"), "{log}");
+    assert!(
+        log.contains("stopped by a signal before the outbox was drained"),
+        "{log}"
+    );
     assert_eq!(g.stats().pending, 3);
 
     // Without --until-drained, SIGTERM is the normal end of a daemon: exit 0.
@@ -688,9 +695,14 @@ fn service_texts_are_stored_and_shown_bounded_and_inert() {
     // Stored bounded, as every other text from elsewhere.
     let db = rusqlite::Connection::open(tapegate::outbox::Store::path_in(&g.state_dir())).unwrap();
     let longest: i64 = db
-        .query_row("SELECT MAX(length(error)) FROM dead_letters", [], |r| r.get(0))
+        .query_row("SELECT MAX(length(error)) FROM dead_letters", [], |r| {
+            r.get(0)
+        })
         .unwrap();
-    assert!(longest <= 301, "a reason of {longest} characters was stored");
+    assert!(
+        longest <= 301,
+        "a reason of {longest} characters was stored"
+    );
 
     // The page: both tapes are heard now, each card with the service's reason.
     let page = rt
@@ -703,19 +715,33 @@ fn service_texts_are_stored_and_shown_bounded_and_inert() {
         .unwrap();
     assert!(page.len() < 64 * 1024, "the page is {} bytes", page.len());
     assert_inert("the page", &page);
-    assert!(page.contains("\\e[2J") && page.contains("refused: xxx"), "{page}");
+    assert!(
+        page.contains("\\e[2J") && page.contains("refused: xxx"),
+        "{page}"
+    );
 
     let listed = g.run(&["dead-letters", "list"]);
     let listed = text(&listed.stdout);
-    assert!(listed.len() < 4 * 1024, "dead-letters list printed {} bytes", listed.len());
+    assert!(
+        listed.len() < 4 * 1024,
+        "dead-letters list printed {} bytes",
+        listed.len()
+    );
     assert_inert("dead-letters list", &listed);
-    assert!(listed.contains("\\e[31mRED\\u{202e}txet") && listed.contains("x…"), "{listed}");
+    assert!(
+        listed.contains("\\e[31mRED\\u{202e}txet") && listed.contains("x…"),
+        "{listed}"
+    );
 
     // Arguments come back in tables and errors: inert too.
     let out = g.run(&["device", "show", "--qr", "TT\u{1b}]0;owned\u{7}\u{202e}QR"]);
     assert_inert("device show", &text(&out.stdout));
     assert_inert("device show's error", &text(&out.stderr));
-    assert!(text(&out.stdout).contains("TT\\e]0;owned"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("TT\\e]0;owned"),
+        "{}",
+        text(&out.stdout)
+    );
     // A refusal's message becomes the last error `status` shows.
     mock.push_fault(tapegate::mock::Fault::Refuse {
         status: 400,
@@ -739,8 +765,16 @@ fn service_texts_are_stored_and_shown_bounded_and_inert() {
 
 /// Asserts no encoding of the test password shows in `shown`.
 fn assert_no_password(what: &str, shown: &str) {
-    for part in ["Sup3rSecret", "3rSecretPw", "%53%75%70%33", "\\u0053\\u0075"] {
-        assert!(!shown.contains(part), "{what} shows the password ({part}): {shown}");
+    for part in [
+        "Sup3rSecret",
+        "3rSecretPw",
+        "%53%75%70%33",
+        "\\u0053\\u0075",
+    ] {
+        assert!(
+            !shown.contains(part),
+            "{what} shows the password ({part}): {shown}"
+        );
     }
 }
 
@@ -764,10 +798,8 @@ fn a_token_endpoint_echoing_the_password_form_encoded_shows_it_nowhere() {
     ));
     let mut d = common::Daemon::start(&g);
     d.send(&[tape_advert(tape_mac(1), tapegate::clock::now_ms(), 1)]);
-    let stats = wait_for(LIMIT, || {
-        g.try_stats().filter(|s| s.last_error.is_some())
-    })
-    .unwrap_or_else(|| panic!("no failure recorded:\n{}", d.stderr()));
+    let stats = wait_for(LIMIT, || g.try_stats().filter(|s| s.last_error.is_some()))
+        .unwrap_or_else(|| panic!("no failure recorded:\n{}", d.stderr()));
     assert_eq!(
         stats.last_error.as_deref(),
         Some("token refused: invalid_grant"),

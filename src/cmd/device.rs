@@ -314,7 +314,12 @@ pub async fn run_devices(
         )?;
     } else {
         for b in &devices.bad {
-            writeln!(out, "line {}: {} (not sent)", b.line, crate::text::inert(&b.message))?;
+            writeln!(
+                out,
+                "line {}: {} (not sent)",
+                b.line,
+                crate::text::inert(&b.message)
+            )?;
         }
         if show {
             print_records(&report, out)?;
@@ -345,7 +350,10 @@ fn print_outcomes(report: &DeviceReport, out: &mut dyn Write) -> Result<(), CmdE
             crate::text::inert(&d.qrcode),
             if d.ok { "ok" } else { "FAILED" },
             crate::text::inert(d.error_code.as_deref().unwrap_or("-")),
-            crate::text::shown(d.note.as_deref().unwrap_or(""), crate::text::SHOWN_MAX_CHARS)
+            crate::text::shown(
+                d.note.as_deref().unwrap_or(""),
+                crate::text::SHOWN_MAX_CHARS
+            )
         )?;
     }
     let ok = report.devices.iter().filter(|d| d.ok).count();

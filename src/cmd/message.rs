@@ -27,6 +27,11 @@ pub async fn run(
     let data: Value = serde_json::from_str(&text)
         .map_err(|e| CmdError::Usage(format!("{} is not JSON: {e}", file.display())))?;
     let message = operator(config)?.message(t, data).await?;
-    writeln!(out, "{}: {}", t.as_str(), crate::text::shown(&message, crate::text::SHOWN_MAX_CHARS))?;
+    writeln!(
+        out,
+        "{}: {}",
+        t.as_str(),
+        crate::text::shown(&message, crate::text::SHOWN_MAX_CHARS)
+    )?;
     Ok(())
 }

@@ -223,7 +223,11 @@ fn outbox(h: &mut String, v: &View) {
     // An error older than the last good flush is history, not the state now.
     let error = match (&s.last_error, s.last_error_at) {
         (Some(e), Some(at)) if s.last_flush_ok_at.is_none_or(|ok| at > ok) => {
-            format!("<span class=\"bad\">{}</span> ({})", foreign(e), ago(at, v.now))
+            format!(
+                "<span class=\"bad\">{}</span> ({})",
+                foreign(e),
+                ago(at, v.now)
+            )
         }
         (Some(e), Some(at)) => format!("{} ({}, since recovered)", foreign(e), ago(at, v.now)),
         _ => "none".to_string(),

@@ -386,15 +386,17 @@ mod tests {
     }
 
     #[test]
-    fn a_capture_received_before_a_release_and_committed_after_it_is_re_timed_as_the_held_ones()
-    {
+    fn a_capture_received_before_a_release_and_committed_after_it_is_re_timed_as_the_held_ones() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = holding(open(&dir));
         s.enqueue(&[live(1, 90_000)]).unwrap();
         // Received at boot time 95 s and 99 s, under the hold: still in an open group (or
         // held by dedup) when the clock syncs at 100 s...
         let open_group = [live(2, 95_000), live(3, 99_000)];
-        assert_eq!(release(&mut s, true, TRUE_WALL_AT_BOOT + 100_000, 100_000), (1, 0));
+        assert_eq!(
+            release(&mut s, true, TRUE_WALL_AT_BOOT + 100_000, 100_000),
+            (1, 0)
+        );
         // ...and committed after it, with a capture received after the release.
         let after = Capture {
             ts_ms: TRUE_WALL_AT_BOOT + 101_000,
