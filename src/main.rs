@@ -1,7 +1,7 @@
 //! The thin binary: parse the command line, load the config, start logging, call the
 //! library, map errors to exit codes (0 ok, 2 bad config or usage, 3 the configured
 //! source cannot work on this machine, 4 `run --until-drained` stopped before it
-//! drained, 1 anything else).
+//! drained, 5 this user cannot write the state, 1 anything else).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -10,7 +10,9 @@ use clap::Parser;
 use tapegate::cli::{Cli, Command, DeadLetters};
 use tapegate::cmd::CmdError;
 use tapegate::config::{self, Config, ConfigError, Password};
-use tapegate::pipeline::{self, Reload, RunError, RunOptions, SetLogLevel, EXIT_UNDRAINED};
+use tapegate::pipeline::{
+    self, Reload, RunError, RunOptions, SetLogLevel, EXIT_STATE_NOT_WRITABLE, EXIT_UNDRAINED,
+};
 use tapegate::systemd::stop_signals;
 use tracing_journald::{Priority, PriorityMappings};
 use tracing_subscriber::layer::SubscriberExt;
@@ -70,10 +72,14 @@ fn main() -> ExitCode {
         }
         Err(Failure::Other(e)) => {
             report(&error_text(&e));
-            let unusable = e
-                .downcast_ref::<RunError>()
-                .is_some_and(RunError::source_cannot_work_here);
-            ExitCode::from(if unusable { EXIT_SOURCE_UNUSABLE } else { 1 })
+            let run = e.downcast_ref::<RunError>();
+            ExitCode::from(if run.is_some_and(RunError::source_cannot_work_here) {
+                EXIT_SOURCE_UNUSABLE
+            } else if run.is_some_and(RunError::state_not_writable) {
+                EXIT_STATE_NOT_WRITABLE
+            } else {
+                1
+            })
         }
     }
 }

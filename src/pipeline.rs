@@ -61,6 +61,10 @@ const FLUSH_SLACK: Duration = Duration::from_secs(60);
 /// without it exits 0 on SIGTERM (DESIGN.md, "Signals").
 pub const EXIT_UNDRAINED: u8 = 4;
 
+/// The exit code of `run` when this user cannot write the state directory or its
+/// database (the unit does not restart on it: the error says what fixes it).
+pub const EXIT_STATE_NOT_WRITABLE: u8 = 5;
+
 /// How `run` behaves beyond the config.
 #[derive(Default)]
 pub struct RunOptions {
@@ -135,6 +139,17 @@ impl RunError {
         matches!(self, RunError::Source(e) if e.cannot_work_here())
     }
 
+    /// This user cannot write the state directory or its database (owner, mode, a
+    /// read-only file system): a restart will not help until someone fixes it as the
+    /// error says.
+    pub fn state_not_writable(&self) -> bool {
+        matches!(
+            self,
+            RunError::Outbox(OutboxError::NotWritable { .. })
+                | RunError::Locked(LockError::NotWritable { .. })
+        )
+    }
+
     fn stage(stage: &'static str) -> impl FnOnce(tokio::task::JoinError) -> RunError {
         move |source| RunError::Stage { stage, source }
     }
@@ -193,6 +208,7 @@ async fn run_in(
 
     let metrics = Arc::new(Metrics::new());
     let tapes_heard = Arc::new(HeardNow::default());
+    let admission = Arc::new(health::Admission::default());
     // Bound before anything runs, so that a port in use stops the daemon at once.
     let http_listener = match config.http.listen {
         Some(addr) => Some(http::bind(addr).await?),
@@ -256,6 +272,7 @@ async fn run_in(
                 reload_dedup: Some(dedup_rx),
                 metrics: metrics.clone(),
                 tapes_heard: tapes_heard.clone(),
+                admission: admission.clone(),
             },
             adverts_rx,
             outbox.clone(),
@@ -325,6 +342,7 @@ async fn run_in(
             source: config.scanner.source.name().to_string(),
             outbox: outbox.clone(),
             liveness: liveness.clone(),
+            admission: admission.clone(),
             metrics: metrics.clone(),
             heard: tapes_heard.clone(),
             source_health: health.clone(),

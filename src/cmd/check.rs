@@ -178,7 +178,7 @@ pub async fn run(config: &Config, config_path: &str, out: &mut dyn Write) -> boo
 /// real tape, as the daemon would send it), or else the probe MAC no tape has. With a
 /// sentence saying which.
 fn test_item(config: &Config, mac_format: MacFormat) -> (BulkItem, String) {
-    let pending = Store::open_existing(&config.gateway.state_dir)
+    let pending = Store::open_existing_read_only(&config.gateway.state_dir)
         .ok()
         .flatten()
         .and_then(|store| store.next_batch(1, 1).ok())

@@ -101,7 +101,7 @@ fn ago(at: EpochMillis, now: EpochMillis) -> String {
 
 /// Prints `tapegate status`.
 pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), CmdError> {
-    let store = Store::open_existing(&config.gateway.state_dir)?;
+    let store = Store::open_existing_read_only(&config.gateway.state_dir)?;
     let stats = store.as_ref().map(Store::stats).transpose()?;
     let now = now_ms();
     let s = StatusJson::new(config, stats.as_ref(), now);
@@ -199,7 +199,7 @@ fn rows<T: Serialize>(
     out: &mut dyn Write,
     read: impl FnOnce(&Store) -> Result<Vec<T>, OutboxError>,
 ) -> Result<Option<Vec<T>>, CmdError> {
-    let rows = match Store::open_existing(&config.gateway.state_dir)? {
+    let rows = match Store::open_existing_read_only(&config.gateway.state_dir)? {
         Some(store) => read(&store)?,
         None => Vec::new(),
     };

@@ -67,6 +67,8 @@ pub struct HttpState {
     pub source: String,
     pub outbox: Outbox,
     pub liveness: Liveness,
+    /// Whether captures can be committed (the ingest stage's word).
+    pub admission: Arc<health::Admission>,
     pub metrics: Arc<Metrics>,
     pub heard: Arc<HeardNow>,
     pub source_health: Arc<SourceHealth>,
@@ -309,7 +311,7 @@ async fn answer(state: Arc<HttpState>, req: Request<Incoming>) -> Result<Answer,
     }
     Ok(match req.uri().path() {
         "/metrics" => scrape(&state).await,
-        "/healthz" => match health::verdict(&state.liveness, &state.metrics) {
+        "/healthz" => match health::verdict(&state.liveness, &state.admission, &state.metrics) {
             Ok(()) => text(StatusCode::OK, PLAIN, "ok\n".into()),
             Err(u) => text(
                 StatusCode::SERVICE_UNAVAILABLE,

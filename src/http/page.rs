@@ -74,7 +74,7 @@ pub(super) async fn render(state: &HttpState) -> Answer {
         gateway_id: state.gateway_id.clone(),
         source: state.source.clone(),
         now,
-        health: health::verdict(&state.liveness, &state.metrics),
+        health: health::verdict(&state.liveness, &state.admission, &state.metrics),
         tapes,
         stats,
         adverts: state.metrics.adverts(),

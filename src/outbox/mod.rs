@@ -77,6 +77,7 @@ tapes heard, for the operator commands of the service interface; `lock.rs` the s
 directory's one owner. `handle.rs` is the owner thread.
 */
 
+mod access;
 mod clock;
 mod dock;
 mod handle;
@@ -85,6 +86,7 @@ mod operator;
 mod queue;
 mod store;
 
+pub use access::why_unwritable;
 pub use clock::{BootStart, ClockChange, ClockStatus, Released};
 pub use dock::{HeardTape, WindowState, HEARD_BEST_MS, HEARD_KEEP_MS};
 pub use handle::Outbox;
@@ -124,6 +126,10 @@ pub enum OutboxError {
     /// The database cannot be used at all (permissions, newer schema).
     #[error("outbox {path} cannot be opened: {reason}")]
     Unusable { path: PathBuf, reason: String },
+    /// This process cannot write the database (its owner, its mode, a read-only file
+    /// system): `why` says what fixes it. Retrying as it is will not.
+    #[error("outbox {path} cannot be written: {why}")]
+    NotWritable { path: PathBuf, why: String },
     /// Any other database error.
     #[error("outbox: {0}")]
     Sqlite(#[from] rusqlite::Error),
