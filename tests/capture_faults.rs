@@ -756,10 +756,21 @@ fn healthz_is_503_naming_the_outbox_from_the_first_failed_commit_until_one_succe
     let filler = g.state_dir().join("filler");
     let fill = tmpfs.free_bytes().saturating_sub(32 * 1024) as usize;
     std::fs::write(&filler, vec![0x5Au8; fill]).unwrap();
+    // Captures until a commit fails (a bounded number: a stage holding a group reads no
+    // more, and a full pipe would block this test).
     let mut sent = 0u32;
-    let unhealthy = wait_for(Duration::from_secs(30), || {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !daemon.stderr().contains("outbox write failed") {
+        assert!(
+            Instant::now() < deadline && sent < 3000,
+            "no failed write after {sent} captures:\n{}",
+            daemon.stderr()
+        );
         daemon.send(&(sent..sent + 25).map(nth_advert).collect::<Vec<_>>());
         sent += 25;
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let unhealthy = wait_for(Duration::from_secs(30), || {
         healthz().filter(|(s, _)| *s == 503)
     })
     .unwrap_or_else(|| {
