@@ -74,7 +74,9 @@ quarantines; `queue.rs` is the daemon's path (enqueue, next batch, settle); `ope
 is what `status`, `tapes` and `dead-letters` read and change; `clock.rs` records boots
 and holds and releases captures for the clock keeper; `dock.rs` the rate window and the
 tapes heard, for the operator commands of the service interface; `lock.rs` the state
-directory's one owner. `handle.rs` is the owner thread.
+directory's one owner; `access.rs` who may create and write the state (a database is
+created only by the state directory's owner, or by root for it). `handle.rs` is the
+owner thread.
 */
 
 mod access;
