@@ -11,6 +11,7 @@ pub mod demo;
 pub mod device;
 pub mod history;
 pub mod locate;
+pub mod manifest;
 pub mod message;
 pub mod scan;
 pub mod state;
@@ -45,14 +46,6 @@ pub enum CmdError {
     /// The command ran and said what failed (exit 1).
     #[error("{0}")]
     Failed(String),
-}
-
-/// Tells the person at the terminal something on stderr (a wait, a retry), inert (it
-/// may quote an argument or the service). A closed stderr (`tapegate locate X 2>&1 |
-/// head -1`) is not worth failing, or panicking, over.
-pub fn say(line: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "{}", crate::text::inert(line));
 }
 
 impl CmdError {

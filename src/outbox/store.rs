@@ -21,7 +21,12 @@ use crate::record::Mac;
 /// The schema, as the steps that build it: `MIGRATIONS[i]` takes a database from
 /// `user_version` `i` to `i + 1`. Steps are only ever appended, and each adds (tables,
 /// columns, indexes) rather than rewrites, so an older database upgrades in place.
-const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_CLOCK, MIGRATION_OPERATOR];
+const MIGRATIONS: &[&str] = &[
+    MIGRATION_1,
+    MIGRATION_CLOCK,
+    MIGRATION_OPERATOR,
+    MIGRATION_RATE_SENDS,
+];
 
 /// How long `open_existing` waits for a database being created or migrated beside it
 /// (steps of this, this many times): migrating takes milliseconds.
@@ -111,6 +116,18 @@ CREATE TABLE heard (
     known       INTEGER
 );
 CREATE INDEX heard_by_last_at ON heard(last_at);
+";
+
+/// Issue 21: the rate window becomes a sliding one (never more than 10 requests in any
+/// window's length, whatever the service's alignment), so it keeps the time of each of
+/// the last requests instead of a window's start and count.
+const MIGRATION_RATE_SENDS: &str = "
+DROP TABLE rate_window;
+CREATE TABLE rate_sends (
+    identity    TEXT NOT NULL,
+    sent_at     INTEGER NOT NULL
+);
+CREATE INDEX rate_sends_by_identity ON rate_sends(identity);
 ";
 
 /// How the store is opened.
