@@ -91,9 +91,12 @@ quarantines; `queue.rs` is the daemon's path (enqueue, next batch, settle); `ope
 is what `status`, `tapes` and `dead-letters` read and change; `clock.rs` records boots
 and holds and releases captures for the clock keeper; `dock.rs` the rate window and the
 tapes heard, for the operator commands of the service interface; `lock.rs` the state
-directory's one owner. `handle.rs` is the owner thread.
+directory's one owner; `access.rs` who may create and write the state (a database is
+created only by the state directory's owner, or by root for it). `handle.rs` is the
+owner thread.
 */
 
+mod access;
 mod clock;
 mod dock;
 mod handle;
@@ -102,6 +105,7 @@ mod operator;
 mod queue;
 mod store;
 
+pub use access::why_unwritable;
 pub use clock::{BootStart, ClockChange, ClockStatus, Released};
 pub use dock::{HeardTape, HEARD_BEST_MS, HEARD_KEEP_MS};
 pub use handle::Outbox;
@@ -141,6 +145,10 @@ pub enum OutboxError {
     /// The database cannot be used at all (permissions, newer schema).
     #[error("outbox {path} cannot be opened: {reason}")]
     Unusable { path: PathBuf, reason: String },
+    /// This process cannot write the database (its owner, its mode, a read-only file
+    /// system): `why` says what fixes it. Retrying as it is will not.
+    #[error("outbox {path} cannot be written: {why}")]
+    NotWritable { path: PathBuf, why: String },
     /// Any other database error.
     #[error("outbox: {0}")]
     Sqlite(#[from] rusqlite::Error),
