@@ -218,6 +218,9 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             if let Some(warning) = config::world_readable_password(&cli.config) {
                 tracing::warn!("{warning}");
             }
+            for warning in config.deprecations() {
+                tracing::warn!("{warning}");
+            }
             let options = RunOptions {
                 until_drained: *until_drained,
                 reload: Some(Reload {

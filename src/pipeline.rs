@@ -300,7 +300,7 @@ async fn run_in(
             settings: config.flush.clone(),
             mac_format: service.mac_format,
             gateway_id: config.gateway.id.clone(),
-            retention: config.readings.retention,
+            heard: tapes_heard.clone(),
             beat,
             metrics: metrics.clone(),
         }

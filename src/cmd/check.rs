@@ -69,6 +69,9 @@ pub async fn run(config: &Config, config_path: &str, out: &mut dyn Write) -> boo
     {
         say(Verdict::Warn, "password", warning);
     }
+    for warning in config.deprecations() {
+        say(Verdict::Warn, "config", warning);
+    }
     if let Some(warning) = config.http.listen.and_then(crate::http::exposure_warning) {
         say(Verdict::Warn, "http", warning);
     }

@@ -204,8 +204,23 @@ pub struct FlushSettings {
 
 #[derive(Debug, Clone)]
 pub struct ReadingsSettings {
-    /// Decoded readings older than this are deleted (the latest of each tape is kept).
+    /// Deprecated (issue 22): no reading history is kept, so nothing is pruned by it.
+    /// Still read and checked, so that a config that sets it keeps working.
     pub retention: Duration,
+    /// `readings.retention_hours` was set (in the file or the environment): warned of.
+    pub retention_set: bool,
+}
+
+impl Config {
+    /// Keys that are accepted but no longer do anything, each with a sentence saying
+    /// why: `run` logs them at WARN at start, `check` shows them.
+    pub fn deprecations(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.readings.retention_set {
+            out.push("readings.retention_hours has no effect any more: the gateway keeps no history of readings (the service keeps them; nothing here read them), only each tape's latest (`tapegate tapes`); remove the key".to_string());
+        }
+        out
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -391,12 +406,27 @@ fn syntax_message(text: &str, e: &toml::de::Error) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::test_support::{problems, test_host, SERVICE};
+    use super::test_support::{parse, problems, test_host, SERVICE};
     use super::*;
 
     /// `status`, `tapes`, `dead-letters`, `scan`, `check --config-only` and a reload work
     /// where the password cannot be read (the unit stopped, `ExecReload=`), and still
     /// refuse a config that is wrong elsewhere, in `[service]` too.
+    #[test]
+    fn a_retention_of_readings_is_accepted_and_warned_of_as_without_effect() {
+        assert!(parse("", &[]).unwrap().deprecations().is_empty());
+        for (text, env) in [
+            ("[readings]\nretention_hours = 24\n", vec![]),
+            ("", vec![("TAPEGATE_READINGS__RETENTION_HOURS", "24")]),
+        ] {
+            let warned = parse(text, &env).unwrap().deprecations();
+            assert_eq!(warned.len(), 1, "{warned:?}");
+            assert!(warned[0].contains("readings.retention_hours has no effect"));
+        }
+        // Still checked: a value that never made sense is refused as before.
+        assert!(parse("[readings]\nretention_hours = 0\n", &[]).is_err());
+    }
+
     #[test]
     fn what_does_not_talk_to_the_service_never_reads_the_password() {
         let text = SERVICE.replace(

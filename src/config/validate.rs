@@ -466,6 +466,7 @@ pub fn validate(
                 24 * 3650,
             ),
         ),
+        retention_set: raw.readings.retention_hours.is_some(),
     };
 
     let level = raw.log.level.unwrap_or_else(|| DEFAULTS.log.level.into());

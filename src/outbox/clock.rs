@@ -157,7 +157,7 @@ impl Store {
         // Startup only: the pending scan has no index, and is not repeated.
         let high_water_ms: Option<i64> = tx.query_row(
             "SELECT MAX(t) FROM (
-                SELECT MAX(decoded_at) AS t FROM readings
+                SELECT MAX(decoded_at) AS t FROM tapes
                 UNION ALL SELECT MAX(captured_at) FROM pending WHERE boot IS NOT NULL AND held = 0
                 UNION ALL SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'last_flush_ok_at')",
             [],

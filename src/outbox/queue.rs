@@ -7,12 +7,13 @@ use std::collections::HashSet;
 use rusqlite::{params, Transaction};
 
 use super::clock::{first_held, Retimed};
-use super::dock::{note_heard, note_known};
+use super::dock::record_heard;
 use super::store::{
     hold_id_floor, int_to_mac, mac_to_int, read_counters, release_id_floor, write_counters,
     write_tx, Counters,
 };
-use super::{FlusherState, OutboxError, Store, MAX_DEAD_LETTERS};
+use super::{FlusherState, OutboxError, Store, TapeRow, MAX_DEAD_LETTERS};
+use crate::heard_now::HeardChanges;
 use crate::record::{Capture, EpochMillis, Mac};
 
 /// A pending capture as the flusher sees it.
@@ -34,14 +35,22 @@ pub struct Fetched {
     pub backlog: bool,
 }
 
-/// A decoded reading to store.
+/// What the service decoded, as far as the gateway keeps it: the tape's latest reading
+/// (`tapegate tapes`, the status page). The readings themselves are the service's.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reading {
     pub qr_code: Option<String>,
     pub temp: Option<f64>,
     pub bat: Option<f64>,
-    /// The server's item, as JSON text, so nothing it sent is lost.
-    pub raw: String,
+}
+
+/// What is recorded in the transaction that records the answers, beside them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AnswerNotes {
+    /// The flusher's state, for `status`.
+    pub flusher: Option<FlusherState>,
+    /// Tapes refused as unknown, and known again (`device add --nearest`).
+    pub heard: HeardChanges,
 }
 
 /// What became of one pending capture.
@@ -87,7 +96,6 @@ impl Store {
             }
             release_id_floor(&tx, self.id_floor)?;
             retimed.count(&tx)?;
-            note_heard(&tx, group)?;
             next.admitted += group.len() as u64;
             let excess = next.pending().saturating_sub(self.options.max_pending);
             let evicted = if excess == 0 {
@@ -252,40 +260,51 @@ impl Store {
     }
 
     /// Records what became of pending captures, in one transaction: a row leaves
-    /// `pending` only here, together with its reading or dead letter, and its claim is
-    /// let go. A row already gone (its database replaced, say: a claimed row is never
-    /// evicted) changes no counter. Returns how many rows left.
+    /// `pending` only here, together with its count (delivered) or its dead letter, and
+    /// its claim is let go. A row already gone (its database replaced, say: a claimed
+    /// row is never evicted) changes no counter. A delivered capture's reading becomes
+    /// its tape's latest, kept in memory and written behind ([`super::latest`]).
+    /// Returns how many rows left.
     pub fn settle(
         &mut self,
         outcomes: &[(PendingCapture, Outcome)],
         now: EpochMillis,
     ) -> Result<u64, OutboxError> {
-        self.settle_noting(outcomes, now, None)
+        self.settle_noting(outcomes, now, &AnswerNotes::default())
     }
 
     /// [`Store::settle`], recording in the same transaction (one commit, one sync) the
-    /// flusher's state for `status`.
+    /// flusher's state for `status` and the tapes heard that `--nearest` needs.
     pub fn settle_noting(
         &mut self,
         outcomes: &[(PendingCapture, Outcome)],
         now: EpochMillis,
-        flusher: Option<&FlusherState>,
+        notes: &AnswerNotes,
     ) -> Result<u64, OutboxError> {
+        for (p, outcome) in outcomes {
+            if let Outcome::Delivered(r) = outcome {
+                // A reading the service decoded is kept even if its row was evicted
+                // meanwhile; only the counter follows the row.
+                let c = &p.capture;
+                self.latest.note(TapeRow {
+                    mac: c.mac,
+                    qr_code: r.qr_code.clone(),
+                    captured_at: c.ts_ms,
+                    decoded_at: now,
+                    rssi: c.rssi,
+                    temp: r.temp,
+                    bat: r.bat,
+                });
+            }
+        }
+        let write_latest = self.latest.due();
         let tx = write_tx(&mut self.conn).map_err(OutboxError::WriteFailed)?;
+        let latest = &self.latest;
         let (removed, next) = (|| -> rusqlite::Result<(u64, Counters)> {
             let current = read_counters(&tx)?;
             let mut next = current;
             let mut removed = 0;
             let mut delete = tx.prepare_cached("DELETE FROM pending WHERE id = ?1")?;
-            let mut reading = tx.prepare_cached(
-                "INSERT INTO readings(mac, qr_code, captured_at, decoded_at, rssi, temp, bat, raw) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )?;
-            let mut tape = tx.prepare_cached(
-                "INSERT INTO tapes(mac, qr_code, captured_at, decoded_at, rssi, temp, bat, raw) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-                 ON CONFLICT(mac) DO UPDATE SET qr_code = excluded.qr_code, captured_at = excluded.captured_at,
-                   decoded_at = excluded.decoded_at, rssi = excluded.rssi, temp = excluded.temp, bat = excluded.bat, raw = excluded.raw
-                 WHERE excluded.captured_at >= tapes.captured_at",
-            )?;
             let mut dead = tx.prepare_cached(
                 "INSERT INTO dead_letters(mac, captured_at, product_id, packet, rssi, error, dead_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )?;
@@ -293,24 +312,12 @@ impl Store {
                 let gone = delete.execute([p.id])? == 1;
                 removed += u64::from(gone);
                 let c = &p.capture;
-                let mac = mac_to_int(c.mac);
                 match outcome {
-                    Outcome::Delivered(r) => {
-                        // A reading the service decoded is kept even if its row was
-                        // evicted meanwhile; only the counter follows the row.
-                        let row = params![mac, r.qr_code, c.ts_ms, now, c.rssi, r.temp, r.bat, r.raw];
-                        reading.execute(row)?;
-                        tape.execute(row)?;
-                        note_known(&tx, c.mac, true)?;
-                        next.delivered += u64::from(gone);
-                    }
+                    Outcome::Delivered(_) => next.delivered += u64::from(gone),
                     Outcome::DeadLetter(error) if gone => {
-                        if refused_as_unknown(error) {
-                            note_known(&tx, c.mac, false)?;
-                        }
                         // The service's reason, bounded as every text from elsewhere.
                         let error = crate::text::bounded(error, crate::text::SHOWN_MAX_CHARS);
-                        dead.execute(params![mac, c.ts_ms, c.product_id, c.packet, c.rssi, error, now])?;
+                        dead.execute(params![mac_to_int(c.mac), c.ts_ms, c.product_id, c.packet, c.rssi, error, now])?;
                         next.dead_lettered += 1;
                     }
                     Outcome::DeadLetter(_) => {}
@@ -320,14 +327,21 @@ impl Store {
                 next.dead_letters_dropped += cap_dead_letters(&tx, MAX_DEAD_LETTERS)?;
             }
             write_counters(&tx, &current, &next)?;
-            if let Some(f) = flusher {
+            if let Some(f) = &notes.flusher {
                 f.write(&tx)?;
+            }
+            record_heard(&tx, &notes.heard, now)?;
+            if write_latest {
+                latest.write(&tx)?;
             }
             Ok((removed, next))
         })()
         .map_err(OutboxError::WriteFailed)?;
         tx.commit().map_err(OutboxError::WriteFailed)?;
         self.counters = next;
+        if write_latest {
+            self.latest.written();
+        }
         for (p, _) in outcomes {
             self.claimed.remove(&p.id);
         }
@@ -365,13 +379,6 @@ fn row_to_pending(r: &rusqlite::Row<'_>) -> rusqlite::Result<PendingCapture> {
             boot_ms: r.get(6)?,
         },
     })
-}
-
-/// Whether a refused capture's error says the service does not know the tape. Bulk
-/// decode items carry only a text (spec 4.4, no code), so the text is all there is:
-/// "device not found or not associated with the customer" (the 404 of 4.3).
-fn refused_as_unknown(error: &str) -> bool {
-    error.to_ascii_lowercase().contains("not found")
 }
 
 /// Deletes the `excess` oldest pending rows that are not in `claimed`; returns how many.
@@ -494,7 +501,6 @@ mod tests {
             qr_code: Some("TT".into()),
             temp: None,
             bat: None,
-            raw: "{}".into(),
         });
         let settle = vec![
             (rows[0].clone(), delivered),

@@ -15,6 +15,7 @@ use rusqlite::{params, Connection, ErrorCode, OpenFlags, Transaction};
 
 use super::access::{create_private_file, create_state_dir, why_unwritable};
 use super::clock::ClockRows;
+use super::latest::Latest;
 use super::{Durability, OutboxError, DB_FILE};
 use crate::clock::now_ms;
 use crate::record::Mac;
@@ -27,6 +28,7 @@ const MIGRATIONS: &[&str] = &[
     MIGRATION_CLOCK,
     MIGRATION_OPERATOR,
     MIGRATION_RATE_SENDS,
+    MIGRATION_NO_READINGS,
 ];
 
 /// How long `open_existing` waits for a database being created or migrated beside it
@@ -131,6 +133,13 @@ CREATE TABLE rate_sends (
 CREATE INDEX rate_sends_by_identity ON rate_sends(identity);
 ";
 
+/// Issue 22: no reading history. Nothing read it (the service keeps the readings); each
+/// tape's latest stays in `tapes`, written behind (`latest.rs`).
+const MIGRATION_NO_READINGS: &str = "
+DROP INDEX readings_by_decoded_at;
+DROP TABLE readings;
+";
+
 /// How the store is opened.
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
@@ -197,6 +206,8 @@ pub struct Store {
     /// The rows the flusher has claimed (in a batch in flight, or settled and not yet
     /// recorded): never evicted. In memory only: nothing is claimed at a start.
     pub(super) claimed: HashSet<i64>,
+    /// Tapes' latest readings not yet written to `tapes` (`latest.rs`).
+    pub(super) latest: Latest,
 }
 
 /// The `mac` column holds the 48-bit address as an integer.
@@ -317,6 +328,7 @@ impl Store {
             identity: file_identity(path),
             id_floor: 0,
             claimed: HashSet::new(),
+            latest: Latest::default(),
         })
     }
 
@@ -409,6 +421,7 @@ impl Store {
             identity: None,
             id_floor: 0,
             claimed: HashSet::new(),
+            latest: Latest::default(),
         }))
     }
 
@@ -474,8 +487,9 @@ impl Store {
             let _ = create_state_dir(dir);
         }
         match Self::open_checked(&self.path, &self.options) {
-            Ok(fresh) => {
-                self.conn = fresh.conn;
+            Ok(mut fresh) => {
+                // `fresh` goes with the placeholder (and nothing to write).
+                std::mem::swap(&mut self.conn, &mut fresh.conn);
                 self.counters = fresh.counters;
                 self.identity = fresh.identity;
                 true
@@ -490,6 +504,29 @@ impl Store {
         }
     }
 
+    /// Writes the tapes' latest readings held in memory when they are due (`latest.rs`):
+    /// the owner thread asks after every job, so that they are written within a minute
+    /// or so even when no answer comes to carry them.
+    pub fn write_latest_if_due(&mut self) -> Result<(), OutboxError> {
+        if self.latest.due() {
+            self.write_latest()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the tapes' latest readings held in memory, in a transaction of their own
+    /// (when the outbox closes, and when they are due and no answer carries them).
+    pub fn write_latest(&mut self) -> Result<(), OutboxError> {
+        if self.latest.is_empty() {
+            return Ok(());
+        }
+        let tx = write_tx(&mut self.conn).map_err(OutboxError::WriteFailed)?;
+        self.latest.write(&tx).map_err(OutboxError::WriteFailed)?;
+        tx.commit().map_err(OutboxError::WriteFailed)?;
+        self.latest.written();
+        Ok(())
+    }
+
     /// Pending rows as the counters say (equal to the row count at every commit).
     pub fn pending(&self) -> u64 {
         self.counters.pending()
@@ -497,6 +534,14 @@ impl Store {
 
     pub fn set_max_pending(&mut self, max_pending: u64) {
         self.options.max_pending = max_pending;
+    }
+}
+
+impl Drop for Store {
+    /// A store dropped (a test's, a tool's) writes the latest readings it holds; the
+    /// daemon's owner thread writes them itself at close, and says when it cannot.
+    fn drop(&mut self) {
+        let _ = self.write_latest();
     }
 }
 

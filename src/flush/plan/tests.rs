@@ -52,7 +52,6 @@ fn delivered() -> Outcome {
         qr_code: Some("QR".into()),
         temp: None,
         bat: None,
-        raw: "{}".into(),
     })
 }
 
