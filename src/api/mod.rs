@@ -24,6 +24,7 @@ Why it is built this way:
 
 mod assumed;
 mod auth;
+mod bulk_answer;
 mod decode;
 mod devices;
 mod error;

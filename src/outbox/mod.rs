@@ -104,6 +104,7 @@ mod latest;
 mod lock;
 mod operator;
 mod queue;
+mod scan;
 mod store;
 
 pub use access::why_unwritable;

@@ -263,6 +263,8 @@ impl Store {
         write_counters(&tx, &current, &next)?;
         tx.commit()?;
         self.counters = next;
+        // Rows inserted where the flusher's walk may have passed.
+        self.cursor.reset();
         Ok(moved)
     }
 

@@ -8,6 +8,7 @@ use rusqlite::{params, Transaction};
 
 use super::clock::{first_held, Retimed};
 use super::dock::record_heard;
+use super::scan::Walk;
 use super::store::{
     hold_id_floor, int_to_mac, mac_to_int, read_counters, release_id_floor, write_counters,
     write_tx, Counters,
@@ -31,7 +32,8 @@ pub struct Fetched {
     /// Every pending row was looked at: no MAC outside `busy` has a capture that is
     /// not in `rows`' MACs.
     pub complete: bool,
-    /// Some MAC of `rows` has more captures pending behind the one taken.
+    /// With `complete`: some MAC of `rows` has more captures pending behind the one
+    /// taken. (Without it, only what the walk happened to see: not to be relied on.)
     pub backlog: bool,
 }
 
@@ -74,12 +76,13 @@ impl Store {
         }
         let tx = write_tx(&mut self.conn).map_err(OutboxError::WriteFailed)?;
         let clock = self.clock;
-        let (evicted, next, held_from) = (|| -> rusqlite::Result<(u64, Counters, Option<i64>)> {
+        let (evicted, next, held_from, first_id) = (|| -> rusqlite::Result<(u64, Counters, Option<i64>, Option<i64>)> {
             let current = read_counters(&tx)?;
             let mut next = current;
             let mut held_from = clock.first_held;
             let mut retimed = Retimed::default();
             hold_id_floor(&tx, self.id_floor)?;
+            let mut first_id = None;
             {
                 let mut insert = tx.prepare_cached(
                     "INSERT INTO pending(mac, captured_at, product_id, packet, rssi, boot, boot_ms, held) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -89,6 +92,7 @@ impl Store {
                     let held = clock.holds(live);
                     let captured_at = clock.captured_at(c, &mut retimed);
                     insert.execute(params![mac_to_int(c.mac), captured_at, c.product_id, c.packet, c.rssi, clock.boot_of(live), c.boot_ms, held])?;
+                    first_id.get_or_insert_with(|| tx.last_insert_rowid());
                     if held && held_from.is_none() {
                         held_from = Some(tx.last_insert_rowid());
                     }
@@ -113,10 +117,17 @@ impl Store {
                 held_from = first_held(&tx)?;
             }
             write_counters(&tx, &current, &next)?;
-            Ok((evicted, next, held_from))
+            Ok((evicted, next, held_from, first_id))
         })()
         .map_err(OutboxError::WriteFailed)?;
         tx.commit().map_err(OutboxError::WriteFailed)?;
+        if evicted > 0 {
+            // Rows the flusher's walk remembered may be gone: it starts over.
+            self.cursor.reset();
+        } else if let Some(first) = first_id {
+            // An id freed at the end of the table is given again: below the cursor.
+            self.cursor.lower(first);
+        }
         self.counters = next;
         self.clock.first_held = held_from;
         self.id_floor = 0;
@@ -138,78 +149,47 @@ impl Store {
 
     /// Like [`Store::next_batch`], skipping every capture of the MACs in `busy` (those
     /// in a batch in flight: a MAC is in at most one, so its captures keep their
-    /// order). Also says whether the batch is as full as it can get.
+    /// order). Also says whether the batch is as full as it can get. Walks from the
+    /// front ([`Store::claim_next_batch`] resumes where its last walk stopped).
     pub fn next_batch_excluding(
         &self,
         max: usize,
         scan_limit: usize,
         busy: &HashSet<Mac>,
     ) -> Result<Fetched, OutboxError> {
-        // The scan reads only `id` and `mac` (it may pass thousands of rows of a few
-        // tapes); the chosen rows are read whole afterwards.
-        let mut chosen = Vec::with_capacity(max.min(256));
-        let mut macs = HashSet::with_capacity(max);
-        let mut after = i64::MIN;
-        let mut scanned = 0usize;
-        let mut backlog = false;
-        // Held captures (`clock.rs`) are not deliverable, nor is anything after the
-        // first of them: the scan stops there.
-        let below = self.clock.deliverable_below();
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT id, mac FROM pending WHERE id > ?1 AND id < ?2 AND held = 0 ORDER BY id LIMIT 4096",
-        )?;
-        let complete = 'scan: loop {
-            let rows: Vec<(i64, i64)> = stmt
-                .query_map([after, below], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect::<Result<_, _>>()?;
-            let Some(last) = rows.last() else {
-                // Every pending row was seen.
-                break 'scan true;
-            };
-            after = last.0;
-            scanned += rows.len();
-            for (id, mac) in rows {
-                let mac = int_to_mac(mac);
-                if busy.contains(&mac) {
-                    continue;
-                }
-                if macs.insert(mac) {
-                    if chosen.len() == max {
-                        break 'scan false;
-                    }
-                    chosen.push(id);
-                } else {
-                    backlog = true;
-                }
-            }
-            if scanned >= scan_limit {
-                break 'scan false;
-            }
-        };
-        // One query for the chosen rows (not one per row): a full batch is almost always
-        // the same length, so its statement stays cached.
-        let rows = if chosen.is_empty() {
+        let walk = self.walk(max, scan_limit, busy)?;
+        self.fetched(walk)
+    }
+
+    /// The chosen rows, read whole: one query (not one per row); a full batch is almost
+    /// always the same length, so its statement stays cached.
+    fn fetched(&self, walk: Walk) -> Result<Fetched, OutboxError> {
+        let rows = if walk.chosen.is_empty() {
             Vec::new()
         } else {
             let sql = format!(
                 "SELECT id, mac, captured_at, product_id, packet, rssi, boot_ms FROM pending WHERE id IN ({}) ORDER BY id",
-                vec!["?"; chosen.len()].join(",")
+                vec!["?"; walk.chosen.len()].join(",")
             );
             let mut read = self.conn.prepare_cached(&sql)?;
             let rows = read
-                .query_map(rusqlite::params_from_iter(chosen.iter()), row_to_pending)?
+                .query_map(
+                    rusqlite::params_from_iter(walk.chosen.iter()),
+                    row_to_pending,
+                )?
                 .collect::<Result<_, _>>()?;
             rows
         };
         Ok(Fetched {
             rows,
-            complete,
-            backlog,
+            complete: walk.complete,
+            backlog: walk.backlog,
         })
     }
 
-    /// [`Store::next_batch_excluding`], after letting go of the claims in `unclaim`,
-    /// and claiming the rows it returns (see [`Store::claim`]).
+    /// [`Store::next_batch_excluding`] for the flusher: after letting go of the claims
+    /// in `unclaim`, resuming where its last walk stopped (`scan.rs`), and claiming the
+    /// rows it returns (see [`Store::claim`]).
     pub fn claim_next_batch(
         &mut self,
         max: usize,
@@ -218,7 +198,8 @@ impl Store {
         unclaim: &[i64],
     ) -> Result<Fetched, OutboxError> {
         self.unclaim(unclaim);
-        let fetched = self.next_batch_excluding(max, scan_limit, busy)?;
+        let walk = self.walk_on(max, scan_limit, busy)?;
+        let fetched = self.fetched(walk)?;
         self.claimed.extend(fetched.rows.iter().map(|r| r.id));
         Ok(fetched)
     }
@@ -242,13 +223,15 @@ impl Store {
             .query_map(rusqlite::params_from_iter(ids.iter()), |r| r.get(0))?
             .collect::<Result<_, _>>()?;
         self.claimed.extend(present.iter().copied());
+        self.cursor.claimed(&present);
         Ok(present)
     }
 
-    /// Lets go of the claims on `ids`: those rows may be evicted again.
+    /// Lets go of the claims on `ids`: those rows may be evicted again (and fetched).
     pub fn unclaim(&mut self, ids: &[i64]) {
         for id in ids {
             self.claimed.remove(id);
+            self.cursor.lower(*id);
         }
     }
 
@@ -344,6 +327,10 @@ impl Store {
         }
         for (p, _) in outcomes {
             self.claimed.remove(&p.id);
+        }
+        if !self.cursor.is_empty() {
+            let ids: Vec<i64> = outcomes.iter().map(|(p, _)| p.id).collect();
+            self.cursor.claimed(&ids);
         }
         Ok(removed)
     }

@@ -16,6 +16,7 @@ use rusqlite::{params, Connection, ErrorCode, OpenFlags, Transaction};
 use super::access::{create_private_file, create_state_dir, why_unwritable};
 use super::clock::ClockRows;
 use super::latest::Latest;
+use super::scan::Cursor;
 use super::{Durability, OutboxError, DB_FILE};
 use crate::clock::now_ms;
 use crate::record::Mac;
@@ -208,6 +209,8 @@ pub struct Store {
     pub(super) claimed: HashSet<i64>,
     /// Tapes' latest readings not yet written to `tapes` (`latest.rs`).
     pub(super) latest: Latest,
+    /// Where the flusher's next fetch resumes (`scan.rs`).
+    pub(super) cursor: Cursor,
 }
 
 /// The `mac` column holds the 48-bit address as an integer.
@@ -329,6 +332,7 @@ impl Store {
             id_floor: 0,
             claimed: HashSet::new(),
             latest: Latest::default(),
+            cursor: Cursor::default(),
         })
     }
 
@@ -422,6 +426,7 @@ impl Store {
             id_floor: 0,
             claimed: HashSet::new(),
             latest: Latest::default(),
+            cursor: Cursor::default(),
         }))
     }
 
@@ -482,6 +487,7 @@ impl Store {
         self.identity = None;
         // Ids of the old file name no row of the new one.
         self.claimed.clear();
+        self.cursor.reset();
         self.id_floor = floor.max(1);
         if let Some(dir) = self.path.parent() {
             let _ = create_state_dir(dir);
