@@ -45,6 +45,8 @@ tapes into decoded readings in the tracking service.
   defined in [`metrics`]), `/healthz` ([`health::verdict`]) and the status page
   (`http/page.rs`), which joins the tapes the ingest stage heard ([`heard_now`]) with
   what the state database knows of them.
+- [`telemetry`]: `[telemetry]`, the metrics of `/metrics` pushed to a Prometheus
+  remote-write receiver (`remote_write.rs` the protobuf by hand), kept through outages.
 - [`cmd`]: the commands a person runs beside the daemon: `status`, `tapes`,
   `dead-letters` (`state.rs`), `decode`, `check` (for installers), `scan` (the live
   view and recorder), `demo`, and the operator's `device`, `locate`, `history` and
@@ -86,4 +88,5 @@ pub mod secret;
 pub mod source;
 pub mod systemd;
 pub mod tape;
+pub mod telemetry;
 pub mod text;

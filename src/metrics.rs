@@ -86,6 +86,35 @@ struct StateLabel {
     state: &'static str,
 }
 
+/// What became of a telemetry push (see [`crate::telemetry`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PushOutcome {
+    /// The receiver took it.
+    Sent,
+    /// The receiver refused it for good (4xx): dropped.
+    Refused,
+    /// An attempt failed (unreachable, timeout, 429, 5xx); the push is kept.
+    Failed,
+    /// Dropped unsent to keep at most `telemetry.max_buffered`.
+    Dropped,
+}
+
+impl PushOutcome {
+    fn label(self) -> &'static str {
+        match self {
+            PushOutcome::Sent => "sent",
+            PushOutcome::Refused => "refused",
+            PushOutcome::Failed => "failed",
+            PushOutcome::Dropped => "dropped",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
 /// The daemon's live metrics; shared (`Arc`) by the stages that feed them.
 #[derive(Debug)]
 pub struct Metrics {
@@ -99,6 +128,8 @@ pub struct Metrics {
     token_grants: Counter,
     failures: Family<CauseLabel, Counter>,
     clock: Family<StateLabel, Gauge>,
+    telemetry_pushes: Family<OutcomeLabel, Counter>,
+    telemetry_buffered: Gauge,
     /// Requests failed in a row (reset by an answered one), and the last cause.
     failing: AtomicU64,
     last_cause: Mutex<&'static str>,
@@ -177,8 +208,22 @@ impl Metrics {
             "The wall clock's state: 1 for the current one (trusted, synchronised, holding, estimated)",
             clock.clone(),
         );
+        let telemetry_pushes = Family::<OutcomeLabel, Counter>::default();
+        registry.register(
+            "telemetry_pushes",
+            "Telemetry pushes to the remote-write receiver, by outcome (sent, refused, failed: kept to retry, dropped: the buffer was full)",
+            telemetry_pushes.clone(),
+        );
+        let telemetry_buffered = Gauge::default();
+        registry.register(
+            "telemetry_buffered",
+            "Telemetry pushes kept in memory, not yet accepted by the receiver",
+            telemetry_buffered.clone(),
+        );
         let metrics = Metrics {
             registry,
+            telemetry_pushes,
+            telemetry_buffered,
             adverts,
             unmatched,
             request_duration,
@@ -192,6 +237,17 @@ impl Metrics {
             last_cause: Mutex::new(""),
         };
         metrics.set_clock_state(ClockState::Trusted);
+        // Every outcome is a series from the start, so that a rate over it is defined.
+        for outcome in [
+            PushOutcome::Sent,
+            PushOutcome::Refused,
+            PushOutcome::Failed,
+            PushOutcome::Dropped,
+        ] {
+            let _ = metrics.telemetry_pushes.get_or_create(&OutcomeLabel {
+                outcome: outcome.label(),
+            });
+        }
         metrics
     }
 
@@ -276,6 +332,20 @@ impl Metrics {
                 .get_or_create(&StateLabel { state: s.label() })
                 .set(i64::from(s == state));
         }
+    }
+
+    /// A telemetry push came to `outcome`.
+    pub fn telemetry_push(&self, outcome: PushOutcome) {
+        self.telemetry_pushes
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.label(),
+            })
+            .inc();
+    }
+
+    /// Telemetry pushes kept, not yet sent.
+    pub fn telemetry_buffered(&self, n: usize) {
+        self.telemetry_buffered.set(n as i64);
     }
 
     /// Adverts heard since the daemon started.

@@ -103,6 +103,8 @@ pub enum RunError {
     Client(#[source] ApiError),
     #[error(transparent)]
     Http(#[from] BindError),
+    #[error(transparent)]
+    Telemetry(#[from] crate::telemetry::SetupError),
     #[error("cannot listen for {signal}: {source}")]
     Signal {
         signal: &'static str,
@@ -188,6 +190,12 @@ async fn run_in(
         Some(addr) => Some(http::bind(addr).await?),
         None => None,
     };
+
+    let pusher = config
+        .telemetry
+        .clone()
+        .map(|t| crate::telemetry::Pusher::new(t, &config.gateway.id, metrics.clone()))
+        .transpose()?;
 
     let client = config
         .service
@@ -323,6 +331,13 @@ async fn run_in(
             http::serve(listener, Arc::new(state), service_tasks.clone()).in_current_span(),
         )
     });
+    let telemetry_task = pusher.map(|pusher| {
+        tokio::spawn(
+            pusher
+                .run(outbox.clone(), service_tasks.clone())
+                .in_current_span(),
+        )
+    });
     if let Some(interval) = notifier.watchdog_interval() {
         let notifier = notifier.clone();
         let stop = service_tasks.clone();
@@ -406,6 +421,9 @@ async fn run_in(
     // The status task keeps the scanner's last counts before the database closes.
     let _ = status_task.await;
     if let Some(task) = http_task {
+        let _ = task.await;
+    }
+    if let Some(task) = telemetry_task {
         let _ = task.await;
     }
     drop(outbox);

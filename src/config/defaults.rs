@@ -72,6 +72,14 @@ pub const DEFAULTS: Defaults = Defaults {
     log: Log { level: "info" },
     // No listener unless one is asked for: a gateway opens no port by surprise.
     http: Http { listen: None },
+    // Nothing is pushed unless a receiver is named.
+    telemetry: Telemetry {
+        url: None,
+        interval_secs: 60,
+        timeout_secs: 10,
+        // With a push a minute, six hours of a receiver's outage (a few KiB each).
+        max_buffered: 360,
+    },
 };
 
 // The shapes of the table: one struct per section, a field per key with the type of
@@ -93,6 +101,7 @@ pub struct Defaults {
     pub readings: Readings,
     pub log: Log,
     pub http: Http,
+    pub telemetry: Telemetry,
 }
 
 /// `[gateway]`
@@ -188,6 +197,16 @@ pub struct Log {
 pub struct Http {
     /// `None`: no listener (the key is absent from the file).
     pub listen: Option<&'static str>,
+}
+
+/// `[telemetry]`
+#[cfg_attr(test, derive(serde::Serialize))]
+pub struct Telemetry {
+    /// `None`: nothing is pushed (the key is absent from the file).
+    pub url: Option<&'static str>,
+    pub interval_secs: u64,
+    pub timeout_secs: u64,
+    pub max_buffered: u64,
 }
 
 #[cfg(test)]
