@@ -45,6 +45,8 @@ tapes into decoded readings in the tracking service.
   defined in [`metrics`]), `/healthz` ([`health::verdict`]) and the status page
   (`http/page.rs`), which joins the tapes the ingest stage heard ([`heard_now`]) with
   what the state database knows of them.
+- [`inventory`]: version, commit, config hash, boot, kernel, BlueZ, adapter: recorded by
+  the daemon for `status --json`, `/metrics` and the pushed telemetry.
 - [`telemetry`]: `[telemetry]`, the metrics of `/metrics` pushed to a Prometheus
   remote-write receiver (`remote_write.rs` the protobuf by hand), kept through outages.
 - [`cmd`]: the commands a person runs beside the daemon: `status`, `tapes`,
@@ -77,6 +79,7 @@ pub mod health;
 pub mod heard_now;
 pub mod http;
 pub mod ingest;
+pub mod inventory;
 pub mod metrics;
 #[cfg(feature = "mock")]
 pub mod mock;

@@ -115,6 +115,9 @@ struct OutcomeLabel {
     outcome: &'static str,
 }
 
+/// The labels of `tapegate_inventory_info` and the daemon's start time.
+type InventoryLabels = (Vec<(String, String)>, EpochMillis);
+
 /// The daemon's live metrics; shared (`Arc`) by the stages that feed them.
 #[derive(Debug)]
 pub struct Metrics {
@@ -130,6 +133,8 @@ pub struct Metrics {
     clock: Family<StateLabel, Gauge>,
     telemetry_pushes: Family<OutcomeLabel, Counter>,
     telemetry_buffered: Gauge,
+    /// The labels of `tapegate_inventory_info` and the start time, once known.
+    inventory: Mutex<Option<InventoryLabels>>,
     /// Requests failed in a row (reset by an answered one), and the last cause.
     failing: AtomicU64,
     last_cause: Mutex<&'static str>,
@@ -222,6 +227,7 @@ impl Metrics {
         );
         let metrics = Metrics {
             registry,
+            inventory: Mutex::new(None),
             telemetry_pushes,
             telemetry_buffered,
             adverts,
@@ -348,6 +354,14 @@ impl Metrics {
         self.telemetry_buffered.set(n as i64);
     }
 
+    /// What this gateway is and runs (`tapegate_inventory_info`, and
+    /// `tapegate_start_time_seconds` from its start time); replaced after a reload.
+    pub fn set_inventory(&self, inventory: &crate::inventory::Inventory) {
+        if let Ok(mut i) = self.inventory.lock() {
+            *i = Some((inventory.labels(), inventory.started_at_ms));
+        }
+    }
+
     /// Adverts heard since the daemon started.
     pub fn adverts(&self) -> u64 {
         self.adverts.get()
@@ -359,6 +373,10 @@ impl Metrics {
         let mut out = String::new();
         encode_registry(&mut out, &self.registry)?;
         encode_registry(&mut out, &stored(stats, now))?;
+        let inventory = self.inventory.lock().ok().and_then(|i| i.clone());
+        if let Some((labels, started_at)) = inventory {
+            encode_registry(&mut out, &inventory_registry(labels, started_at))?;
+        }
         encode_eof(&mut out)?;
         Ok(out)
     }
@@ -411,6 +429,24 @@ fn failure_cause(e: &ApiError) -> &'static str {
             None => "http_5xx",
         },
     }
+}
+
+/// `tapegate_inventory_info` and `tapegate_start_time_seconds`.
+fn inventory_registry(labels: Vec<(String, String)>, started_at: EpochMillis) -> Registry {
+    let mut r = Registry::with_prefix("tapegate");
+    // What a gateway is and runs, so that drift across a fleet shows in one query.
+    r.register(
+        "inventory",
+        "What this gateway runs: version, commit, config_hash, gateway_id, boot_id, kernel, os, arch, bluez, adapter, source (always 1)",
+        Info::new(labels),
+    );
+    r.register_with_unit(
+        "start_time",
+        "When the daemon started, epoch seconds (uptime: time() - this)",
+        Unit::Seconds,
+        ConstGauge::new(started_at as f64 / 1000.0),
+    );
+    r
 }
 
 /// The stored metrics, from the state database's counters.

@@ -184,6 +184,7 @@ async fn run_in(
     }
 
     let metrics = Arc::new(Metrics::new());
+    record_inventory(&config, &outbox, &metrics).await;
     let tapes_heard = Arc::new(HeardNow::default());
     // Bound before anything runs, so that a port in use stops the daemon at once.
     let http_listener = match config.http.listen {
@@ -452,6 +453,34 @@ async fn run_in(
         ingest: ingest_report,
         flush: flush_report,
     })
+}
+
+/// Gathers the inventory (`bluetoothd --version` included, off the runtime), shows it
+/// in the metrics and records it for `tapegate status`. A failure to record it is
+/// logged; nothing else depends on it.
+async fn record_inventory(config: &Config, outbox: &Outbox, metrics: &Metrics) {
+    let started_at = crate::clock::now_ms();
+    let c = config.clone();
+    let Ok(inventory) =
+        tokio::task::spawn_blocking(move || crate::inventory::Inventory::gather(&c, started_at))
+            .await
+    else {
+        return;
+    };
+    metrics.set_inventory(&inventory);
+    tracing::info!(
+        version = %inventory.version,
+        commit = %inventory.commit,
+        config_hash = %inventory.config_hash,
+        kernel = %inventory.kernel,
+        bluez = %inventory.bluez,
+        adapter = %inventory.adapter,
+        "inventory"
+    );
+    let record = inventory.clone();
+    if let Err(e) = outbox.call(move |s| s.note_inventory(&record)).await {
+        tracing::warn!(error = %e, "cannot record the inventory in the state database");
+    }
 }
 
 /// Starts the clock keeper (DESIGN.md, "Time on a gateway without a real-time clock").

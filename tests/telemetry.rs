@@ -327,17 +327,37 @@ fn two_gateways_push_to_one_receiver_with_their_own_labels_and_no_secret() {
         &format!("bearer_token_file = \"{}\"\n", token_file.display()),
     );
     let (da, db) = (Daemon::start(&a), Daemon::start(&b));
-    let gateways = wait_for(LIMIT, || {
-        let r = receiver.query("count by (gateway) (tapegate_build_info{job=\"tapegate\"})");
-        let mut names: Vec<String> = r
-            .iter()
-            .filter_map(|s| s["metric"]["gateway"].as_str().map(String::from))
-            .collect();
-        names.sort();
-        (names.len() == 2).then_some(names)
+    // The fleet's versions and configs in one query.
+    let query = "group by (gateway, version, commit, config_hash) (tapegate_inventory_info{job=\"tapegate\"})";
+    let rows = wait_for(LIMIT, || {
+        let r = receiver.query(query);
+        (r.len() == 2).then_some(r)
     })
     .unwrap_or_else(|| panic!("not both gateways:\n{}\n{}", da.stderr(), db.stderr()));
-    assert_eq!(gateways, ["dock-a", "dock-b"]);
+    eprintln!("{query}:\n{}", serde_json::to_string_pretty(&rows).unwrap());
+    let mut by_gateway: Vec<(String, String, String)> = rows
+        .iter()
+        .map(|r| {
+            let m = &r["metric"];
+            let s = |k: &str| m[k].as_str().unwrap_or_default().to_string();
+            (s("gateway"), s("version"), s("config_hash"))
+        })
+        .collect();
+    by_gateway.sort();
+    assert_eq!(by_gateway[0].0, "dock-a");
+    assert_eq!(by_gateway[1].0, "dock-b");
+    assert!(by_gateway.iter().all(|g| g.1 == env!("CARGO_PKG_VERSION")));
+    // Different configs, different hashes; each the hash `status --json` shows.
+    assert_ne!(by_gateway[0].2, by_gateway[1].2, "{by_gateway:?}");
+    for (g, row) in [(&a, &by_gateway[0]), (&b, &by_gateway[1])] {
+        let status = g.status_json();
+        assert_eq!(
+            status["inventory"]["config_hash"],
+            row.2.as_str(),
+            "{status}"
+        );
+        assert_eq!(status["inventory"]["running"], true, "{status}");
+    }
     // No label of any series holds the credential.
     let (_, series) = get(
         receiver.port,

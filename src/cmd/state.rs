@@ -49,6 +49,31 @@ pub struct StatusJson {
     /// Captures sent with their best estimate (an earlier boot that never synced, or
     /// the maximum hold passed).
     pub clock_estimated: u64,
+    /// What the daemon that last ran on this state directory is and runs (version,
+    /// commit, config hash, boot, kernel, BlueZ, adapter), with its uptime while it runs.
+    pub inventory: Option<InventoryStatus>,
+}
+
+/// The recorded inventory and whether its daemon still runs.
+#[derive(Debug, Serialize)]
+pub struct InventoryStatus {
+    #[serde(flatten)]
+    pub inventory: crate::inventory::Inventory,
+    /// Whether that daemon still runs (same boot, process alive).
+    pub running: bool,
+    /// Seconds since it started, while it runs.
+    pub uptime_secs: Option<u64>,
+}
+
+impl InventoryStatus {
+    pub fn new(inventory: crate::inventory::Inventory, now: EpochMillis) -> InventoryStatus {
+        let running = inventory.daemon_running();
+        InventoryStatus {
+            running,
+            uptime_secs: running.then(|| ((now - inventory.started_at_ms).max(0) / 1000) as u64),
+            inventory,
+        }
+    }
 }
 
 impl StatusJson {
@@ -82,6 +107,7 @@ impl StatusJson {
             held: s.clock.held,
             clock_repaired: s.clock.repaired,
             clock_estimated: s.clock.estimated,
+            inventory: None,
         }
     }
 }
@@ -99,7 +125,9 @@ pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), Cm
     let store = Store::open_existing(&config.gateway.state_dir)?;
     let stats = store.as_ref().map(Store::stats).transpose()?;
     let now = now_ms();
-    let s = StatusJson::new(config, stats.as_ref(), now);
+    let mut s = StatusJson::new(config, stats.as_ref(), now);
+    let inventory = store.as_ref().map(Store::inventory).transpose()?.flatten();
+    s.inventory = inventory.map(|i| InventoryStatus::new(i, now));
     if json {
         writeln!(
             out,
@@ -174,6 +202,24 @@ pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), Cm
             format!(
                 "{} scan restarts, {} adapter re-acquisitions, {} adverts dropped, {} devices forgotten{trouble}",
                 sc.restarts, sc.reacquires, sc.dropped, sc.forgotten
+            ),
+        ));
+    }
+    if let Some(i) = &s.inventory {
+        let run = match i.uptime_secs {
+            Some(up) => format!("running for {}", age(up)),
+            None => format!("not running (last started {})", i.inventory.started_at),
+        };
+        lines.push((
+            "daemon",
+            format!(
+                "{} ({}), config {}, {run}; kernel {}, BlueZ {}, adapter {}",
+                i.inventory.version,
+                i.inventory.commit,
+                i.inventory.config_hash,
+                i.inventory.kernel,
+                i.inventory.bluez,
+                i.inventory.adapter
             ),
         ));
     }

@@ -32,12 +32,13 @@ use crate::secret::Secret;
 use crate::source::sim::SimSettings;
 
 pub mod defaults;
+pub mod effective;
 mod env;
 mod host;
 mod raw;
 mod telemetry;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 mod validate;
 
 pub use defaults::DEFAULTS;

@@ -79,6 +79,7 @@ directory's one owner. `handle.rs` is the owner thread.
 
 mod clock;
 mod dock;
+mod fleet;
 mod handle;
 mod lock;
 mod operator;

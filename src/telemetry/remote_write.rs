@@ -44,9 +44,7 @@ pub fn parse_exposition(text: &str, extra: &[(&str, &str)]) -> Result<Vec<Series
             continue;
         }
         let err = |why| ParseError { line: i + 1, why };
-        let name_end = line
-            .find(['{', ' '])
-            .ok_or(err("no value"))?;
+        let name_end = line.find(['{', ' ']).ok_or(err("no value"))?;
         let name = &line[..name_end];
         let mut labels = vec![("__name__".to_string(), name.to_string())];
         let mut rest = &line[name_end..];
