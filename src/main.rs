@@ -206,6 +206,9 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             let config = load_local(&cli)?;
             tapegate::cmd::state::dead_letters_list(&config, *json, *limit, &mut stdout)?;
         }
+        Command::SupportBundle { output } => {
+            tapegate::cmd::support_bundle::run(&cli.config, output.as_deref(), &mut stdout)?;
+        }
         Command::Tapes { json, limit } => {
             let config = load_local(&cli)?;
             tapegate::cmd::state::tapes(&config, *json, *limit, &mut stdout)?;

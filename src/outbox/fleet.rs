@@ -30,3 +30,83 @@ impl Store {
         Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
     }
 }
+
+/// The stored dead letters in a few lines, for the support bundle.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DeadLetterSummary {
+    /// Dead letters stored now.
+    pub stored: u64,
+    /// Refused captures ever (stored or not).
+    pub total: u64,
+    pub oldest_dead_at: Option<crate::record::EpochMillis>,
+    pub newest_dead_at: Option<crate::record::EpochMillis>,
+    /// The most frequent errors: (the service's error, how many), most first.
+    pub by_error: Vec<(String, u64)>,
+    /// The tapes with the most dead letters: (MAC, how many), most first.
+    pub by_mac: Vec<(String, u64)>,
+}
+
+/// A boot the state database has seen, and when its clock was first seen synchronised
+/// (when its held captures were repaired).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BootRecord {
+    pub boot_id: String,
+    pub synced_at: Option<crate::record::EpochMillis>,
+}
+
+impl Store {
+    /// [`DeadLetterSummary`], the lists cut at `top`.
+    pub fn dead_letter_summary(&self, top: usize) -> Result<DeadLetterSummary, OutboxError> {
+        let c = &self.conn;
+        let (stored, oldest, newest): (u64, Option<i64>, Option<i64>) = c.query_row(
+            "SELECT COUNT(*), MIN(dead_at), MAX(dead_at) FROM dead_letters",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
+        let grouped = |sql: &str| -> Result<Vec<(String, u64)>, OutboxError> {
+            let mut stmt = c.prepare(sql)?;
+            let rows = stmt
+                .query_map([top as i64], |r| Ok((r.get::<_, String>(0)?, r.get(1)?)))?
+                .collect::<Result<_, _>>()?;
+            Ok(rows)
+        };
+        let by_error = grouped(
+            "SELECT error, COUNT(*) AS n FROM dead_letters GROUP BY error ORDER BY n DESC, error LIMIT ?1",
+        )?;
+        let mut stmt = c.prepare(
+            "SELECT mac, COUNT(*) AS n FROM dead_letters GROUP BY mac ORDER BY n DESC, mac LIMIT ?1",
+        )?;
+        let by_mac = stmt
+            .query_map([top as i64], |r| {
+                Ok((
+                    super::store::int_to_mac(r.get(0)?).to_string(),
+                    r.get::<_, u64>(1)?,
+                ))
+            })?
+            .collect::<Result<_, _>>()?;
+        Ok(DeadLetterSummary {
+            stored,
+            total: super::store::read_counters(c)?.dead_lettered,
+            oldest_dead_at: oldest,
+            newest_dead_at: newest,
+            by_error,
+            by_mac,
+        })
+    }
+
+    /// The last `n` boots recorded, newest first.
+    pub fn boots(&self, n: usize) -> Result<Vec<BootRecord>, OutboxError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT boot_id, synced_at FROM boots ORDER BY id DESC LIMIT ?1")?;
+        let rows = stmt
+            .query_map([n as i64], |r| {
+                Ok(BootRecord {
+                    boot_id: r.get(0)?,
+                    synced_at: r.get(1)?,
+                })
+            })?
+            .collect::<Result<_, _>>()?;
+        Ok(rows)
+    }
+}

@@ -88,6 +88,7 @@ mod store;
 
 pub use clock::{BootStart, ClockChange, ClockStatus, Released};
 pub use dock::{HeardTape, WindowState, HEARD_BEST_MS, HEARD_KEEP_MS};
+pub use fleet::{BootRecord, DeadLetterSummary};
 pub use handle::Outbox;
 pub use lock::{LockError, StateLock, LOCK_FILE};
 pub use operator::{DeadLetter, FlusherState, ScannerCounts, Stats, TapeKnown, TapeRow};
