@@ -186,7 +186,9 @@ fn the_bundle_holds_what_support_needs_and_no_secret_in_any_form() {
         "[gateway]\nid = \"dock-help\"\nstate_dir = \"{}\"\n[scanner]\nsource = \"sim\"\n[service]\nenvironment = \"ppe\"\n",
         state.display()
     );
-    let configs: Vec<(String, Vec<(&str, &str)>, Vec<&str>)> = vec![
+    // (config text, environment, the secrets it holds)
+    type Case<'a> = (String, Vec<(&'a str, &'a str)>, Vec<&'a str>);
+    let configs: Vec<Case> = vec![
         (
             format!(
                 "{head}{}{}[telemetry]\nurl = \"https://r.example/push\"\nusername = \"tele-user\"\npassword = \"{TELEMETRY_INLINE}\"\n",
