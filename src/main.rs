@@ -1,6 +1,7 @@
 //! The thin binary: parse the command line, load the config, start logging, call the
 //! library, map errors to exit codes (0 ok, 2 bad config or usage, 3 the configured
-//! source cannot work on this machine, 1 anything else).
+//! source cannot work on this machine, 4 the state database is newer than this
+//! tapegate, 1 anything else).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -20,6 +21,10 @@ use tracing_subscriber::{reload, EnvFilter, Registry};
 /// BlueZ absent, D-Bus access denied, no replay file): restarting will not help, so the
 /// unit names it in `RestartPreventExitStatus=`.
 const EXIT_SOURCE_UNUSABLE: u8 = 3;
+
+/// `run` refused a state database written by a newer tapegate (a downgrade): it is left
+/// untouched, and restarting will not help (`RestartPreventExitStatus=`).
+const EXIT_DATABASE_TOO_NEW: u8 = 4;
 
 /// How a command failed.
 enum Failure {
@@ -66,10 +71,14 @@ fn main() -> ExitCode {
         }
         Err(Failure::Other(e)) => {
             report(&format!("{e:#}"));
-            let unusable = e
-                .downcast_ref::<RunError>()
-                .is_some_and(RunError::source_cannot_work_here);
-            ExitCode::from(if unusable { EXIT_SOURCE_UNUSABLE } else { 1 })
+            let run = e.downcast_ref::<RunError>();
+            if run.is_some_and(RunError::source_cannot_work_here) {
+                ExitCode::from(EXIT_SOURCE_UNUSABLE)
+            } else if run.is_some_and(RunError::database_too_new) {
+                ExitCode::from(EXIT_DATABASE_TOO_NEW)
+            } else {
+                ExitCode::from(1)
+            }
         }
     }
 }

@@ -127,6 +127,11 @@ impl RunError {
         matches!(self, RunError::Source(e) if e.cannot_work_here())
     }
 
+    /// The state database was written by a newer tapegate: a restart will not help.
+    pub fn database_too_new(&self) -> bool {
+        matches!(self, RunError::Outbox(OutboxError::SchemaTooNew { .. }))
+    }
+
     fn stage(stage: &'static str) -> impl FnOnce(tokio::task::JoinError) -> RunError {
         move |source| RunError::Stage { stage, source }
     }

@@ -20,6 +20,10 @@ use serde_json::Value;
 use tapegate::mock::{self, Fault, MockConfig, MockHandle, Storm};
 use tokio::time::Instant;
 
+/// Upgrades from a signed apt repository, downgrades refused (issue 24).
+#[path = "systemd_container/upgrade.rs"]
+mod upgrade;
+
 /// The bookworm root, as debootstrap made it, kept between runs.
 const ROOT_TARBALL: &str = "bookworm-systemd.tar.zst";
 const MIRROR: &str = "http://deb.debian.org/debian";
@@ -43,6 +47,9 @@ fn the_package_under_a_real_systemd_starts_ready_reloads_truthfully_survives_and
     }
     let work = target_dir().join("systemd-container");
     std::fs::create_dir_all(&work).unwrap();
+    // Version N first: both builds share the target directory, and N+1's must be the
+    // last to write target/release/tapegate.
+    let previous = upgrade::build_previous_deb(&work);
     let deb = build_deb(&work);
     let tarball = cached_root(&work);
 
@@ -63,6 +70,7 @@ fn the_package_under_a_real_systemd_starts_ready_reloads_truthfully_survives_and
     a_refused_config_at_start_fails_the_unit_naming_the_key(&c);
     ble_without_bluez_fails_the_unit_with_the_reason(&c);
     hardening_exposure_is_at_most_1_5(&c);
+    upgrade::run_all(&c, &work, &service, &previous, &deb);
     drop(c);
     rt.block_on(service.shutdown());
 }

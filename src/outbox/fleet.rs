@@ -110,3 +110,107 @@ impl Store {
         Ok(rows)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::store::SCHEMA_VERSION;
+    use super::*;
+    use crate::outbox::StoreOptions;
+
+    fn header_version(db: &std::path::Path) -> u32 {
+        let bytes = std::fs::read(db).unwrap();
+        u32::from_be_bytes(bytes[60..64].try_into().unwrap())
+    }
+
+    /// The package refuses a downgrade by the schema this tapegate reads: the number in
+    /// `debian/preinst` is this one.
+    #[test]
+    fn the_package_knows_the_schema_this_tapegate_reads() {
+        let preinst = include_str!("../../debian/preinst");
+        assert!(
+            preinst
+                .lines()
+                .any(|l| l == format!("SCHEMA={SCHEMA_VERSION}")),
+            "debian/preinst must say SCHEMA={SCHEMA_VERSION}"
+        );
+    }
+
+    /// A database written by a newer tapegate is refused with its version and ours, and
+    /// left exactly as it was.
+    #[test]
+    fn a_newer_database_is_refused_and_left_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        drop(store);
+        let db = Store::path_in(dir.path());
+        {
+            let c = rusqlite::Connection::open(&db).unwrap();
+            c.execute_batch(&format!(
+                "INSERT INTO pending(mac, captured_at, product_id, packet) VALUES (1, 2, 'tape', 'F70E');
+                 PRAGMA user_version = {};",
+                SCHEMA_VERSION + 1
+            ))
+            .unwrap();
+        }
+        let before = std::fs::read(&db).unwrap();
+        let err = Store::open(dir.path(), StoreOptions::default())
+            .err()
+            .expect("refused");
+        match &err {
+            OutboxError::SchemaTooNew { found, known, .. } => {
+                assert_eq!((*found, *known), (SCHEMA_VERSION + 1, SCHEMA_VERSION));
+            }
+            other => panic!("{other:?}"),
+        }
+        let shown = err.to_string();
+        assert!(
+            shown.contains("newer tapegate") && shown.contains("untouched"),
+            "{shown}"
+        );
+        assert_eq!(std::fs::read(&db).unwrap(), before, "the file was changed");
+        assert!(!std::fs::read_dir(dir.path()).unwrap().any(|e| e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .contains("corrupt")));
+    }
+
+    /// An outbox of the previous schema migrates in place: rows and counters kept, the
+    /// evictions so far counted against `max_pending`, and the new version in the file's
+    /// header at once (where the package's preinst reads it).
+    #[test]
+    fn the_previous_schema_migrates_keeping_rows_and_counters() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        drop(store);
+        let db = Store::path_in(dir.path());
+        {
+            // Back to schema 3, as tapegate before retention left it.
+            let c = rusqlite::Connection::open(&db).unwrap();
+            c.execute_batch(
+                "DELETE FROM counters WHERE name LIKE 'evicted_max_%';
+                 INSERT INTO pending(mac, captured_at, product_id, packet) VALUES (1, 2, 'tape', 'F70E');
+                 UPDATE counters SET value = 8 WHERE name = 'admitted';
+                 UPDATE counters SET value = 7 WHERE name = 'evicted';
+                 PRAGMA user_version = 3;",
+            )
+            .unwrap();
+            c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+                .unwrap();
+        }
+        assert_eq!(header_version(&db), 3);
+        let (store, report) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        assert_eq!(report.pending, 1);
+        assert_eq!(header_version(&db), SCHEMA_VERSION as u32);
+        let evicted_by: i64 = store
+            .conn
+            .query_row(
+                "SELECT value FROM counters WHERE name = 'evicted_max_pending'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(evicted_by, 7);
+        assert_eq!(store.stats().unwrap().evicted, 7);
+    }
+}

@@ -7,14 +7,14 @@ token expires or the power is cut. Every admitted capture is written here first;
 flusher delivers from here, and a row leaves only in the transaction that records its
 outcome (a decoded reading or a dead letter). Delivery is therefore at-least-once.
 
-# Schema (`PRAGMA user_version` = 3)
+# Schema (`PRAGMA user_version` = 4)
 | table | holds |
 |---|---|
 | `pending` | captures not yet delivered: `id` (admission order), `mac` (48-bit integer), `captured_at` (epoch ms), `product_id`, `packet` (the `ble_packet` as sent), `rssi` |
 | `dead_letters` | captures the service refused, with its `error` and `dead_at` |
 | `readings` | decoded readings (history, bounded by `readings.retention_hours`) |
 | `tapes` | the latest reading of each tape |
-| `counters` | `admitted`, `delivered`, `dead_lettered`, `evicted`, `dead_letters_dropped` |
+| `counters` | `admitted`, `delivered`, `dead_lettered`, `evicted`, `dead_letters_dropped`; `evicted_max_pending`, `evicted_max_age`, `evicted_max_bytes` (which bound evicted) |
 | `meta` | `last_flush_ok_at`, `last_error`, `last_error_at`; the flusher's batches in flight and concurrency limit (`flush_in_flight`, `flush_concurrency`, written with each settle); the BLE scanner's ladder counts (`scanner_*`); `clock_state` |
 | `boots` | each boot seen (`boot_id` from the kernel) and `synced_at`, when its clock was first seen synchronised |
 | `rate_window` | per API identity, the service's shared rate window (spec 8): when it began and how many requests it took; shared by every CLI run |
@@ -126,6 +126,14 @@ pub enum OutboxError {
     /// The database cannot be used at all (permissions, newer schema).
     #[error("outbox {path} cannot be opened: {reason}")]
     Unusable { path: PathBuf, reason: String },
+    /// The database was written by a newer tapegate (a downgrade): it is left untouched
+    /// and the daemon refuses to start (exit 4, not restarted).
+    #[error("outbox {path} has schema version {found}, newer than this tapegate {} reads ({known}): it was written by a newer tapegate, and a downgrade is not supported. Install that newer version again; the database is left untouched", env!("CARGO_PKG_VERSION"))]
+    SchemaTooNew {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+    },
     /// Any other database error.
     #[error("outbox: {0}")]
     Sqlite(#[from] rusqlite::Error),

@@ -20,15 +20,21 @@ use crate::record::Mac;
 /// The schema, as the steps that build it: `MIGRATIONS[i]` takes a database from
 /// `user_version` `i` to `i + 1`. Steps are only ever appended, and each adds (tables,
 /// columns, indexes) rather than rewrites, so an older database upgrades in place.
-const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_CLOCK, MIGRATION_OPERATOR];
+const MIGRATIONS: &[&str] = &[
+    MIGRATION_1,
+    MIGRATION_CLOCK,
+    MIGRATION_OPERATOR,
+    MIGRATION_RETENTION,
+];
 
 /// How long `open_existing` waits for a database being created or migrated beside it
 /// (steps of this, this many times): migrating takes milliseconds.
 const MIGRATION_WAIT_STEP: Duration = Duration::from_millis(20);
 const MIGRATION_WAIT_STEPS: u32 = 100;
 
-/// The `user_version` of a database this tapegate has fully migrated.
-const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+/// The `user_version` of a database this tapegate has fully migrated (`debian/preinst`
+/// holds the same number, to refuse installing a tapegate older than the database).
+pub(super) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 const MIGRATION_1: &str = "
 CREATE TABLE pending (
@@ -110,6 +116,14 @@ CREATE TABLE heard (
     known       INTEGER
 );
 CREATE INDEX heard_by_last_at ON heard(last_at);
+";
+
+/// Retention by age and size (issue 24): evictions are counted by the bound that made
+/// them as well as in `evicted`; every eviction before this step was for `max_pending`.
+const MIGRATION_RETENTION: &str = "
+INSERT INTO counters(name, value)
+    SELECT 'evicted_max_pending', value FROM counters WHERE name = 'evicted';
+INSERT INTO counters(name, value) VALUES ('evicted_max_age', 0), ('evicted_max_bytes', 0);
 ";
 
 /// How the store is opened.
@@ -456,6 +470,9 @@ pub(super) fn write_tx(conn: &mut Connection) -> rusqlite::Result<Transaction<'_
 enum Broken {
     /// Move it aside and start fresh.
     Corrupt(String),
+    /// Its schema is newer than this tapegate's: written by a newer version. Left as it
+    /// is, never opened for writing.
+    Newer(i64),
     Other(String),
 }
 
@@ -471,6 +488,13 @@ impl Broken {
     fn into_error(self, path: &Path) -> OutboxError {
         let reason = match self {
             Broken::Corrupt(r) => format!("corrupt: {r}"),
+            Broken::Newer(found) => {
+                return OutboxError::SchemaTooNew {
+                    path: path.to_path_buf(),
+                    found,
+                    known: SCHEMA_VERSION,
+                }
+            }
             Broken::Other(r) => r,
         };
         OutboxError::Unusable {
@@ -485,9 +509,7 @@ fn migrate(conn: &Connection) -> Result<(), Broken> {
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(Broken::from_sqlite)?;
     if version > SCHEMA_VERSION {
-        return Err(Broken::Other(format!(
-            "its schema version {version} is newer than this tapegate knows ({SCHEMA_VERSION}); upgrade tapegate"
-        )));
+        return Err(Broken::Newer(version));
     }
     if version == 0 {
         // A file that is not empty but has no schema of ours is not ours to reuse.
@@ -508,6 +530,12 @@ fn migrate(conn: &Connection) -> Result<(), Broken> {
             "BEGIN; {step} PRAGMA user_version = {to}; COMMIT;"
         ))
         .map_err(Broken::from_sqlite)?;
+    }
+    if version < SCHEMA_VERSION {
+        // The new version into the main file now, not at some later checkpoint: the
+        // package's preinst reads it from the file's header to refuse a downgrade.
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .map_err(Broken::from_sqlite)?;
     }
     Ok(())
 }
