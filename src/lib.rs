@@ -41,6 +41,8 @@ tapes into decoded readings in the tracking service.
   shutdown. [`health`] keeps `STATUS=` and the scanner's counts current;
   [`systemd`] is sd_notify, the watchdog that pings only while every stage makes
   progress, and the stop signals.
+- [`reload`]: SIGHUP applies what changed, restarting the delivery stage, the HTTP
+  server or the pusher in-process where needed, and names what needs a restart.
 - [`http`]: the read-only HTTP server of `[http] listen`: `/metrics` (every metric
   defined in [`metrics`]), `/healthz` ([`health::verdict`]) and the status page
   (`http/page.rs`), which joins the tapes the ingest stage heard ([`heard_now`]) with
@@ -87,6 +89,7 @@ pub mod outbox;
 pub mod pipeline;
 pub mod products;
 pub mod record;
+pub mod reload;
 pub mod secret;
 pub mod source;
 pub mod systemd;

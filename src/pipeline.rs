@@ -32,16 +32,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{ApiError, ServiceClient};
 use crate::clock::ClockKeeper;
-use crate::config::{Config, Password};
-use crate::dedup::DedupSettings;
-use crate::flush::{FlushControl, FlushReport, Flusher};
+use crate::config::Config;
+use crate::flush::{FlushControl, FlushReport};
 use crate::health::{self, HealthKeeper};
 use crate::heard_now::HeardNow;
 use crate::http::{self, BindError, HttpState};
 use crate::ingest::{self, IngestReport, IngestSettings};
 use crate::metrics::Metrics;
 use crate::outbox::{LockError, Outbox, OutboxError, StateLock, Store, StoreOptions};
-use crate::products::Products;
+use crate::reload;
 use crate::source::SourceHealth;
 use crate::source::{self, Source, SourceError, SourceReport};
 use crate::systemd::{self, Beat, Liveness, Notifier};
@@ -66,9 +65,10 @@ pub struct RunOptions {
 }
 
 /// What SIGHUP re-reads: the config file (with the process environment's
-/// `TAPEGATE_*` overrides). A valid new config replaces the products, the dedup
-/// settings and the log level at once, dropping nothing; a bad one is refused with an
-/// ERROR line and the running one stays in force. Other changes wait for a restart.
+/// `TAPEGATE_*` overrides). A valid new config is applied as [`crate::reload`] says
+/// (at once, or by restarting the delivery stage, the HTTP server or the pusher in
+/// process), dropping nothing; a bad one is refused with an ERROR line and the running
+/// one stays in force. What cannot change in a running daemon waits for a restart.
 pub struct Reload {
     pub path: PathBuf,
     /// Applies a new `log.level` (the log subscriber belongs to the binary).
@@ -189,7 +189,7 @@ async fn run_in(
     }
 
     let metrics = Arc::new(Metrics::new());
-    record_inventory(&config, &outbox, &metrics).await;
+    let inventory = record_inventory(&config, &outbox, &metrics).await;
     let tapes_heard = Arc::new(HeardNow::default());
     // Bound before anything runs, so that a port in use stops the daemon at once.
     let http_listener = match config.http.listen {
@@ -209,23 +209,11 @@ async fn run_in(
         .map(|s| ServiceClient::new(s).map(|c| c.with_metrics(metrics.clone())))
         .transpose()
         .map_err(RunError::Client)?;
+    let (flush_restarts, flush_setups) = tokio::sync::mpsc::unbounded_channel();
 
     // What SIGHUP changes at once: each stage gets its own part of a reloaded config.
     let (products_tx, products_rx) = watch::channel(config.products.clone());
     let (dedup_tx, dedup_rx) = watch::channel(config.dedup);
-    if let Some(reload) = options.reload {
-        let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-            .map_err(|source| RunError::Signal {
-                signal: "SIGHUP",
-                source,
-            })?;
-        let stages = Reloaded {
-            products: products_tx,
-            dedup: dedup_tx,
-        };
-        tokio::spawn(reload_on_hangup(hangup, reload, stages).in_current_span());
-    }
-
     let stop_source = CancellationToken::new();
     let stop_flush = CancellationToken::new();
     let abandon = CancellationToken::new();
@@ -281,22 +269,29 @@ async fn run_in(
             service.request_timeout + config.flush.backoff_max + FLUSH_SLACK,
         );
         let flush_beat = beat.clone();
-        let flusher = Flusher {
-            client,
-            outbox: outbox.clone(),
-            settings: config.flush.clone(),
-            mac_format: service.mac_format,
-            gateway_id: config.gateway.id.clone(),
-            retention: config.readings.retention,
-            beat,
-            metrics: metrics.clone(),
-        }
-        .run(FlushControl {
-            committed: committed_rx,
-            stop: stop_flush.clone(),
-            abandon: abandon.clone(),
-            until_drained: options.until_drained,
-        });
+        // The delivery stage: a flusher that a reload may replace (src/reload.rs).
+        let flusher = reload::flush_stage(
+            reload::FlushStage {
+                outbox: outbox.clone(),
+                gateway_id: config.gateway.id.clone(),
+                beat,
+                metrics: metrics.clone(),
+                grace: config.gateway.shutdown_grace,
+            },
+            reload::FlushSetup {
+                client,
+                settings: config.flush.clone(),
+                mac_format: service.mac_format,
+                retention: config.readings.retention,
+            },
+            flush_setups,
+            FlushControl {
+                committed: committed_rx,
+                stop: stop_flush.clone(),
+                abandon: abandon.clone(),
+                until_drained: options.until_drained,
+            },
+        );
         stages.spawn("flush", flusher, Ended::Flush, Some(flush_beat));
     }
 
@@ -323,27 +318,54 @@ async fn run_in(
         )
         .in_current_span(),
     );
-    let http_task = http_listener.map(|listener| {
-        let state = HttpState {
-            gateway_id: config.gateway.id.clone(),
-            source: config.scanner.source.name().to_string(),
+    let http_state = Arc::new(HttpState {
+        gateway_id: config.gateway.id.clone(),
+        source: config.scanner.source.name().to_string(),
+        outbox: outbox.clone(),
+        liveness: liveness.clone(),
+        metrics: metrics.clone(),
+        heard: tapes_heard.clone(),
+        source_health: health.clone(),
+    });
+    // The server and the pusher, which a reload may restart (src/reload.rs).
+    let services = Arc::new(tokio::sync::Mutex::new(reload::Services::new(
+        service_tasks.clone(),
+        http_state,
+        outbox.clone(),
+    )));
+    {
+        let mut s = services.lock().await;
+        if let Some(listener) = http_listener {
+            s.serve(listener).await;
+        }
+        s.push(pusher).await;
+    }
+    let reload_task = if let Some(reload) = options.reload {
+        let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .map_err(|source| RunError::Signal {
+                signal: "SIGHUP",
+                source,
+            })?;
+        let reloader = reload::Reloader {
+            path: reload.path,
+            set_log_level: reload.set_log_level,
+            products: products_tx,
+            dedup: dedup_tx,
+            flush: config.service.is_some().then_some(flush_restarts),
+            services: services.clone(),
             outbox: outbox.clone(),
-            liveness: liveness.clone(),
             metrics: metrics.clone(),
-            heard: tapes_heard.clone(),
-            source_health: health.clone(),
+            running: config.clone(),
+            inventory,
         };
-        tokio::spawn(
-            http::serve(listener, Arc::new(state), service_tasks.clone()).in_current_span(),
-        )
-    });
-    let telemetry_task = pusher.map(|pusher| {
-        tokio::spawn(
-            pusher
-                .run(outbox.clone(), service_tasks.clone())
+        Some(tokio::spawn(
+            reloader
+                .run(hangup, service_tasks.clone())
                 .in_current_span(),
-        )
-    });
+        ))
+    } else {
+        None
+    };
     if let Some(interval) = notifier.watchdog_interval() {
         let notifier = notifier.clone();
         let stop = service_tasks.clone();
@@ -426,12 +448,11 @@ async fn run_in(
     service_tasks.cancel();
     // The status task keeps the scanner's last counts before the database closes.
     let _ = status_task.await;
-    if let Some(task) = http_task {
+    if let Some(task) = reload_task {
         let _ = task.await;
     }
-    if let Some(task) = telemetry_task {
-        let _ = task.await;
-    }
+    services.lock().await.stop_all().await;
+    drop(services);
     drop(outbox);
     // The owner thread closes the database (checkpointing the WAL) once every handle is gone.
     let _ = tokio::task::spawn_blocking(move || owner.join()).await;
@@ -463,15 +484,17 @@ async fn run_in(
 /// Gathers the inventory (`bluetoothd --version` included, off the runtime), shows it
 /// in the metrics and records it for `tapegate status`. A failure to record it is
 /// logged; nothing else depends on it.
-async fn record_inventory(config: &Config, outbox: &Outbox, metrics: &Metrics) {
+async fn record_inventory(
+    config: &Config,
+    outbox: &Outbox,
+    metrics: &Metrics,
+) -> Option<crate::inventory::Inventory> {
     let started_at = crate::clock::now_ms();
     let c = config.clone();
-    let Ok(inventory) =
+    let inventory =
         tokio::task::spawn_blocking(move || crate::inventory::Inventory::gather(&c, started_at))
             .await
-    else {
-        return;
-    };
+            .ok()?;
     metrics.set_inventory(&inventory);
     tracing::info!(
         version = %inventory.version,
@@ -486,6 +509,7 @@ async fn record_inventory(config: &Config, outbox: &Outbox, metrics: &Metrics) {
     if let Err(e) = outbox.call(move |s| s.note_inventory(&record)).await {
         tracing::warn!(error = %e, "cannot record the inventory in the state database");
     }
+    Some(inventory)
 }
 
 /// Starts the clock keeper (DESIGN.md, "Time on a gateway without a real-time clock").
@@ -582,39 +606,6 @@ mod debug_hook {
 
     #[cfg(not(debug_assertions))]
     pub fn panic_if_asked(_stage: &str) {}
-}
-
-/// The parts of a reloaded config that the stages take at once.
-struct Reloaded {
-    products: watch::Sender<Products>,
-    dedup: watch::Sender<DedupSettings>,
-}
-
-/// On SIGHUP: re-reads the config (see [`Reload`]) and hands a valid one's parts to the
-/// stages.
-async fn reload_on_hangup(
-    mut hangup: tokio::signal::unix::Signal,
-    reload: Reload,
-    stages: Reloaded,
-) {
-    let path = &reload.path;
-    while hangup.recv().await.is_some() {
-        // Without the password, as `check --config-only` (the unit's `ExecReload=`)
-        // validates: the same verdict, and a reload changes nothing of the service.
-        match crate::config::load_with(path, std::env::vars(), Password::Skip) {
-            Ok(new) => {
-                if let Err(e) = (reload.set_log_level)(&new.log.level) {
-                    tracing::warn!(error = %e, "log level not changed");
-                }
-                stages.products.send_replace(new.products);
-                stages.dedup.send_replace(new.dedup);
-                tracing::info!(path = %path.display(), "SIGHUP: config reloaded (products, dedup, log level; other changes take effect at the next start)");
-            }
-            Err(e) => {
-                tracing::error!(path = %path.display(), error = %e, "SIGHUP: new config refused; the running one stays in force");
-            }
-        }
-    }
 }
 
 #[cfg(test)]

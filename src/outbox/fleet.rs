@@ -8,6 +8,18 @@ use super::{OutboxError, Store};
 use crate::inventory::Inventory;
 
 impl Store {
+    /// Sets `outbox.durability` on the open database (a reload).
+    pub fn set_durability(&mut self, durability: super::Durability) -> Result<(), OutboxError> {
+        let sync = match durability {
+            super::Durability::Full => "FULL",
+            super::Durability::Normal => "NORMAL",
+        };
+        self.conn
+            .execute_batch(&format!("PRAGMA synchronous={sync};"))?;
+        self.options.durability = durability;
+        Ok(())
+    }
+
     /// Records the running daemon's inventory.
     pub fn note_inventory(&mut self, inventory: &Inventory) -> Result<(), OutboxError> {
         let json = serde_json::to_string(inventory).unwrap_or_default();

@@ -133,8 +133,22 @@ impl Pusher {
         })
     }
 
-    /// Pushes every interval until `stop`, the first at once.
-    pub async fn run(mut self, outbox: Outbox, stop: CancellationToken) {
+    /// Takes the pushes `old` had not sent yet (a reload), oldest dropped past
+    /// `max_buffered`.
+    pub fn take_buffer_from(&mut self, mut old: Pusher) {
+        old.buffer.append(&mut self.buffer);
+        self.buffer = std::mem::take(&mut old.buffer);
+        while self.buffer.len() > self.settings.max_buffered.max(1) {
+            self.buffer.pop_front();
+            self.metrics.telemetry_push(PushOutcome::Dropped);
+        }
+        self.failing = old.failing;
+        self.metrics.telemetry_buffered(self.buffer.len());
+    }
+
+    /// Pushes every interval until `stop`, the first at once; returns itself with the
+    /// pushes not yet sent.
+    pub async fn run(mut self, outbox: Outbox, stop: CancellationToken) -> Pusher {
         tracing::info!(
             url = %self.settings.url,
             interval_secs = self.settings.interval.as_secs(),
@@ -163,6 +177,7 @@ impl Pusher {
                 _ = self.drain() => {}
             }
         }
+        self
     }
 
     /// Turns the exposition `text` as of `at` into a push at the back of the buffer,
