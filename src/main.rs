@@ -347,13 +347,18 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             };
             runtime()?.block_on(tapegate::cmd::history::run(&config, args, &mut stdout))?;
         }
-        Command::Message { message_type, file } => {
+        Command::Message {
+            message_type,
+            file,
+            json,
+        } => {
             let config = load(&cli)?;
             init_logging("warn");
             runtime()?.block_on(tapegate::cmd::message::run(
                 &config,
                 *message_type,
                 file,
+                *json,
                 &mut stdout,
             ))?;
         }

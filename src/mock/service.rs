@@ -251,10 +251,14 @@ pub(super) async fn handle(
         }
     };
     match route {
-        Route::Token(_) => Ok(match body {
-            Some(body) => token::token(&shared, &env, &parts, &body),
-            None => token::oauth_error(413, "invalid_request", "Request body too large"),
-        }),
+        Route::Token(_) => {
+            let fault = shared.with(|s| s.ops.token_faults.pop_front());
+            if let Some(outcome) = super::fault::outcome_now(fault.as_ref()) {
+                shared.with(|s| s.stats.token_requests += 1);
+                return outcome;
+            }
+            token_answer(&shared, &env, &parts, body)
+        }
         Route::Bulk(_) => {
             decode::decode(&shared, &env, DecodeKind::Bulk, None, parts, path, body).await
         }
@@ -271,6 +275,18 @@ pub(super) async fn handle(
             .await
         }
     }
+}
+
+fn token_answer(
+    shared: &Shared,
+    env: &MockEnvironment,
+    parts: &Parts,
+    body: Option<Bytes>,
+) -> Result<Answer, CloseConnection> {
+    Ok(match body {
+        Some(body) => token::token(shared, env, parts, &body),
+        None => token::oauth_error(413, "invalid_request", "Request body too large"),
+    })
 }
 
 #[cfg(test)]

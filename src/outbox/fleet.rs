@@ -197,20 +197,21 @@ mod tests {
         drop(store);
         let db = Store::path_in(dir.path());
         {
-            // Back to schema 3, as tapegate before retention left it.
+            // Back to the schema before retention, as the tapegate before it left it.
             let c = rusqlite::Connection::open(&db).unwrap();
             c.execute_batch(
                 "DELETE FROM counters WHERE name LIKE 'evicted_max_%';
                  INSERT INTO pending(mac, captured_at, product_id, packet) VALUES (1, 2, 'tape', 'F70E');
                  UPDATE counters SET value = 8 WHERE name = 'admitted';
-                 UPDATE counters SET value = 7 WHERE name = 'evicted';
-                 PRAGMA user_version = 3;",
+                 UPDATE counters SET value = 7 WHERE name = 'evicted';",
             )
             .unwrap();
+            c.execute_batch(&format!("PRAGMA user_version = {};", SCHEMA_VERSION - 1))
+                .unwrap();
             c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
                 .unwrap();
         }
-        assert_eq!(header_version(&db), 3);
+        assert_eq!(header_version(&db), SCHEMA_VERSION as u32 - 1);
         let (store, report) = Store::open(dir.path(), StoreOptions::default()).unwrap();
         assert_eq!(report.pending, 1);
         assert_eq!(header_version(&db), SCHEMA_VERSION as u32);

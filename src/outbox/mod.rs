@@ -7,7 +7,7 @@ token expires or the power is cut. Every admitted capture is written here first;
 flusher delivers from here, and a row leaves only in the transaction that records its
 outcome (a decoded reading or a dead letter). Delivery is therefore at-least-once.
 
-# Schema (`PRAGMA user_version` = 4)
+# Schema (`PRAGMA user_version` = 5)
 | table | holds |
 |---|---|
 | `pending` | captures not yet delivered: `id` (admission order), `mac` (48-bit integer), `captured_at` (epoch ms), `product_id`, `packet` (the `ble_packet` as sent), `rssi` |
@@ -17,7 +17,7 @@ outcome (a decoded reading or a dead letter). Delivery is therefore at-least-onc
 | `counters` | `admitted`, `delivered`, `dead_lettered`, `evicted`, `dead_letters_dropped`; `evicted_max_pending`, `evicted_max_age`, `evicted_max_bytes` (which bound evicted) |
 | `meta` | `last_flush_ok_at`, `last_error`, `last_error_at`; the flusher's batches in flight and concurrency limit (`flush_in_flight`, `flush_concurrency`, written with each settle); the BLE scanner's ladder counts (`scanner_*`); `clock_state` |
 | `boots` | each boot seen (`boot_id` from the kernel) and `synced_at`, when its clock was first seen synchronised |
-| `rate_window` | per API identity, the service's shared rate window (spec 8): when it began and how many requests it took; shared by every CLI run |
+| `rate_sends` | per API identity, the times of its last requests that count in the service's shared rate window (spec 8; at most 10 each, see `api::rate`); shared by every CLI run |
 | `heard` | per tape heard in the last [`HEARD_KEEP_MS`]: last capture time, strongest recent RSSI, and whether the service knows it (decoded, or refused as not found); written in the commit groups and settlements the daemon already makes, read by `device add --nearest` |
 
 A live capture's `pending` row also has `boot` (its `boots.id`), `boot_ms` (`CLOCK_BOOTTIME`
@@ -87,7 +87,7 @@ mod queue;
 mod store;
 
 pub use clock::{BootStart, ClockChange, ClockStatus, Released};
-pub use dock::{HeardTape, WindowState, HEARD_BEST_MS, HEARD_KEEP_MS};
+pub use dock::{HeardTape, HEARD_BEST_MS, HEARD_KEEP_MS};
 pub use fleet::{BootRecord, DeadLetterSummary};
 pub use handle::Outbox;
 pub use lock::{LockError, StateLock, LOCK_FILE};

@@ -24,6 +24,7 @@ const MIGRATIONS: &[&str] = &[
     MIGRATION_1,
     MIGRATION_CLOCK,
     MIGRATION_OPERATOR,
+    MIGRATION_RATE_SENDS,
     MIGRATION_RETENTION,
 ];
 
@@ -116,6 +117,18 @@ CREATE TABLE heard (
     known       INTEGER
 );
 CREATE INDEX heard_by_last_at ON heard(last_at);
+";
+
+/// Issue 21: the rate window becomes a sliding one (never more than 10 requests in any
+/// window's length, whatever the service's alignment), so it keeps the time of each of
+/// the last requests instead of a window's start and count.
+const MIGRATION_RATE_SENDS: &str = "
+DROP TABLE rate_window;
+CREATE TABLE rate_sends (
+    identity    TEXT NOT NULL,
+    sent_at     INTEGER NOT NULL
+);
+CREATE INDEX rate_sends_by_identity ON rate_sends(identity);
 ";
 
 /// Retention by age and size (issue 24): evictions are counted by the bound that made

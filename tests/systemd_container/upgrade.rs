@@ -7,7 +7,8 @@
 //!
 //! N is the package of [`PREVIOUS`], an earlier commit of this repository (outbox schema
 //! 3), built by `cargo deb` from `git archive` of it into the same target directory, so
-//! that only the tapegate crate itself is compiled again; N+1 is this tree (schema 4).
+//! that only the tapegate crate itself is compiled again; N+1 is this tree (schema 5:
+//! the rate window's and retention's steps on top).
 //! An honest N costs a release build, about as long as N+1's: cheaper stand-ins (this
 //! tree with an older schema switched on) would test a package nobody ships.
 
@@ -20,7 +21,8 @@ use tapegate::mock::{Fault, MockHandle, Storm};
 
 use super::{cargo, config, run, target_dir, wait_until, Container};
 
-/// The commit whose package plays version N: main before issue 24, outbox schema 3.
+/// The commit whose package plays version N: main before issues 21 and 24, outbox
+/// schema 3.
 /// Move it to the last released commit when one is tagged.
 pub const PREVIOUS: &str = "75ba28bd3532350f4e905134dca56158ca7a11d2";
 /// Its package version: below this tree's `0.1.0-1`.
@@ -114,6 +116,17 @@ fn publish(c: &Container, work: &Path, debs: &[&Path], fresh_key: bool) {
             && !update.contains("insecure"),
         "the repository must be signed and trusted:\n{update}"
     );
+}
+
+/// The outbox schema this tree's tapegate reads, as its package's preinst says (a unit
+/// test holds that equal to the binary's).
+fn schema() -> i64 {
+    let preinst = include_str!("../../debian/preinst");
+    preinst
+        .lines()
+        .find_map(|l| l.strip_prefix("SCHEMA="))
+        .and_then(|v| v.parse().ok())
+        .expect("SCHEMA= in debian/preinst")
 }
 
 fn installed_version(c: &Container) -> String {
@@ -308,7 +321,7 @@ fn every_capture_of_the_backlog_is_delivered(
         backlog.len(),
         &missing[..missing.len().min(5)]
     );
-    assert_eq!(user_version(c), 4, "the outbox migrated");
+    assert_eq!(user_version(c), schema(), "the outbox migrated");
     eprintln!(
         "after the upgrade: all {} backlog captures delivered or refused by the service ({} delivered, {} dead letters, 0 evicted, 0 pending)",
         backlog.len(),
@@ -343,7 +356,7 @@ fn a_support_bundle_from_the_real_journal_holds_no_password(c: &Container, servi
 /// the reason at ERROR, the file untouched) and the package refuses to install over it.
 fn a_downgrade_is_refused_by_the_daemon_and_by_the_package(c: &Container) {
     c.ok("systemctl stop tapegate");
-    let newer = 5;
+    let newer = schema() + 1;
     {
         let conn = db(c);
         conn.execute_batch(&format!("PRAGMA user_version = {newer};"))
@@ -364,7 +377,7 @@ fn a_downgrade_is_refused_by_the_daemon_and_by_the_package(c: &Container) {
     );
     let why = c.ok("journalctl -u tapegate -p warning -o cat --no-pager");
     assert!(
-        why.contains("schema version 5, newer than this tapegate"),
+        why.contains(&format!("schema version {newer}, newer than this tapegate")),
         "{why}"
     );
     assert_eq!(
@@ -387,7 +400,8 @@ fn a_downgrade_is_refused_by_the_daemon_and_by_the_package(c: &Container) {
     // Back to the schema it reads: it starts again.
     {
         let conn = db(c);
-        conn.execute_batch("PRAGMA user_version = 4;").unwrap();
+        conn.execute_batch(&format!("PRAGMA user_version = {};", schema()))
+            .unwrap();
     }
     c.ok("systemctl reset-failed tapegate && systemctl start tapegate");
     assert_eq!(c.prop("ActiveState"), "active");
