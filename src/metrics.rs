@@ -462,7 +462,7 @@ fn stored(s: &Stats, now: EpochMillis) -> Registry {
         ),
         (
             "evicted",
-            "Pending captures evicted to stay within outbox.max_pending",
+            "Pending captures evicted to stay within the outbox's bounds (see evictions_total)",
             s.evicted,
         ),
         (
@@ -510,6 +510,27 @@ fn stored(s: &Stats, now: EpochMillis) -> Registry {
     for (name, help, v) in gauges {
         r.register(name, help, ConstGauge::new(v));
     }
+    let by_bound = Family::<Vec<(String, String)>, Counter>::default();
+    for (bound, n) in [
+        ("max_pending", s.evicted_by.max_pending),
+        ("max_age", s.evicted_by.max_age),
+        ("max_bytes", s.evicted_by.max_bytes),
+    ] {
+        by_bound
+            .get_or_create(&vec![("bound".to_string(), bound.to_string())])
+            .inc_by(n);
+    }
+    r.register(
+        "evictions",
+        "Pending captures evicted, by the bound that evicted them (max_pending, max_age, max_bytes); they add up to evicted_total",
+        by_bound,
+    );
+    r.register_with_unit(
+        "database",
+        "Bytes of the state database's pages in use (bounded by outbox.max_bytes)",
+        Unit::Bytes,
+        ConstGauge::new(s.database_bytes as i64),
+    );
     let secs = |at: EpochMillis| at as f64 / 1000.0;
     r.register_with_unit(
         "oldest_pending_age",

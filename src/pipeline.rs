@@ -52,6 +52,10 @@ const ADVERT_CHANNEL: usize = 4096;
 /// long holding work without a turn is a stall (for the watchdog).
 const INGEST_ALLOWANCE: Duration = Duration::from_secs(30);
 
+/// How often the outbox's age and size bounds are looked at besides each commit (more
+/// often for a short `max_age_secs`).
+const RETENTION_EVERY: Duration = Duration::from_secs(60);
+
 /// Beyond a whole request and a whole backoff, how long the flusher may go without a turn.
 const FLUSH_SLACK: Duration = Duration::from_secs(60);
 
@@ -182,6 +186,8 @@ async fn run_in(
         pending = opened.pending,
         "outbox open"
     );
+    let mut store = store;
+    store.set_retention(config.outbox.retention());
     let (outbox, owner) = Outbox::start(store).map_err(RunError::OutboxThread)?;
 
     if config.service.is_none() {
@@ -366,6 +372,17 @@ async fn run_in(
     } else {
         None
     };
+    // The age and size bounds, kept while nothing is committed too (a dock hearing
+    // nothing while its uplink is down).
+    if config.outbox.max_age.is_some() || config.outbox.max_bytes.is_some() {
+        let every = config.outbox.max_age.map_or(RETENTION_EVERY, |age| {
+            (age / 4).clamp(Duration::from_secs(1), RETENTION_EVERY)
+        });
+        tokio::spawn(
+            crate::outbox::keep_bounds(outbox.clone(), every, service_tasks.clone())
+                .in_current_span(),
+        );
+    }
     if let Some(interval) = notifier.watchdog_interval() {
         let notifier = notifier.clone();
         let stop = service_tasks.clone();

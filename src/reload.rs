@@ -5,7 +5,7 @@ module says what a new config changes in a running daemon and how.
 
 | what changed | how it is applied |
 |---|---|
-| `[[products]]`, `[dedup]`, `log.level`, `outbox.max_pending`, `outbox.durability` | at once (the stages take them from a channel; the outbox's owner sets them) |
+| `[[products]]`, `[dedup]`, `log.level`, `outbox.max_pending`, `outbox.max_age_secs`, `outbox.max_bytes`, `outbox.durability` | at once (the stages take them from a channel; the outbox's owner sets them; a tighter bound evicts at the next commit or look) |
 | `[service]` (any key, the password too), `[flush]`, `readings.retention_hours` | the delivery stage restarts in-process: the running flusher sends nothing new, its batches in flight are answered (or, past `gateway.shutdown_grace_secs`, abandoned: their rows stay pending), then a new flusher starts with the new client and settings. No row leaves `pending` but through an answer, so nothing is lost or given two fates |
 | `[http]` | the server restarts on the new address (bound first: a port that cannot be had refuses the reload) |
 | `[telemetry]` | the pusher restarts with the new settings, keeping the pushes not yet sent |
@@ -320,7 +320,13 @@ fn flat(doc: &Value) -> BTreeMap<String, Value> {
 }
 
 fn how(key: &str, service_presence_changed: bool) -> Apply {
-    let now = ["outbox.max_pending", "outbox.durability", "log.level"];
+    let now = [
+        "outbox.max_pending",
+        "outbox.max_age_secs",
+        "outbox.max_bytes",
+        "outbox.durability",
+        "log.level",
+    ];
     if key == "products" || key.starts_with("dedup.") || now.contains(&key) {
         Apply::Now
     } else if key.starts_with("service")
@@ -460,10 +466,12 @@ impl Reloader {
             self.products.send_replace(running.products.clone());
             self.dedup.send_replace(running.dedup);
             let (max_pending, durability) = (running.outbox.max_pending, running.outbox.durability);
+            let retention = running.outbox.retention();
             let set = self
                 .outbox
                 .call(move |s| {
                     s.set_max_pending(max_pending);
+                    s.set_retention(retention);
                     s.set_durability(durability)
                 })
                 .await;

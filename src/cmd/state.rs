@@ -23,6 +23,10 @@ pub struct StatusJson {
     pub dead_letters: u64,
     pub dead_letters_stored: u64,
     pub evicted: u64,
+    /// `evicted` by the bound that evicted: `max_pending`, `max_age`, `max_bytes`.
+    pub evicted_by: crate::outbox::Evictions,
+    /// Bytes of the state database's pages in use (bounded by `outbox.max_bytes`).
+    pub database_bytes: u64,
     pub admitted: u64,
     /// Seconds since the capture time of the oldest pending capture.
     pub oldest_pending_age_secs: Option<u64>,
@@ -90,6 +94,8 @@ impl StatusJson {
             dead_letters: s.dead_letters,
             dead_letters_stored: s.dead_letters_stored,
             evicted: s.evicted,
+            evicted_by: s.evicted_by,
+            database_bytes: s.database_bytes,
             admitted: s.admitted,
             oldest_pending_age_secs: s
                 .oldest_pending_at
@@ -161,7 +167,18 @@ pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), Cm
             s.dead_letters, s.dead_letters_stored
         ),
     ));
-    lines.push(("evicted", s.evicted.to_string()));
+    lines.push((
+        "evicted",
+        if s.evicted > 0 {
+            format!("{} ({})", s.evicted, s.evicted_by.describe())
+        } else {
+            "0".into()
+        },
+    ));
+    lines.push((
+        "database",
+        format!("{:.1} MiB in use", s.database_bytes as f64 / 1_048_576.0),
+    ));
     lines.push((
         "clock",
         format!(

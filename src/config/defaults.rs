@@ -56,6 +56,11 @@ pub const DEFAULTS: Defaults = Defaults {
         max_pending: 1_000_000,
         durability: "full",
         commit_interval_ms: 200,
+        // No age bound: an old capture is still worth sending.
+        max_age_secs: 0,
+        // 256 MiB: a million pending captures fit (~100 MB), and a small SD card is
+        // never filled by the outbox.
+        max_bytes: 268_435_456,
     },
     flush: Flush {
         // The most the bulk decode endpoint takes (spec section 8).
@@ -167,6 +172,8 @@ pub struct Outbox {
     pub max_pending: u64,
     pub durability: &'static str,
     pub commit_interval_ms: u64,
+    pub max_age_secs: u64,
+    pub max_bytes: u64,
 }
 
 /// `[flush]`

@@ -174,6 +174,8 @@ pub fn document(c: &Config) -> Value {
                 Durability::Normal => "normal",
             },
             "commit_interval_ms": c.outbox.commit_interval.as_millis() as u64,
+            "max_age_secs": c.outbox.max_age.map_or(0, |d| d.as_secs()),
+            "max_bytes": c.outbox.max_bytes.unwrap_or(0),
         }),
     );
     let f = &c.flush;

@@ -36,6 +36,7 @@ pub mod effective;
 mod env;
 mod host;
 mod raw;
+mod retention;
 mod telemetry;
 #[cfg(test)]
 pub(crate) mod test_support;
@@ -190,6 +191,20 @@ pub struct OutboxSettings {
     pub max_pending: u64,
     pub durability: Durability,
     pub commit_interval: Duration,
+    /// `max_age_secs`; `None` (0 in the file): no age bound.
+    pub max_age: Option<Duration>,
+    /// `max_bytes`; `None` (0 in the file): no size bound.
+    pub max_bytes: Option<u64>,
+}
+
+impl OutboxSettings {
+    /// The age and size bounds, as the store takes them.
+    pub fn retention(&self) -> crate::outbox::Retention {
+        crate::outbox::Retention {
+            max_age_ms: self.max_age.map(|d| d.as_millis() as i64),
+            max_bytes: self.max_bytes,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]

@@ -260,6 +260,12 @@ pub struct RawOutbox {
     pub durability: Option<String>,
     /// Captures are committed in groups at least this often.
     pub commit_interval_ms: Option<u64>,
+    /// Pending captures older than this (capture time) are evicted, oldest first
+    /// (0: no age bound).
+    pub max_age_secs: Option<u64>,
+    /// The state database's used size at most, bytes; past it the oldest pending
+    /// captures are evicted (0: no size bound).
+    pub max_bytes: Option<u64>,
 }
 
 /// `[flush]`

@@ -387,7 +387,10 @@ pub fn validate(
     };
 
     let o = raw.outbox;
+    let (max_age, max_bytes) = super::retention::bounds(o.max_age_secs, o.max_bytes, &mut c);
     let outbox = OutboxSettings {
+        max_age,
+        max_bytes,
         max_pending: c.int(
             "outbox.max_pending",
             o.max_pending,

@@ -27,8 +27,8 @@ clock has synced; see `clock.rs`). Replayed captures carry recorded times: `boot
 never held. `counters` also has `clock_repaired` and `clock_estimated`.
 
 A row's life: admitted → `pending` (held while the clock is not trusted) → delivered (row deleted, reading stored) | dead
-letter (row moved to `dead_letters`) | evicted (deleted when `max_pending` is exceeded,
-oldest first). `tapegate dead-letters retry` moves dead letters back to `pending`.
+letter (row moved to `dead_letters`) | evicted (deleted when a bound is exceeded:
+`max_pending`, `max_age_secs`, `max_bytes`; oldest first; see `retention.rs`). `tapegate dead-letters retry` moves dead letters back to `pending`.
 
 # Guarantees
 - **Accepted means committed.** Captures are committed in groups, every
@@ -42,7 +42,9 @@ oldest first). `tapegate dead-letters retry` moves dead letters back to `pending
   count, so at every commit `admitted = delivered + dead_lettered + evicted + pending`
   holds, where `pending` is the number of rows in `pending`. Purging stored dead letters
   does not change `dead_lettered` (they were still refused).
-- **Bounded.** At most `outbox.max_pending` rows pending; past it the oldest are evicted
+- **Bounded.** At most `outbox.max_pending` rows pending, none older than
+  `outbox.max_age_secs` at the front of the queue, the database's used pages at most
+  `outbox.max_bytes`; past any of them the oldest are evicted
   (the newest state of a tape matters most) and counted. Stored dead letters are capped
   at [`MAX_DEAD_LETTERS`] (oldest dropped and counted); readings by retention.
 - **One owner.** One thread owns the connection ([`Outbox`] is its handle); the CLI
@@ -84,6 +86,7 @@ mod handle;
 mod lock;
 mod operator;
 mod queue;
+mod retention;
 mod store;
 
 pub use clock::{BootStart, ClockChange, ClockStatus, Released};
@@ -93,6 +96,7 @@ pub use handle::Outbox;
 pub use lock::{LockError, StateLock, LOCK_FILE};
 pub use operator::{DeadLetter, FlusherState, ScannerCounts, Stats, TapeKnown, TapeRow};
 pub use queue::{Fetched, Outcome, PendingCapture, Reading};
+pub use retention::{keep_bounds, Evictions, Retention};
 pub use store::{OpenReport, Store, StoreOptions};
 
 use std::path::PathBuf;

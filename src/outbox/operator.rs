@@ -70,6 +70,10 @@ pub struct Stats {
     pub scanner_last_trouble_at: Option<EpochMillis>,
     /// The clock's state, held captures and repairs.
     pub clock: ClockStatus,
+    /// Evicted captures by the bound that evicted them (`retention.rs`).
+    pub evicted_by: super::Evictions,
+    /// Bytes of the database's pages in use (what `outbox.max_bytes` bounds).
+    pub database_bytes: u64,
 }
 
 /// What the BLE scanner has been through.
@@ -209,6 +213,8 @@ impl Store {
             scanner_last_trouble: meta("scanner_last_trouble")?,
             scanner_last_trouble_at: int_meta("scanner_last_trouble_at")?,
             clock: clock_status(&tx)?,
+            evicted_by: super::retention::evictions_in(&tx)?,
+            database_bytes: super::retention::used_bytes(&tx)?,
         };
         tx.finish()?;
         Ok(stats)

@@ -1,4 +1,5 @@
-//! The queue: admitting groups of captures (with eviction past `max_pending`), choosing
+//! The queue: admitting groups of captures (with eviction past the bounds, see
+//! `retention.rs`), choosing
 //! the next batch (each MAC once, oldest first) and settling what the service answered,
 //! each in one transaction that keeps the counters exact.
 
@@ -8,11 +9,13 @@ use rusqlite::{params, Transaction};
 
 use super::clock::first_held;
 use super::dock::{note_heard, note_known};
+use super::retention::{evict_oldest, evict_past, Bound, Evictions};
 use super::store::{
     hold_id_floor, int_to_mac, mac_to_int, read_counters, release_id_floor, write_counters,
     write_tx, Counters,
 };
 use super::{FlusherState, OutboxError, Store, MAX_DEAD_LETTERS};
+use crate::clock::now_ms;
 use crate::record::{Capture, EpochMillis, Mac};
 
 /// A pending capture as the flusher sees it.
@@ -53,15 +56,22 @@ pub enum Outcome {
 }
 
 impl Store {
-    /// Commits one group of captures, evicting the oldest pending rows past
-    /// `max_pending`. Returns how many were evicted. On error nothing changed.
+    /// Commits one group of captures, evicting the oldest pending rows past the bounds
+    /// (`retention.rs`). Returns how many were evicted. On error nothing changed.
     pub fn enqueue(&mut self, group: &[Capture]) -> Result<u64, OutboxError> {
+        self.enqueue_counted(group).map(|e| e.total())
+    }
+
+    /// [`Store::enqueue`], saying which bound evicted how many.
+    pub fn enqueue_counted(&mut self, group: &[Capture]) -> Result<Evictions, OutboxError> {
         if group.is_empty() {
-            return Ok(0);
+            return Ok(Evictions::default());
         }
         let tx = write_tx(&mut self.conn).map_err(OutboxError::WriteFailed)?;
         let clock = self.clock;
-        let (evicted, next, held_from) = (|| -> rusqlite::Result<(u64, Counters, Option<i64>)> {
+        let retention = self.retention;
+        let mut evictions = Evictions::default();
+        let (next, held_from) = (|| -> rusqlite::Result<(Counters, Option<i64>)> {
             let current = read_counters(&tx)?;
             let mut next = current;
             let mut held_from = clock.first_held;
@@ -83,27 +93,20 @@ impl Store {
             note_heard(&tx, group)?;
             next.admitted += group.len() as u64;
             let excess = next.pending().saturating_sub(self.options.max_pending);
-            let evicted = if excess > 0 {
-                tx.execute(
-                    "DELETE FROM pending WHERE id IN (SELECT id FROM pending ORDER BY id LIMIT ?1)",
-                    [excess as i64],
-                )? as u64
-            } else {
-                0
-            };
-            next.evicted += evicted;
-            if evicted > 0 && held_from.is_some() {
+            evict_oldest(&tx, excess, Bound::Pending, &mut next, &mut evictions)?;
+            evict_past(&tx, &retention, now_ms(), &mut next, &mut evictions)?;
+            if evictions.total() > 0 && held_from.is_some() {
                 held_from = first_held(&tx)?;
             }
             write_counters(&tx, &current, &next)?;
-            Ok((evicted, next, held_from))
+            Ok((next, held_from))
         })()
         .map_err(OutboxError::WriteFailed)?;
         tx.commit().map_err(OutboxError::WriteFailed)?;
         self.counters = next;
         self.clock.first_held = held_from;
         self.id_floor = 0;
-        Ok(evicted)
+        Ok(evictions)
     }
 
     /// The next batch: the oldest pending capture of each MAC, oldest first, at most

@@ -194,6 +194,8 @@ pub struct Store {
     pub(super) options: StoreOptions,
     pub(super) counters: Counters,
     pub(super) clock: ClockRows,
+    /// The age and size bounds (`retention.rs`); none until set.
+    pub(super) retention: super::retention::Retention,
     path: PathBuf,
     /// Device and inode of the file opened at `path`: a file deleted or replaced under
     /// the daemon is noticed by comparing them. `None` for the CLI's connections, and
@@ -300,6 +302,7 @@ impl Store {
             options: options.clone(),
             counters,
             clock: ClockRows::default(),
+            retention: Default::default(),
             path: path.to_path_buf(),
             identity: file_identity(path),
             id_floor: 0,
@@ -350,6 +353,7 @@ impl Store {
             options: StoreOptions::default(),
             counters,
             clock: ClockRows::default(),
+            retention: Default::default(),
             path,
             identity: None,
             id_floor: 0,
