@@ -24,7 +24,8 @@ tapes into decoded readings in the tracking service.
   reopen a file deleted under the daemon; `queue.rs` enqueue, next batch, settle;
   `operator.rs` the reads and changes of `status`, `tapes`, `dead-letters`; `clock.rs`
   boots and held rows; `dock.rs` the rate window and the tapes heard; `lock.rs` one
-  daemon per state directory); its module doc is the design document.
+  daemon per state directory; `access.rs` who may create and write the state, and why
+  a database cannot be written); its module doc is the design document.
 - [`flush`]: delivery to the bulk decode endpoint: `plan.rs` the pure planner (batches,
   splits, isolation, attempt bounds, backoff, the concurrency window), `answer.rs` what
   an answer means, `mod.rs` the loop with several batches in flight; [`backoff`] is the
@@ -40,7 +41,8 @@ tapes into decoded readings in the tracking service.
   password and token out of every text.
 - [`pipeline`]: the only place that creates channels, spawns stages, watches them all
   at once (a stage that dies ends the daemon non-zero), wires SIGHUP and orders
-  shutdown. [`health`] keeps `STATUS=` and the scanner's counts current;
+  shutdown. [`health`] keeps `STATUS=` and the scanner's counts current and gives
+  `/healthz` its verdict (stages turning, commits succeeding, requests answered);
   [`systemd`] is sd_notify, the watchdog that pings only while every stage makes
   progress, and the stop signals.
 - [`reload`]: SIGHUP applies what changed, restarting the delivery stage, the HTTP

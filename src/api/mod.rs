@@ -412,10 +412,17 @@ impl ServiceClient {
             .map_err(transport)?
         {
             Some(body) => {
-                let message = scrub(
-                    &answer_message(&body),
-                    &[token.expose(), self.inner.endpoint.password.expose()],
-                );
+                // Scrubbed whole before anything is taken from it: a message cut to
+                // length could otherwise keep the start of a secret cut in half.
+                let secrets = [token.expose(), self.inner.endpoint.password.expose()];
+                let raw = String::from_utf8_lossy(&body);
+                let clean = scrub(&raw, &secrets);
+                let body = if clean.as_str() == raw.as_ref() {
+                    body
+                } else {
+                    Bytes::from(clean)
+                };
+                let message = scrub(&answer_message(&body), &secrets);
                 (body, message)
             }
             None => (Bytes::new(), "(error body too large)".to_string()),
@@ -494,7 +501,7 @@ impl ServiceClient {
             )),
             _ => Err(ApiError::AuthRejected {
                 status: code,
-                message: scrub(&answer_message(&body), &[e.password.expose()]),
+                message: auth::refusal(&body, e.password.expose()),
             }),
         }
     }

@@ -93,21 +93,22 @@ impl Console {
         } else {
             ""
         };
-        eprintln!("{clear}{}", crate::text::inert(message));
+        // A closed stderr (`... 2>&1 | head -1`) is no reason to fail, or panic.
+        let _ = writeln!(std::io::stderr(), "{clear}{}", crate::text::inert(message));
     }
 
     /// The progress line, on a terminal only.
     fn progress(&self, line: &str) {
         if self.tty {
             self.shown.store(true, Ordering::Relaxed);
-            eprint!("\r\x1b[K{line}");
+            let _ = write!(std::io::stderr(), "\r\x1b[K{line}");
         }
     }
 
     /// Ends the progress line.
     fn done(&self) {
         if self.shown.swap(false, Ordering::Relaxed) {
-            eprintln!();
+            let _ = writeln!(std::io::stderr());
         }
     }
 }

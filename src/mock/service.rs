@@ -51,6 +51,9 @@ pub(super) struct State {
     pub permission_denied: bool,
     /// Item errors quote the request's bearer token (a careless server).
     pub echo_token_in_errors: bool,
+    /// The token endpoint refuses every grant, quoting the request it refuses (the
+    /// form, as sent and as JSON): a careless server or proxy.
+    pub echo_grant_refusals: bool,
     pub tokens: HashMap<String, IssuedToken>,
     pub faults: VecDeque<Fault>,
     pub storm: Option<(Storm, fastrand::Rng)>,
@@ -80,6 +83,7 @@ impl State {
             wire: config.wire,
             permission_denied: false,
             echo_token_in_errors: false,
+            echo_grant_refusals: false,
             tokens: HashMap::new(),
             faults: VecDeque::new(),
             storm: None,

@@ -76,9 +76,12 @@ quarantines; `queue.rs` is the daemon's path (enqueue, next batch, settle); `ope
 is what `status`, `tapes` and `dead-letters` read and change; `clock.rs` records boots
 and holds and releases captures for the clock keeper; `dock.rs` the rate window and the
 tapes heard, for the operator commands of the service interface; `lock.rs` the state
-directory's one owner. `handle.rs` is the owner thread.
+directory's one owner; `access.rs` who may create and write the state (a database is
+created only by the state directory's owner, or by root for it). `handle.rs` is the
+owner thread.
 */
 
+mod access;
 mod clock;
 mod dock;
 mod fleet;
@@ -89,6 +92,7 @@ mod queue;
 mod retention;
 mod store;
 
+pub use access::why_unwritable;
 pub use clock::{BootStart, ClockChange, ClockStatus, Released};
 pub use dock::{HeardTape, HEARD_BEST_MS, HEARD_KEEP_MS};
 pub use fleet::{BootRecord, DeadLetterSummary};
@@ -131,13 +135,17 @@ pub enum OutboxError {
     #[error("outbox {path} cannot be opened: {reason}")]
     Unusable { path: PathBuf, reason: String },
     /// The database was written by a newer tapegate (a downgrade): it is left untouched
-    /// and the daemon refuses to start (exit 4, not restarted).
+    /// and the daemon refuses to start (exit 6, not restarted).
     #[error("outbox {path} has schema version {found}, newer than this tapegate {} reads ({known}): it was written by a newer tapegate, and a downgrade is not supported. Install that newer version again; the database is left untouched", env!("CARGO_PKG_VERSION"))]
     SchemaTooNew {
         path: PathBuf,
         found: i64,
         known: i64,
     },
+    /// This process cannot write the database (its owner, its mode, a read-only file
+    /// system): `why` says what fixes it. Retrying as it is will not.
+    #[error("outbox {path} cannot be written: {why}")]
+    NotWritable { path: PathBuf, why: String },
     /// Any other database error.
     #[error("outbox: {0}")]
     Sqlite(#[from] rusqlite::Error),
