@@ -16,6 +16,7 @@
 //! `evicted_max_age`, `evicted_max_bytes`). The bounds are kept at each commit of a
 //! group and, for a gateway that hears nothing, by [`keep_bounds`] now and then.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use rusqlite::{params, Transaction};
@@ -75,22 +76,66 @@ impl Bound {
     }
 }
 
-/// Deletes the `n` oldest pending rows (admission order) and counts them in `next`
-/// (`evicted`) and in `bound`'s own counter. The only way a row is evicted.
+/// Deletes the `n` oldest pending rows (admission order) that the flusher has not
+/// claimed, and counts them in `next` (`evicted`) and in `bound`'s own counter. The only
+/// way a row is evicted. Returns how many went (fewer than `n` when claimed rows are
+/// all that is left).
 pub(super) fn evict_oldest(
     tx: &Transaction<'_>,
     n: u64,
     bound: Bound,
+    claimed: &HashSet<i64>,
     next: &mut Counters,
     evictions: &mut Evictions,
 ) -> rusqlite::Result<u64> {
     if n == 0 {
         return Ok(0);
     }
-    let gone = tx.execute(
-        "DELETE FROM pending WHERE id IN (SELECT id FROM pending ORDER BY id LIMIT ?1)",
-        [n as i64],
-    )? as u64;
+    if claimed.is_empty() {
+        let gone = tx.execute(
+            "DELETE FROM pending WHERE id IN (SELECT id FROM pending ORDER BY id LIMIT ?1)",
+            [n as i64],
+        )? as u64;
+        return count(tx, gone, bound, next, evictions);
+    }
+    let mut ids = Vec::with_capacity(n.min(4096) as usize);
+    {
+        let mut oldest = tx.prepare_cached("SELECT id FROM pending ORDER BY id")?;
+        let mut rows = oldest.query([])?;
+        while (ids.len() as u64) < n {
+            let Some(r) = rows.next()? else { break };
+            let id: i64 = r.get(0)?;
+            if !claimed.contains(&id) {
+                ids.push(id);
+            }
+        }
+    }
+    delete_ids(tx, &ids, bound, next, evictions)
+}
+
+/// Deletes the rows `ids` and counts them as evicted by `bound`.
+fn delete_ids(
+    tx: &Transaction<'_>,
+    ids: &[i64],
+    bound: Bound,
+    next: &mut Counters,
+    evictions: &mut Evictions,
+) -> rusqlite::Result<u64> {
+    let mut delete = tx.prepare_cached("DELETE FROM pending WHERE id = ?1")?;
+    let mut gone = 0;
+    for id in ids {
+        gone += delete.execute([id])? as u64;
+    }
+    count(tx, gone, bound, next, evictions)
+}
+
+fn count(
+    tx: &Transaction<'_>,
+    gone: u64,
+    bound: Bound,
+    next: &mut Counters,
+    evictions: &mut Evictions,
+) -> rusqlite::Result<u64> {
     next.evicted += gone;
     tx.execute(
         "UPDATE counters SET value = value + ?2 WHERE name = ?1",
@@ -114,30 +159,44 @@ pub(super) fn used_bytes(tx: &Transaction<'_>) -> rusqlite::Result<u64> {
     Ok((pages.max(0) as u64) * (pragma("page_size")?.max(0) as u64))
 }
 
-/// Evicts past the age and size bounds (max_pending is the caller's), in `tx`.
+/// Evicts past the age and size bounds (max_pending is the caller's), in `tx`, never a
+/// row in `claimed`.
 pub(super) fn evict_past(
     tx: &Transaction<'_>,
     retention: &Retention,
     now: EpochMillis,
+    claimed: &HashSet<i64>,
     next: &mut Counters,
     evictions: &mut Evictions,
 ) -> rusqlite::Result<()> {
     if let Some(max_age) = retention.max_age_ms {
         let cutoff = now - max_age;
-        // The leading run of old, unheld rows, a window at a time.
+        // The leading run of old, unheld rows (claimed ones passed over), a window at a
+        // time, from the oldest admitted.
+        let mut after = 0i64;
         loop {
-            let mut stmt =
-                tx.prepare_cached("SELECT captured_at, held FROM pending ORDER BY id LIMIT 512")?;
-            let rows: Vec<(i64, bool)> = stmt
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            let mut stmt = tx.prepare_cached(
+                "SELECT id, captured_at, held FROM pending WHERE id > ?1 ORDER BY id LIMIT 512",
+            )?;
+            let rows: Vec<(i64, i64, bool)> = stmt
+                .query_map([after], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
                 .collect::<Result<_, _>>()?;
-            let old = rows
-                .iter()
-                .take_while(|(at, held)| *at < cutoff && !*held)
-                .count() as u64;
-            evict_oldest(tx, old, Bound::Age, next, evictions)?;
-            if old < 512 {
-                break;
+            let mut old = Vec::new();
+            let mut young_seen = false;
+            for (id, at, held) in &rows {
+                if claimed.contains(id) {
+                    continue;
+                }
+                if *at >= cutoff || *held {
+                    young_seen = true;
+                    break;
+                }
+                old.push(*id);
+            }
+            delete_ids(tx, &old, Bound::Age, next, evictions)?;
+            match rows.last() {
+                Some((last, _, _)) if !young_seen && rows.len() == 512 => after = *last,
+                _ => break,
             }
         }
     }
@@ -149,7 +208,10 @@ pub(super) fn evict_past(
                 break;
             }
             let n = (pending / 50).max(64).min(pending);
-            evict_oldest(tx, n, Bound::Bytes, next, evictions)?;
+            if evict_oldest(tx, n, Bound::Bytes, claimed, next, evictions)? == 0 {
+                // Only rows being delivered are left: they leave by their answer.
+                break;
+            }
         }
     }
     Ok(())
@@ -173,7 +235,14 @@ impl Store {
         let (next, held) = (|| -> rusqlite::Result<(Counters, Option<i64>)> {
             let current = read_counters(&tx)?;
             let mut next = current;
-            evict_past(&tx, &retention, now, &mut next, &mut evictions)?;
+            evict_past(
+                &tx,
+                &retention,
+                now,
+                &self.claimed,
+                &mut next,
+                &mut evictions,
+            )?;
             write_counters(&tx, &current, &next)?;
             Ok((next, first_held(&tx)?))
         })()
@@ -295,6 +364,34 @@ mod tests {
         assert_eq!((s.pending, s.evicted, s.admitted), (0, 710, 710));
         assert_eq!(store.evictions().unwrap().max_age, 710);
         assert_eq!(store.count_pending_rows().unwrap(), 0);
+    }
+
+    /// One fate per capture: a row the flusher has claimed (on its way to the service)
+    /// is aged out or evicted for size by no bound; it leaves by its answer.
+    #[test]
+    fn claimed_rows_are_never_evicted_by_age_or_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let now = crate::clock::now_ms();
+        store
+            .enqueue(&(0..10).map(|i| capture(i, now - 1000)).collect::<Vec<_>>())
+            .unwrap();
+        assert_eq!(store.claim(&[1, 2, 5], &[]).unwrap(), [1, 2, 5]);
+        store.set_retention(Retention {
+            max_age_ms: Some(DAY),
+            max_bytes: Some(1),
+        });
+        let e = store.keep_bounds(now + 2 * DAY).unwrap();
+        assert_eq!(e.total(), 7, "{e:?}");
+        let ids: Vec<i64> = store
+            .pending_captures()
+            .unwrap()
+            .iter()
+            .map(|p| p.id)
+            .collect();
+        assert_eq!(ids, [1, 2, 5]);
+        let s = store.stats().unwrap();
+        assert_eq!((s.pending, s.evicted, s.admitted), (3, 7, 10));
     }
 
     #[test]
