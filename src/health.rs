@@ -34,6 +34,10 @@ const STATUS_EVERY: Duration = Duration::from_secs(1);
 /// How often the scanner's counts are moved into the state database outside systemd.
 const KEEP_EVERY: Duration = Duration::from_secs(10);
 
+/// The BLE reports per second are written to the state database over this long (the
+/// status page shows them live): one small write a minute, not one a second.
+const RATE_EVERY: Duration = Duration::from_secs(60);
+
 /// Why the daemon is not healthy: the stage, and a sentence for the operator.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unhealthy {
@@ -69,6 +73,11 @@ pub struct HealthKeeper {
     health: Arc<SourceHealth>,
     kept: ScannerCounts,
     trouble_at: Option<EpochMillis>,
+    /// The reports counted at the last keep, and when (the live rate).
+    reports_seen: Option<(tokio::time::Instant, u64)>,
+    /// The same when the rate was last written, and the path written.
+    reports_kept: Option<(tokio::time::Instant, u64)>,
+    path_kept: Option<&'static str>,
 }
 
 impl HealthKeeper {
@@ -77,10 +86,50 @@ impl HealthKeeper {
             health,
             kept: ScannerCounts::default(),
             trouble_at: None,
+            reports_seen: None,
+            reports_kept: None,
+            path_kept: None,
+        }
+    }
+
+    /// Measures the reports per second since the last keep (for the status page) and,
+    /// every [`RATE_EVERY`] or when the path changed, writes them with the path for
+    /// `tapegate status`.
+    async fn keep_rate(&mut self, outbox: &Outbox) {
+        let Some(path) = self.health.adverts_path() else {
+            return;
+        };
+        let now = tokio::time::Instant::now();
+        let reports = self.health.reports.load(Ordering::Relaxed);
+        let rate = |(t, n): (tokio::time::Instant, u64)| {
+            let secs = now.duration_since(t).as_secs_f64();
+            (secs > 0.0).then(|| reports.saturating_sub(n) as f64 / secs)
+        };
+        if let Some(r) = self.reports_seen.and_then(rate) {
+            if let Ok(mut live) = self.health.reports_per_sec.lock() {
+                *live = Some(r);
+            }
+        }
+        self.reports_seen = Some((now, reports));
+        let due = self
+            .reports_kept
+            .is_none_or(|(t, _)| now.duration_since(t) >= RATE_EVERY);
+        if !due && self.path_kept == Some(path) {
+            return;
+        }
+        let per_sec = self.reports_kept.and_then(rate);
+        let at = crate::clock::now_ms();
+        let written = outbox
+            .call(move |s| s.note_scanner_rate(Some(path), per_sec, at))
+            .await;
+        if written.is_ok() {
+            self.reports_kept = Some((now, reports));
+            self.path_kept = Some(path);
         }
     }
 
     async fn keep(&mut self, outbox: &Outbox) {
+        self.keep_rate(outbox).await;
         let read = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let now = ScannerCounts {
             restarts: read(&self.health.restarts),

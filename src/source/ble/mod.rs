@@ -186,7 +186,7 @@ impl Ble {
                 Err(SourceError::Mgmt(why.to_string()))
             }
             Err(why) => {
-                tracing::info!(reason = %why, "reading adverts over D-Bus: the kernel's management socket cannot be used here ({why})");
+                tracing::info!(reason = %why, "reading adverts over D-Bus: the kernel's management socket cannot be used here");
                 Ok(None)
             }
         }
@@ -245,10 +245,11 @@ impl Source for Ble {
             .map_err(SourceError::Bluez)?;
         let path = if side.is_some() { "mgmt" } else { "dbus" };
         self.health.set_adverts_path(path);
+        let scan = if how.discovery { "active" } else { "passive" };
         tracing::info!(
             adapter = %adapter_name,
-            adverts = path,
-            scan = if how.discovery { "active" } else { "passive" },
+            adverts = %path,
+            scan = %scan,
             "scanning for BLE advertisements"
         );
         let mut scanner = Scanner {
