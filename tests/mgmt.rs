@@ -255,7 +255,7 @@ fn the_trust_probe_tells_a_socket_without_cap_net_admin_from_a_trusted_one() {
                 );
                 conn
             });
-            let opened = Channel::open(&Origin::Unix(path), Reports::new(3, 16)).await;
+            let opened = Channel::open(Origin::Unix(path), Reports::new(3, 16)).await;
             let _conn = peer.join().unwrap();
             match (trusted, opened) {
                 (true, Ok(_)) => {}
@@ -265,13 +265,63 @@ fn the_trust_probe_tells_a_socket_without_cap_net_admin_from_a_trusted_one() {
         }
         // Nobody there: the reason is the kernel's.
         let e = Channel::open(
-            &Origin::Unix("/nonexistent/mgmt.sock".into()),
+            Origin::Unix("/nonexistent/mgmt.sock".into()),
             Reports::new(0, 16),
         )
         .await
         .err()
         .unwrap();
         assert!(matches!(e, Unavailable::Socket(_)), "{e}");
+    });
+}
+
+#[test]
+fn the_units_start_step_hands_the_socket_to_systemds_store_by_name() {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    use tapegate::source::ble::mgmt::socket::{hand_over, FD_NAME};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notify");
+    // The service manager's end.
+    let manager = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+    let (kernel, socket) = seqpacket_pair();
+    hand_over(&path, &socket).unwrap();
+    drop(socket);
+    // What systemd reads: the state, and one descriptor with it.
+    let mut data = [0u8; 256];
+    let mut control = [0u8; 64];
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    };
+    // SAFETY: recvmsg into live buffers of the given sizes; the descriptor received is
+    // owned from here.
+    let (n, fd) = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = control.len() as _;
+        let n = libc::recvmsg(manager.as_raw_fd(), &mut msg, 0);
+        assert!(n > 0, "{}", std::io::Error::last_os_error());
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        assert!(!cmsg.is_null(), "no descriptor came with the state");
+        assert_eq!(
+            ((*cmsg).cmsg_level, (*cmsg).cmsg_type),
+            (libc::SOL_SOCKET, libc::SCM_RIGHTS)
+        );
+        let fd: libc::c_int = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast());
+        (n as usize, OwnedFd::from_raw_fd(fd))
+    };
+    assert_eq!(
+        std::str::from_utf8(&data[..n]).unwrap(),
+        format!("FDSTORE=1\nFDNAME={FD_NAME}\n")
+    );
+    // The descriptor received is the socket itself: what the kernel sends arrives there.
+    send(&kernel, &device_found(0, TAPE, -60, &tape_ad()));
+    runtime().block_on(async {
+        let mut channel = Channel::new(fd, Reports::new(0, 16)).unwrap();
+        let (adverts, _, _) = read_all(&mut channel, 1, false).await;
+        assert_eq!(adverts.len(), 1);
     });
 }
 

@@ -75,7 +75,10 @@ impl FakeKernel {
     /// Waits until the daemon has connected (panics after `limit`).
     pub fn wait_connected(&self, limit: Duration) {
         let connected = crate::common::wait_for(limit, || self.conn.lock().unwrap().clone());
-        assert!(connected.is_some(), "the daemon did not connect to the fake kernel");
+        assert!(
+            connected.is_some(),
+            "the daemon did not connect to the fake kernel"
+        );
     }
 
     /// Sends one frame to the daemon (blocks while its socket buffer is full).

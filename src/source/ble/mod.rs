@@ -164,13 +164,19 @@ impl Ble {
             return Ok(None);
         }
         let origin = mgmt::Origin::from_env();
-        if let mgmt::Origin::Unix(path) = &origin {
-            tracing::warn!(path = %path.display(), "reading management frames from {} instead of the kernel", mgmt::SOCKET_ENV);
+        match &origin {
+            mgmt::Origin::Unix(path) => {
+                tracing::warn!(path = %path.display(), "reading management frames from {} instead of the kernel", mgmt::SOCKET_ENV)
+            }
+            mgmt::Origin::Systemd(_) => {
+                tracing::debug!("the kernel's management socket came from the unit's start step")
+            }
+            mgmt::Origin::Kernel => {}
         }
         let opened = match mgmt::index_of(adapter) {
             Ok(index) => {
                 let reports = mgmt::Reports::new(index, self.settings.max_devices);
-                mgmt::Channel::open(&origin, reports)
+                mgmt::Channel::open(origin, reports)
                     .await
                     .map(|channel| Side {
                         channel,
@@ -494,11 +500,11 @@ enum Wake {
     Due,
 }
 
-/// Resolves when the path should be read: at `next_read` while adverts flow, else when
-/// its socket is readable. Pends forever without a path.
+/// Resolves when the path should be read: at `next_read` while adverts flow (the path
+/// parked meanwhile), else when its socket is readable. Pends forever without a path.
 async fn path_ready(
-    side: &Option<Side>,
-    session: &Option<Session>,
+    side: &mut Option<Side>,
+    session: &mut Option<Session>,
     next_read: Option<Instant>,
 ) -> std::io::Result<()> {
     if let Some(at) = next_read {
@@ -508,7 +514,7 @@ async fn path_ready(
     if let Some(s) = side {
         return s.channel.readable().await;
     }
-    match session.as_ref().and_then(|s| s.signals.as_ref()) {
+    match session.as_mut().and_then(|s| s.signals.as_mut()) {
         Some(signals) => signals.readable().await,
         None => std::future::pending().await,
     }
@@ -571,7 +577,7 @@ impl Scanner {
             let wake = tokio::select! {
                 biased;
                 () = &mut stopped => return Ok(()),
-                ready = path_ready(&self.side, &self.session, self.next_read) => Wake::Path(ready),
+                ready = path_ready(&mut self.side, &mut self.session, self.next_read) => Wake::Path(ready),
                 () = self.watcher.changed() => Wake::Learned,
                 () = &mut deadline, if armed.is_some() => Wake::Due,
             };
@@ -596,6 +602,9 @@ impl Scanner {
                             } else {
                                 any.then_some(now + READ_EVERY)
                             };
+                            if self.next_read.is_some() {
+                                self.park_path();
+                            }
                         }
                         Err(why) => {
                             self.next_read = None;
@@ -612,6 +621,15 @@ impl Scanner {
                     check = true;
                 }
             }
+        }
+    }
+
+    /// Stops the path's socket from waking the source until it waits for it again.
+    fn park_path(&mut self) {
+        if let Some(side) = &mut self.side {
+            side.channel.park();
+        } else if let Some(signals) = self.session.as_mut().and_then(|s| s.signals.as_mut()) {
+            signals.park();
         }
     }
 

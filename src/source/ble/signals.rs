@@ -208,7 +208,10 @@ pub(super) struct Lost;
 /// The advert signals of one adapter on a connection of their own.
 pub(super) struct Signals {
     // Declared first: deregistered from the runtime before libdbus closes the descriptor.
-    fd: AsyncFd<BusFd>,
+    /// `Some` while the source waits for the connection; parked (`None`) while it reads
+    /// on a timer, so that a message arriving meanwhile wakes nobody.
+    fd: Option<AsyncFd<BusFd>>,
+    raw: RawFd,
     channel: Channel,
     adapter_path: String,
 }
@@ -224,23 +227,37 @@ impl Signals {
         let channel = tokio::task::spawn_blocking(move || subscribe(&path))
             .await
             .map_err(|e| format!("the subscribing task failed: {e}"))??;
-        let fd = channel.watch().fd;
-        // SAFETY: the descriptor is libdbus's, open as long as `channel`, which is
-        // dropped after `fd` (field order).
-        let fd = unsafe { AsyncFd::register_with_interest(BusFd(fd), Interest::READABLE) }
-            .map_err(|e| format!("cannot watch the bus connection: {}", io::Error::from(e)))?;
+        let raw = channel.watch().fd;
         Ok(Signals {
-            fd,
+            fd: None,
+            raw,
             channel,
             adapter_path,
         })
     }
 
-    /// Waits until the connection may have something to read. Cancel-safe.
-    pub async fn readable(&self) -> io::Result<()> {
-        let mut guard = self.fd.readable().await?;
+    /// Waits until the connection may have something to read (registering it with the
+    /// runtime: what is already queued makes it ready at once). Cancel-safe.
+    pub async fn readable(&mut self) -> io::Result<()> {
+        if self.fd.is_none() {
+            // SAFETY: the descriptor is libdbus's, open as long as `channel`, which is
+            // dropped after `fd` (field order).
+            let fd =
+                unsafe { AsyncFd::register_with_interest(BusFd(self.raw), Interest::READABLE) }
+                    .map_err(io::Error::from)?;
+            self.fd = Some(fd);
+        }
+        let Some(fd) = &self.fd else {
+            return Ok(());
+        };
+        let mut guard = fd.readable().await?;
         guard.retain_ready();
         Ok(())
+    }
+
+    /// Reads will be made on a timer for a while (see [`Signals::fd`]).
+    pub fn park(&mut self) {
+        self.fd = None;
     }
 
     /// Reads what is there, at most `budget` messages, and gives each change of a
@@ -248,9 +265,9 @@ impl Signals {
     pub fn drain(&mut self, budget: usize, mut each: impl FnMut(Change)) -> Result<Drained, Lost> {
         // Readiness is cleared before reading: what arrives after the read wakes the
         // next wait.
-        if let Some(mut guard) = futures::FutureExt::now_or_never(self.fd.readable()) {
-            if let Ok(g) = guard.as_mut() {
-                g.clear_ready();
+        if let Some(fd) = &self.fd {
+            if let Some(Ok(mut guard)) = futures::FutureExt::now_or_never(fd.readable()) {
+                guard.clear_ready();
             }
         }
         let mut d = Drained::default();

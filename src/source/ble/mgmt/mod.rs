@@ -197,19 +197,24 @@ pub fn index_of(adapter: &str) -> Result<u16, Unavailable> {
 }
 
 /// Where frames come from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Origin {
+    /// A socket of the kernel's this process opens.
     Kernel,
+    /// A socket of the kernel's opened by the unit's privileged start step and passed
+    /// by systemd ([`socket::hand_to_systemd`]).
+    Systemd(OwnedFd),
     /// A peer playing the kernel ([`SOCKET_ENV`]).
     Unix(PathBuf),
 }
 
 impl Origin {
-    /// The kernel, unless [`SOCKET_ENV`] names a socket.
+    /// A peer named by [`SOCKET_ENV`]; else the socket systemd passed; else the
+    /// kernel's, opened here.
     pub fn from_env() -> Origin {
         match std::env::var_os(SOCKET_ENV) {
             Some(p) if !p.is_empty() => Origin::Unix(PathBuf::from(p)),
-            _ => Origin::Kernel,
+            _ => socket::from_systemd().map_or(Origin::Kernel, Origin::Systemd),
         }
     }
 }
@@ -246,10 +251,11 @@ impl Channel {
 
     /// Opens the channel from `origin` and checks that the kernel trusts it with
     /// reports.
-    pub async fn open(origin: &Origin, reports: Reports) -> Result<Channel, Unavailable> {
+    pub async fn open(origin: Origin, reports: Reports) -> Result<Channel, Unavailable> {
         let fd = match origin {
             Origin::Kernel => socket::open_kernel(),
-            Origin::Unix(path) => socket::connect_unix(path),
+            Origin::Systemd(fd) => Ok(fd),
+            Origin::Unix(path) => socket::connect_unix(&path),
         }
         .map_err(|e| Unavailable::Socket(e.to_string()))?;
         let mut channel =
@@ -273,8 +279,14 @@ impl Channel {
     }
 
     /// Waits until there is something to read. Cancel-safe.
-    pub async fn readable(&self) -> io::Result<()> {
+    pub async fn readable(&mut self) -> io::Result<()> {
         self.socket.readable().await
+    }
+
+    /// Reads will be made on a timer for a while: what arrives meanwhile wakes nobody
+    /// (until the next [`readable`](Self::readable)).
+    pub fn park(&mut self) {
+        self.socket.park();
     }
 
     /// Reads and handles what is there, at most `budget` reads: adverts go to

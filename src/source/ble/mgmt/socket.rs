@@ -99,13 +99,18 @@ fn seqpacket(path: &Path) -> io::Result<OwnedFd> {
     }
 }
 
-/// A non-blocking socket of frames, registered with the runtime.
+/// A non-blocking socket of frames. It is registered with the runtime only while the
+/// source waits for it: a parked socket (read on a timer while reports flow) wakes
+/// nobody when a frame arrives, where a registered one wakes the thread for each.
 pub struct Socket {
-    fd: AsyncFd<OwnedFd>,
+    /// `Some` while registered.
+    registered: Option<AsyncFd<OwnedFd>>,
+    /// `Some` while parked.
+    parked: Option<OwnedFd>,
 }
 
 impl Socket {
-    /// Registers `fd` (made non-blocking) with the runtime.
+    /// Takes `fd` (made non-blocking), parked.
     pub fn new(fd: OwnedFd) -> io::Result<Socket> {
         // SAFETY: fcntl on a descriptor owned by `fd`.
         unsafe {
@@ -115,40 +120,69 @@ impl Socket {
                 return Err(io::Error::last_os_error());
             }
         }
-        // SAFETY: `fd` is an open descriptor, owned by the AsyncFd from here until it
-        // is dropped.
-        let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
-            .map_err(io::Error::from)?;
-        Ok(Socket { fd })
+        Ok(Socket {
+            registered: None,
+            parked: Some(fd),
+        })
     }
 
-    /// Waits until a read may find something. Cancel-safe.
-    pub async fn readable(&self) -> io::Result<()> {
-        let mut guard = self.fd.readable().await?;
+    fn raw(&self) -> std::os::fd::RawFd {
+        match (&self.registered, &self.parked) {
+            (Some(a), _) => a.get_ref().as_raw_fd(),
+            (None, Some(fd)) => fd.as_raw_fd(),
+            (None, None) => -1,
+        }
+    }
+
+    /// Stops waking the runtime for what arrives, until the next
+    /// [`readable`](Self::readable).
+    pub fn park(&mut self) {
+        if let Some(a) = self.registered.take() {
+            self.parked = Some(a.into_inner());
+        }
+    }
+
+    /// Waits until a read may find something (registering the socket: what is already
+    /// queued makes it ready at once). Cancel-safe.
+    pub async fn readable(&mut self) -> io::Result<()> {
+        if let Some(fd) = self.parked.take() {
+            // SAFETY: `fd` is an open descriptor, owned by the AsyncFd until it is
+            // parked again or dropped.
+            match unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) } {
+                Ok(a) => self.registered = Some(a),
+                Err(e) => {
+                    let (fd, cause) = e.into_parts();
+                    self.parked = Some(fd);
+                    return Err(cause);
+                }
+            }
+        }
+        let Some(a) = &self.registered else {
+            return Err(io::Error::other("the socket is gone"));
+        };
+        let mut guard = a.readable().await?;
         guard.retain_ready();
         Ok(())
     }
 
     /// Reads what is there into `buf` without waiting: `Ok(Some(n))` bytes (0: the peer
-    /// closed), `Ok(None)` nothing now (the readiness is cleared, so that the next
-    /// [`readable`](Self::readable) waits for more).
+    /// closed), `Ok(None)` nothing now (a registered socket's readiness is cleared, so
+    /// that the next [`readable`](Self::readable) waits for more).
     pub fn try_read(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        let read = self.fd.try_io(Interest::READABLE, |fd| {
+        let mut recv = |fd: std::os::fd::RawFd| {
             // SAFETY: recv into a buffer of the given length, on a descriptor owned here.
-            let n = unsafe {
-                libc::recv(
-                    fd.as_raw_fd(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    libc::MSG_DONTWAIT,
-                )
-            };
+            let n =
+                unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
             if n < 0 {
                 Err(io::Error::last_os_error())
             } else {
                 Ok(n as usize)
             }
-        });
+        };
+        let read = match &self.registered {
+            Some(a) => a.try_io(Interest::READABLE, |fd| recv(fd.as_raw_fd())),
+            None => recv(self.raw()),
+        };
         match read {
             Ok(n) => Ok(Some(n)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
@@ -163,7 +197,7 @@ impl Socket {
         // SAFETY: send from a buffer of the given length, on a descriptor owned here.
         let n = unsafe {
             libc::send(
-                self.fd.get_ref().as_raw_fd(),
+                self.raw(),
                 frame.as_ptr().cast(),
                 frame.len(),
                 libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
@@ -176,4 +210,97 @@ impl Socket {
         }
         Ok(())
     }
+}
+
+/// The name of the management socket in systemd's file descriptor store.
+pub const FD_NAME: &str = "tapegate-mgmt";
+
+/// What [`hand_to_systemd`] did.
+#[derive(Debug)]
+pub enum Handed {
+    /// The socket is in the unit's file descriptor store.
+    Stored,
+    /// Not under systemd (no `NOTIFY_SOCKET`): nothing to hand it to.
+    NoManager,
+}
+
+/// Opens the kernel's management control channel and puts it into the systemd unit's
+/// file descriptor store (`FDSTORE=1`, `FDNAME=tapegate-mgmt`), from which systemd
+/// passes it to the daemon. Run as the unit's privileged `ExecStartPre=+` step: the
+/// kernel trusts a management socket with advertising reports when the process that
+/// binds it has `CAP_NET_ADMIN`, and keeps trusting it in whichever process holds it,
+/// so the daemon itself needs neither the capability nor `AF_BLUETOOTH`.
+pub fn hand_to_systemd() -> io::Result<Handed> {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return Ok(Handed::NoManager);
+    };
+    hand_over(Path::new(&path), &open_kernel()?)?;
+    Ok(Handed::Stored)
+}
+
+/// Sends `socket` to the service manager listening at `notify` for the unit's file
+/// descriptor store, named [`FD_NAME`].
+pub fn hand_over(notify: &Path, socket: &OwnedFd) -> io::Result<()> {
+    let to = std::os::unix::net::UnixDatagram::unbound()?;
+    to.connect(notify)?;
+    let state = format!("FDSTORE=1\nFDNAME={FD_NAME}\n");
+    send_with_fd(&to, state.as_bytes(), socket.as_raw_fd())
+}
+
+/// The management socket systemd passed from its file descriptor store, if any
+/// (`LISTEN_FDS`, `LISTEN_FDNAMES`). The store's copy is removed (`FDSTOREREMOVE=1`):
+/// the next start opens a fresh one.
+pub fn from_systemd() -> Option<OwnedFd> {
+    let fds = sd_notify::listen_fds_with_names(false).ok()?;
+    let mut found = None;
+    for (fd, name) in fds {
+        if name == FD_NAME && found.is_none() {
+            // SAFETY: systemd passed this descriptor to this process, named as ours;
+            // nothing else here takes it.
+            found = Some(unsafe { OwnedFd::from_raw_fd(fd) });
+        }
+    }
+    if found.is_some() {
+        let _ = sd_notify::notify(
+            false,
+            &[
+                sd_notify::NotifyState::Custom("FDSTOREREMOVE=1"),
+                sd_notify::NotifyState::Custom(&format!("FDNAME={FD_NAME}")),
+            ],
+        );
+    }
+    found
+}
+
+/// Sends `data` with one descriptor (`SCM_RIGHTS`).
+fn send_with_fd(
+    socket: &std::os::unix::net::UnixDatagram,
+    data: &[u8],
+    fd: std::os::fd::RawFd,
+) -> io::Result<()> {
+    // SAFETY: CMSG_SPACE is arithmetic.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) } as usize;
+    let mut control = vec![0u8; space];
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // SAFETY: a msghdr over a live buffer, iovec and control buffer sized by
+    // CMSG_SPACE for one descriptor; the CMSG macros stay within it.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), fd);
+        if libc::sendmsg(socket.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
