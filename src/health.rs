@@ -311,4 +311,47 @@ mod tests {
         metrics.request().answered(&[], &answered);
         assert_eq!(verdict(&liveness, &metrics), Ok(()));
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_reports_rate_is_live_on_the_page_and_written_for_status_once_a_minute() {
+        use crate::outbox::{Store, StoreOptions};
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let (outbox, _thread) = Outbox::start(store).unwrap();
+        let health = Arc::new(SourceHealth::default());
+        let mut keeper = HealthKeeper::new(health.clone());
+        let stats = || async { outbox.call(|s| s.stats()).await.unwrap() };
+        // Before the source says where it reads, nothing is written.
+        keeper.keep(&outbox).await;
+        assert_eq!(stats().await.scanner_adverts, None);
+        health.set_adverts_path("mgmt");
+        keeper.keep(&outbox).await;
+        let s = stats().await;
+        assert_eq!(s.scanner_adverts.as_deref(), Some("mgmt"));
+        assert_eq!(s.scanner_reports_per_sec, None, "no minute measured yet");
+        let first_at = s.scanner_reports_at;
+        // 10 s of 100 reports a second: live at once, not yet written.
+        for _ in 0..10 {
+            tokio::time::advance(Duration::from_secs(1)).await;
+            health.reports.fetch_add(100, Ordering::Relaxed);
+            keeper.keep(&outbox).await;
+        }
+        assert_eq!(health.reports_per_sec(), Some(100.0));
+        assert_eq!(stats().await.scanner_reports_at, first_at);
+        // At the minute, the minute's rate is written (500 reports a second after the
+        // first 10 s).
+        for _ in 0..50 {
+            tokio::time::advance(Duration::from_secs(1)).await;
+            health.reports.fetch_add(500, Ordering::Relaxed);
+            keeper.keep(&outbox).await;
+        }
+        let s = stats().await;
+        // (10 s x 100 + 50 s x 500) / 60 s, to a tenth.
+        assert_eq!(s.scanner_reports_per_sec, Some(433.3));
+        assert_eq!(health.reports_per_sec(), Some(500.0));
+        // A changed path is written at once.
+        health.set_adverts_path("dbus");
+        keeper.keep(&outbox).await;
+        assert_eq!(stats().await.scanner_adverts.as_deref(), Some("dbus"));
+    }
 }

@@ -75,7 +75,7 @@ mod signals;
 /// source looks at its other inputs again (stop, the watcher, the ladder's deadline).
 const EVENTS_PER_TURN: usize = 256;
 /// While adverts flow, the path is read at most this often (see the module doc).
-pub const READ_EVERY: Duration = Duration::from_millis(50);
+pub const READ_EVERY: Duration = Duration::from_millis(100);
 /// How long stopping waits for BlueZ to stop the scan.
 const STOP_SCAN_WAIT: Duration = Duration::from_secs(2);
 /// Drops are logged at most this often.

@@ -51,9 +51,29 @@ pub fn open_kernel() -> io::Result<OwnedFd> {
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
+        // The source reads the socket in turns (every 100 ms while reports flow): the
+        // kernel drops what does not fit its buffer. 10,000 small reports a second need
+        // more than the default (`net.core.rmem_max`, often 208 KiB, counting each
+        // report's buffer overhead); a process with CAP_NET_ADMIN may go past it.
+        let size: libc::c_int = RECEIVE_BUFFER;
+        for option in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+            let set = libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                option,
+                (&size as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+            if set == 0 {
+                break;
+            }
+        }
         Ok(fd)
     }
 }
+
+/// The receive buffer asked for the management socket.
+const RECEIVE_BUFFER: libc::c_int = 4 << 20;
 
 /// A Unix seqpacket socket at `path` whose peer plays the kernel (one frame per
 /// message), for tests and benchmarks.
