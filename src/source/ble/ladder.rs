@@ -780,4 +780,43 @@ mod tests {
             }
         );
     }
+
+    #[test]
+    fn a_passive_scan_is_judged_without_discovering_and_a_missing_monitor_is_trouble() {
+        let t0 = Instant::now();
+        let mut l = Ladder::new(Some(SILENCE), GIVE_UP, ":1.7".into(), t0, false);
+        // Powered, not discovering: a passive scan is well.
+        let passive = |at| Health {
+            discovering: Some(false),
+            ..healthy(at)
+        };
+        let now = t0 + POLL;
+        assert_eq!(
+            l.poll(now, &passive(now), Scan::Since(t0), "hci0"),
+            Step::Nothing
+        );
+        // The monitor gone: trouble, and not back while it is missing.
+        let later = now + POLL;
+        assert_eq!(
+            l.poll(later, &passive(later), Scan::MonitorGone, "hci0"),
+            restart("the kernel's advertisement monitor (passive scan) is gone")
+        );
+        l.restarted(later);
+        let after = later + POLL;
+        assert_eq!(
+            l.poll(after, &passive(after), Scan::MonitorGone, "hci0"),
+            Step::Nothing
+        );
+        // Added again: back.
+        assert!(matches!(
+            l.poll(after, &passive(after), Scan::Since(after), "hci0"),
+            Step::Back { .. }
+        ));
+        // Powered off is trouble in a passive scan too.
+        let off = after + POLL;
+        assert_eq!(
+            l.poll(off, &powered_off(off), Scan::Since(after), "hci0"),
+            restart("adapter hci0 was powered off")
+        );
+    }
 }
