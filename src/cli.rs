@@ -111,6 +111,9 @@ pub enum Command {
         #[arg(value_enum)]
         message_type: crate::api::MessageType,
         file: PathBuf,
+        /// One JSON document on stdout.
+        #[arg(long)]
+        json: bool,
     },
     /// Everything on loopback: simulated tapes, the mock service, the daemon. No config needed.
     #[cfg(feature = "mock")]
@@ -177,14 +180,19 @@ pub enum Device {
 #[derive(Debug, Args)]
 pub struct DeviceAdd {
     /// The tape's QR code.
-    #[arg(long)]
-    pub qr: String,
-    /// The tape's MAC address or UUID.
-    #[arg(long, required_unless_present = "nearest", conflicts_with = "nearest")]
+    #[arg(long, required_unless_present = "csv")]
+    pub qr: Option<String>,
+    /// The tape's MAC address (any common spelling) or UUID.
+    #[arg(long, required_unless_present_any = ["nearest", "csv"], conflicts_with = "nearest")]
     pub tape_id: Option<String>,
     /// The unknown tape the daemon heard loudest in the last 30 s.
     #[arg(long)]
     pub nearest: bool,
+    /// Many tapes from a CSV file (`-`: stdin): columns qrcode and tape_id, and
+    /// optionally application_id, tt, abc, abcd, facility_id (other known columns are
+    /// ignored).
+    #[arg(long, conflicts_with_all = ["qr", "tape_id", "nearest"])]
+    pub csv: Option<PathBuf>,
     /// appId (default: default_app_id of the environment).
     #[arg(long)]
     pub app_id: Option<String>,
@@ -214,7 +222,7 @@ pub struct DeviceSource {
     /// A QR code (repeat for more).
     #[arg(long, required_unless_present = "csv")]
     pub qr: Vec<String>,
-    /// A CSV file: a header row naming the columns (qrcode, asset_barcode, application_id, shipment, firmware, metadata, tape_displayname), one device a row.
+    /// A CSV file (`-`: stdin): a header row naming the columns (qrcode, asset_barcode, application_id, shipment, firmware, metadata, tape_displayname; the add columns are taken and ignored), one device a row.
     #[arg(long, conflicts_with = "qr")]
     pub csv: Option<PathBuf>,
     /// One JSON document on stdout.

@@ -9,14 +9,16 @@ counters row, cheap) and is sent only when its text changes: it names the time o
 last good flush rather than its age, so an idle gateway sends nothing.
 
 [`verdict`] is what `/healthz` answers: the watchdog's truth (every running stage has
-turned within its allowance, [`Liveness`]) and, beyond it, delivery's: a flusher that
-turns but whose requests keep failing (a hanging or failing service) is not making
-progress either. The watchdog leaves that second part out on purpose: restarting the
-daemon does not bring a service back, so systemd is not asked to.
+turned within its allowance, [`Liveness`]) and, beyond it, admission's and delivery's:
+an ingest stage that turns but cannot commit (a full disk, a database this user cannot
+write: [`Admission`]) accepts nothing, and a flusher that turns but whose requests keep
+failing (a hanging or failing service) delivers nothing. The watchdog leaves those out
+on purpose: restarting the daemon frees no disk and brings no service back, so systemd
+is not asked to.
 */
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -45,8 +47,47 @@ pub struct Unhealthy {
     pub reason: String,
 }
 
+/// Whether captures can be committed now: the ingest stage says so at every commit
+/// (see the module doc).
+#[derive(Debug, Default)]
+pub struct Admission {
+    /// Why commits fail, and since when; `None` while they succeed.
+    failing: Mutex<Option<(String, tokio::time::Instant)>>,
+}
+
+impl Admission {
+    /// A commit failed, for `reason`.
+    pub fn failed(&self, reason: String) {
+        let mut failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
+        match &mut *failing {
+            Some((r, _)) => *r = reason,
+            None => *failing = Some((reason, tokio::time::Instant::now())),
+        }
+    }
+
+    /// A commit succeeded.
+    pub fn committed(&self) {
+        let mut failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
+        if failing.is_some() {
+            *failing = None;
+        }
+    }
+
+    /// Why commits fail and for how long, while they do.
+    pub fn failing(&self) -> Option<(String, Duration)> {
+        let failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
+        failing
+            .as_ref()
+            .map(|(reason, since)| (reason.clone(), since.elapsed()))
+    }
+}
+
 /// `Ok` while every stage makes progress (see the module doc).
-pub fn verdict(liveness: &Liveness, metrics: &Metrics) -> Result<(), Unhealthy> {
+pub fn verdict(
+    liveness: &Liveness,
+    admission: &Admission,
+    metrics: &Metrics,
+) -> Result<(), Unhealthy> {
     if let Some(stall) = liveness.stalled(tokio::time::Instant::now()) {
         return Err(Unhealthy {
             stage: stall.stage,
@@ -54,6 +95,15 @@ pub fn verdict(liveness: &Liveness, metrics: &Metrics) -> Result<(), Unhealthy> 
                 "no progress for {} s (allowed {} s)",
                 stall.silent.as_secs(),
                 stall.allowance.as_secs()
+            ),
+        });
+    }
+    if let Some((reason, since)) = admission.failing() {
+        return Err(Unhealthy {
+            stage: "outbox",
+            reason: format!(
+                "captures cannot be committed (for {} s; they are held, not lost): {reason}",
+                since.as_secs()
             ),
         });
     }
@@ -271,13 +321,32 @@ mod tests {
         let mut liveness = Liveness::default();
         let ingest = liveness.stage("ingest", Duration::from_secs(30));
         let metrics = Metrics::new();
-        assert_eq!(verdict(&liveness, &metrics), Ok(()));
+        assert_eq!(verdict(&liveness, &Admission::default(), &metrics), Ok(()));
         tokio::time::advance(Duration::from_secs(31)).await;
-        let u = verdict(&liveness, &metrics).unwrap_err();
+        let u = verdict(&liveness, &Admission::default(), &metrics).unwrap_err();
         assert_eq!(u.stage, "ingest");
         assert_eq!(u.reason, "no progress for 31 s (allowed 30 s)");
         ingest.touch();
-        assert_eq!(verdict(&liveness, &metrics), Ok(()));
+        assert_eq!(verdict(&liveness, &Admission::default(), &metrics), Ok(()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failing_commits_make_the_outbox_unhealthy_at_once_until_one_succeeds() {
+        let liveness = Liveness::default();
+        let metrics = Metrics::new();
+        let admission = Admission::default();
+        assert_eq!(verdict(&liveness, &admission, &metrics), Ok(()));
+        admission.failed("database or disk is full".into());
+        tokio::time::advance(Duration::from_secs(50)).await;
+        admission.failed("database or disk is full".into());
+        let u = verdict(&liveness, &admission, &metrics).unwrap_err();
+        assert_eq!(u.stage, "outbox");
+        assert_eq!(
+            u.reason,
+            "captures cannot be committed (for 50 s; they are held, not lost): database or disk is full"
+        );
+        admission.committed();
+        assert_eq!(verdict(&liveness, &admission, &metrics), Ok(()));
     }
 
     #[test]
@@ -292,12 +361,12 @@ mod tests {
             fail();
         }
         assert_eq!(
-            verdict(&liveness, &metrics),
+            verdict(&liveness, &Admission::default(), &metrics),
             Ok(()),
             "a blip is not a stall"
         );
         fail();
-        let u = verdict(&liveness, &metrics).unwrap_err();
+        let u = verdict(&liveness, &Admission::default(), &metrics).unwrap_err();
         assert_eq!(u.stage, "flush");
         assert!(
             u.reason.ends_with("failed in a row (last: http_5xx)"),
@@ -309,7 +378,7 @@ mod tests {
             result: Err("device not found".into()),
         }]);
         metrics.request().answered(&[], &answered);
-        assert_eq!(verdict(&liveness, &metrics), Ok(()));
+        assert_eq!(verdict(&liveness, &Admission::default(), &metrics), Ok(()));
     }
 
     #[tokio::test(start_paused = true)]

@@ -9,7 +9,10 @@ capture dedup holds): with nothing in hand the stage sleeps on its input and tel
 watchdog it is idle, so a quiet dock costs nothing here. A capture is *accepted* when its group commits; the group
 held here is the whole loss window of a crash. A commit that fails (disk full, I/O
 error) keeps the group and retries it with backoff; meanwhile no advertisement is read,
-so the bounded channel behind the source applies back-pressure.
+so the bounded channel behind the source applies back-pressure. From the first failed
+commit to the next good one, [`Admission`] says so (`/healthz` answers 503 with the
+reason); a cause that waiting will not cure (a database this user cannot write) is
+logged at ERROR with the path and the fix.
 
 The stage ends when its input closes (the source ended or was stopped), after admitting
 what dedup still holds and committing the last group.
@@ -25,9 +28,10 @@ use tokio_util::sync::CancellationToken;
 use crate::backoff::Backoff;
 use crate::clock::{boot_ms, now_ms, ClockKeeper};
 use crate::dedup::{Dedup, DedupSettings};
+use crate::health::Admission;
 use crate::heard_now::HeardNow;
 use crate::metrics::Metrics;
-use crate::outbox::{Outbox, GROUP_MAX};
+use crate::outbox::{why_unwritable, Outbox, GROUP_MAX};
 use crate::products::Products;
 use crate::record::{Capture, EpochMillis};
 use crate::source::Heard;
@@ -78,6 +82,8 @@ pub struct IngestSettings {
     pub metrics: Arc<Metrics>,
     /// Keeps each tape's last RSSI for the status page.
     pub tapes_heard: Arc<HeardNow>,
+    /// Told whether each commit succeeded, for `/healthz`.
+    pub admission: Arc<Admission>,
 }
 
 /// Runs the stage until `input` closes. `committed` is bumped after every commit so the
@@ -100,7 +106,13 @@ pub async fn run(
     let mut admitted: Vec<Capture> = Vec::with_capacity(4);
     let mut clock: EpochMillis = EpochMillis::MIN;
     let mut keeper = settings.clock;
-    let mut committer = Committer::new(outbox, committed, abandon, beat.clone());
+    let mut committer = Committer {
+        outbox,
+        committed,
+        abandon,
+        beat: beat.clone(),
+        admission: settings.admission.clone(),
+    };
     // Armed only while a group is open or dedup holds a capture: a quiet dock sleeps on
     // its input alone, with no timer.
     let commit_at = tokio::time::sleep(Duration::ZERO);
@@ -205,23 +217,10 @@ struct Committer {
     committed: watch::Sender<u64>,
     abandon: CancellationToken,
     beat: Beat,
+    admission: Arc<Admission>,
 }
 
 impl Committer {
-    fn new(
-        outbox: Outbox,
-        committed: watch::Sender<u64>,
-        abandon: CancellationToken,
-        beat: Beat,
-    ) -> Self {
-        Committer {
-            outbox,
-            committed,
-            abandon,
-            beat,
-        }
-    }
-
     /// Lets the clock keeper look at the clock; wakes the flusher when held captures
     /// were released. A failed write is retried at the keeper's next look.
     async fn check_clock(&mut self, keeper: &mut ClockKeeper) {
@@ -252,6 +251,7 @@ impl Committer {
                 .unwrap_or_else(|e| (Err(e), Vec::new()));
             match result {
                 Ok(evicted) => {
+                    self.admission.committed();
                     report.accepted += n;
                     if evicted > 0 {
                         report.evicted += evicted;
@@ -276,7 +276,23 @@ impl Committer {
                     // Holding a group on a full disk is not a stall.
                     self.beat.touch();
                     if backoff.failures() == 1 {
-                        tracing::warn!(captures = n, error = %e, "outbox write failed; holding the group and retrying");
+                        // Waiting cures a full disk, not a file of another user.
+                        let why = self
+                            .outbox
+                            .call(|s| Ok(why_unwritable(s.path())))
+                            .await
+                            .ok()
+                            .flatten();
+                        match why {
+                            Some(why) => {
+                                tracing::error!(captures = n, error = %e, "the outbox cannot be written: {why}; holding the group and retrying");
+                                self.admission.failed(why);
+                            }
+                            None => {
+                                tracing::warn!(captures = n, error = %e, "outbox write failed; holding the group and retrying");
+                                self.admission.failed(e.to_string());
+                            }
+                        }
                     } else {
                         tracing::debug!(
                             captures = n,
@@ -362,6 +378,7 @@ mod tests {
                 reload_dedup: None,
                 metrics: Arc::default(),
                 tapes_heard: Arc::default(),
+                admission: Arc::default(),
             },
             rx,
             outbox,

@@ -26,7 +26,8 @@ tapes into decoded readings in the tracking service.
   reopen a file deleted under the daemon; `queue.rs` enqueue, next batch, settle;
   `operator.rs` the reads and changes of `status`, `tapes`, `dead-letters`; `clock.rs`
   boots and held rows; `dock.rs` the rate window and the tapes heard; `lock.rs` one
-  daemon per state directory); its module doc is the design document.
+  daemon per state directory; `access.rs` who may create and write the state, and why
+  a database cannot be written); its module doc is the design document.
 - [`flush`]: delivery to the bulk decode endpoint: `plan.rs` the pure planner (batches,
   splits, isolation, attempt bounds, backoff, the concurrency window), `answer.rs` what
   an answer means, `mod.rs` the loop with several batches in flight; [`backoff`] is the
@@ -35,12 +36,15 @@ tapes into decoded readings in the tracking service.
   bounds, `decode.rs` bulk and single decode, `error.rs` answers and transport failures
   mapped to what to do) and the operator's client (`devices.rs` add, label, relabel,
   show, deactivate, configure with their rules; `locate.rs`, `history.rs`,
-  `messages.rs`; `rate.rs` the shared rate window kept in the state database;
-  `assumed.rs` the request shapes the spec does not show). [`secret`] keeps the
+  `messages.rs`; `send.rs` the one send every operator call goes through, with the
+  retry policy declared per call; `rate.rs` the shared, sliding rate window kept in the
+  state database; `assumed.rs` the request shapes the spec does not show and how both
+  readings of its open points are read). [`secret`] keeps the
   password and token out of every text.
 - [`pipeline`]: the only place that creates channels, spawns stages, watches them all
   at once (a stage that dies ends the daemon non-zero), wires SIGHUP and orders
-  shutdown. [`health`] keeps `STATUS=` and the scanner's counts current;
+  shutdown. [`health`] keeps `STATUS=` and the scanner's counts current and gives
+  `/healthz` its verdict (stages turning, commits succeeding, requests answered);
   [`systemd`] is sd_notify, the watchdog that pings only while every stage makes
   progress, and the stop signals.
 - [`http`]: the read-only HTTP server of `[http] listen`: `/metrics` (every metric
@@ -50,15 +54,15 @@ tapes into decoded readings in the tracking service.
 - [`cmd`]: the commands a person runs beside the daemon: `status`, `tapes`,
   `dead-letters` (`state.rs`), `decode`, `check` (for installers), `scan` (the live
   view and recorder), `demo`, and the operator's `device`, `locate`, `history` and
-  `message`. [`cli`] is the command line.
+  `message` (`manifest.rs` the strict CSV of `--csv`). [`cli`] is the command line.
 - [`clock`]: time on a gateway without a real-time clock: wall and boot time and the
   kernel's sync state behind one trait (`source.rs`; in debug builds a test clock
   driven by a file, `fake.rs`), the pure hold policy and repair
   arithmetic (`policy.rs`), and the keeper that holds and releases captures in the
   outbox (`keeper.rs`, run by the ingest stage); also time formatting.
 - `mock` (cargo feature `mock`, on by default): the spec-faithful mock tracking service
-  used by tests, `tapegate demo` and `tapegate mock`, one file per endpoint; not part
-  of the gateway's API.
+  used by tests, `tapegate demo` and `tapegate mock`, one file per endpoint, each open
+  point of the spec playable both ways (`readings.rs`); not part of the gateway's API.
 - [`tape`]: the simulated tape's packet layout, written by the `sim` source and read by
   the mock.
 - [`text`]: text from elsewhere (the service, CSV, arguments) bounded and made inert

@@ -1,6 +1,7 @@
 //! The thin binary: parse the command line, load the config, start logging, call the
 //! library, map errors to exit codes (0 ok, 2 bad config or usage, 3 the configured
-//! source cannot work on this machine, 1 anything else).
+//! source cannot work on this machine, 4 `run --until-drained` stopped before it
+//! drained, 5 this user cannot write the state, 1 anything else).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -9,7 +10,9 @@ use clap::Parser;
 use tapegate::cli::{Cli, Command, DeadLetters};
 use tapegate::cmd::CmdError;
 use tapegate::config::{self, Config, ConfigError, Password};
-use tapegate::pipeline::{self, Reload, RunError, RunOptions, SetLogLevel};
+use tapegate::pipeline::{
+    self, Reload, RunError, RunOptions, SetLogLevel, EXIT_STATE_NOT_WRITABLE, EXIT_UNDRAINED,
+};
 use tapegate::systemd::stop_signals;
 use tracing_journald::{Priority, PriorityMappings};
 use tracing_subscriber::layer::SubscriberExt;
@@ -28,6 +31,8 @@ enum Failure {
     Usage(String),
     /// Our reader went away (`tapegate tapes | head`): end quietly.
     BrokenPipe,
+    /// `run --until-drained` was stopped by a signal before it drained (logged).
+    Undrained,
     Other(anyhow::Error),
 }
 
@@ -56,31 +61,60 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match dispatch(cli) {
         Ok(()) | Err(Failure::BrokenPipe) => ExitCode::SUCCESS,
+        Err(Failure::Undrained) => ExitCode::from(EXIT_UNDRAINED),
         Err(Failure::Config(e)) => {
             report(&e.to_string());
             ExitCode::from(2)
         }
         Err(Failure::Usage(m)) => {
-            eprintln!("tapegate: {m}");
+            let _ = writeln!(std::io::stderr(), "tapegate: {}", tapegate::text::inert(&m));
             ExitCode::from(2)
         }
         Err(Failure::Other(e)) => {
-            report(&format!("{e:#}"));
-            let unusable = e
-                .downcast_ref::<RunError>()
-                .is_some_and(RunError::source_cannot_work_here);
-            ExitCode::from(if unusable { EXIT_SOURCE_UNUSABLE } else { 1 })
+            report(&error_text(&e));
+            let run = e.downcast_ref::<RunError>();
+            ExitCode::from(if run.is_some_and(RunError::source_cannot_work_here) {
+                EXIT_SOURCE_UNUSABLE
+            } else if run.is_some_and(RunError::state_not_writable) {
+                EXIT_STATE_NOT_WRITABLE
+            } else {
+                1
+            })
         }
     }
 }
 
+/// `e` and its causes, joined by `: `, each said once: a cause whose text the message
+/// already holds (`outbox: file is not a database` over `file is not a database`) is
+/// not repeated.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let cause = cause.to_string();
+        if text.is_empty() {
+            text = cause;
+        } else if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
+}
+
 /// Says why the command failed on stderr. When stderr is the journal (a unit's
 /// `JOURNAL_STREAM`), each line is marked priority 3 (`<3>`), so that the reason shows in
-/// `journalctl -p warning` and `systemctl status`, not as an INFO line.
+/// `journalctl -p warning` and `systemctl status`, not as an INFO line. A closed stderr
+/// (`tapegate locate X 2>&1 | head -1`) is not an error of its own: nothing is said.
 fn report(message: &str) {
     let mark = if stderr_is_journal() { "<3>" } else { "" };
+    let mut stderr = std::io::stderr().lock();
     for line in message.lines() {
-        eprintln!("{mark}tapegate: {line}");
+        // Errors quote text from elsewhere (the service, a CSV file, an argument):
+        // shown inert, so that no escape sequence or bidi override acts.
+        let line = tapegate::text::inert(line);
+        if writeln!(stderr, "{mark}tapegate: {line}").is_err() {
+            return;
+        }
     }
 }
 
@@ -147,6 +181,9 @@ fn init_logging(level: &str) -> LevelHandle {
             .with(
                 tracing_subscriber::fmt::layer()
                     .with_writer(std::io::stderr)
+                    // A closed stderr drops log lines; the default would panic
+                    // reporting that it could not write them.
+                    .log_internal_errors(false)
                     .with_ansi(std::io::stderr().is_terminal())
                     .with_target(false),
             )
@@ -196,7 +233,9 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             // Everything is committed by now. A blocking read of stdin (replay from
             // "-") cannot be interrupted; do not wait for it.
             rt.shutdown_background();
-            result?;
+            if result?.stopped && *until_drained {
+                return Err(Failure::Undrained);
+            }
         }
         Command::Status { json } => {
             let config = load_local(&cli)?;
@@ -220,6 +259,13 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
                 config.products.0.len(),
                 config.scanner.source
             )?;
+            if let Some(warning) = config
+                .http
+                .listen
+                .and_then(tapegate::http::exposure_warning)
+            {
+                writeln!(stdout, "warn http             {warning}")?;
+            }
         }
         Command::Check { config_only: false } => {
             let config = load(&cli)?;
@@ -344,13 +390,18 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             };
             runtime()?.block_on(tapegate::cmd::history::run(&config, args, &mut stdout))?;
         }
-        Command::Message { message_type, file } => {
+        Command::Message {
+            message_type,
+            file,
+            json,
+        } => {
             let config = load(&cli)?;
             init_logging("warn");
             runtime()?.block_on(tapegate::cmd::message::run(
                 &config,
                 *message_type,
                 file,
+                *json,
                 &mut stdout,
             ))?;
         }

@@ -56,6 +56,15 @@ const INGEST_ALLOWANCE: Duration = Duration::from_secs(30);
 /// Beyond a whole request and a whole backoff, how long the flusher may go without a turn.
 const FLUSH_SLACK: Duration = Duration::from_secs(60);
 
+/// The exit code of `run --until-drained` stopped by a signal before it drained, so that
+/// a script can tell "drained" (0) from "stopped" (captures may still be pending). `run`
+/// without it exits 0 on SIGTERM (DESIGN.md, "Signals").
+pub const EXIT_UNDRAINED: u8 = 4;
+
+/// The exit code of `run` when this user cannot write the state directory or its
+/// database (the unit does not restart on it: the error says what fixes it).
+pub const EXIT_STATE_NOT_WRITABLE: u8 = 5;
+
 /// How `run` behaves beyond the config.
 #[derive(Default)]
 pub struct RunOptions {
@@ -85,6 +94,11 @@ pub struct RunReport {
     pub ingest: IngestReport,
     /// `None` when no `[service]` is configured.
     pub flush: Option<FlushReport>,
+    /// A stop signal (SIGTERM, SIGINT: the `shutdown` future) ended the run, rather than
+    /// the drain of `--until-drained`.
+    pub stopped: bool,
+    /// Captures still pending in the outbox when the run ended.
+    pub pending: u64,
 }
 
 /// Why the daemon stopped with an error.
@@ -123,6 +137,17 @@ impl RunError {
     /// [`SourceError::cannot_work_here`]): a restart will not help.
     pub fn source_cannot_work_here(&self) -> bool {
         matches!(self, RunError::Source(e) if e.cannot_work_here())
+    }
+
+    /// This user cannot write the state directory or its database (owner, mode, a
+    /// read-only file system): a restart will not help until someone fixes it as the
+    /// error says.
+    pub fn state_not_writable(&self) -> bool {
+        matches!(
+            self,
+            RunError::Outbox(OutboxError::NotWritable { .. })
+                | RunError::Locked(LockError::NotWritable { .. })
+        )
     }
 
     fn stage(stage: &'static str) -> impl FnOnce(tokio::task::JoinError) -> RunError {
@@ -183,6 +208,7 @@ async fn run_in(
 
     let metrics = Arc::new(Metrics::new());
     let tapes_heard = Arc::new(HeardNow::default());
+    let admission = Arc::new(health::Admission::default());
     // Bound before anything runs, so that a port in use stops the daemon at once.
     let http_listener = match config.http.listen {
         Some(addr) => Some(http::bind(addr).await?),
@@ -225,7 +251,7 @@ async fn run_in(
         .with_health(health.clone());
     let live = source.is_live();
     let announces_start = source.announces_start();
-    let clock = start_clock(&config, &outbox).await;
+    let clock = start_clock(&config, &outbox, &metrics).await;
     {
         let stop = stop_source.clone();
         let run = async move { source.run(adverts_tx, stop).await.map_err(RunError::from) };
@@ -246,6 +272,7 @@ async fn run_in(
                 reload_dedup: Some(dedup_rx),
                 metrics: metrics.clone(),
                 tapes_heard: tapes_heard.clone(),
+                admission: admission.clone(),
             },
             adverts_rx,
             outbox.clone(),
@@ -315,6 +342,7 @@ async fn run_in(
             source: config.scanner.source.name().to_string(),
             outbox: outbox.clone(),
             liveness: liveness.clone(),
+            admission: admission.clone(),
             metrics: metrics.clone(),
             heard: tapes_heard.clone(),
             source_health: health.clone(),
@@ -348,6 +376,7 @@ async fn run_in(
         deadline: None,
     };
     let mut shutdown = std::pin::pin!(shutdown);
+    let mut stopped = false;
     let mut abandoned = false;
     let mut failure: Option<RunError> = None;
     let (mut source_report, mut ingest_report, mut flush_report) = (None, None, None);
@@ -389,6 +418,7 @@ async fn run_in(
                 }
             }
             _ = &mut shutdown, if stopper.deadline.is_none() => {
+                stopped = true;
                 tracing::info!("shutting down: stopping the source, committing what is held, finishing the batch in flight");
                 stopper.begin();
             }
@@ -408,6 +438,7 @@ async fn run_in(
     if let Some(task) = http_task {
         let _ = task.await;
     }
+    let pending = outbox.call(|s| Ok(s.pending())).await.unwrap_or(0);
     drop(outbox);
     // The owner thread closes the database (checkpointing the WAL) once every handle is gone.
     let _ = tokio::task::spawn_blocking(move || owner.join()).await;
@@ -427,22 +458,36 @@ async fn run_in(
         malformed = source_report.malformed,
         delivered = flushed.delivered,
         dead_letters = flushed.dead_letters,
+        pending,
         "stopped"
     );
+    if options.until_drained && stopped {
+        tracing::warn!(
+            pending,
+            "stopped by a signal before the outbox was drained (--until-drained exits {EXIT_UNDRAINED})"
+        );
+    }
     Ok(RunReport {
         source: source_report,
         ingest: ingest_report,
         flush: flush_report,
+        stopped,
+        pending,
     })
 }
 
 /// Starts the clock keeper (DESIGN.md, "Time on a gateway without a real-time clock").
 /// If the outbox cannot record this boot, captures are not held: accepted and sent as
 /// the clock says, which is what a gateway did before clock repair.
-async fn start_clock(config: &Config, outbox: &Outbox) -> Option<ClockKeeper> {
+async fn start_clock(
+    config: &Config,
+    outbox: &Outbox,
+    metrics: &Arc<Metrics>,
+) -> Option<ClockKeeper> {
     match ClockKeeper::start(config.gateway.clock, outbox).await {
-        Ok((keeper, released)) => {
+        Ok((mut keeper, released)) => {
             tracing::info!(clock = %keeper.verdict(), released, "clock judged at start");
+            keeper.report_to(metrics.clone());
             Some(keeper)
         }
         Err(e) => {

@@ -700,3 +700,277 @@ fn status_after_a_run_reports_counts_the_oldest_pending_age_the_last_flush_and_t
     assert!(human.contains("2025-11-21T10:00:00Z"), "{human}");
     assert!(human.contains(error), "{human}");
 }
+
+// ---------------------------------------------------------------------------------
+// Health and ownership of the state (issue 20)
+// ---------------------------------------------------------------------------------
+
+/// A loopback port nothing listens on now.
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// `(status, body)` of `GET path` at `port`, or `None` while nothing answers.
+fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).ok()?;
+    let status = answer.split(' ').nth(1)?.parse().ok()?;
+    let body = answer.split_once("\r\n\r\n")?.1.to_string();
+    Some((status, body))
+}
+
+fn is_root() -> bool {
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[test]
+fn healthz_is_503_naming_the_outbox_from_the_first_failed_commit_until_one_succeeds() {
+    if !is_root() {
+        println!("skipped: needs root to mount tmpfs");
+        return;
+    }
+    let port = free_port();
+    let g = Gateway::new(&format!(
+        "{}\n[http]\nlisten = \"127.0.0.1:{port}\"\n",
+        stdin_replay_config(20)
+    ));
+    let Some(tmpfs) = Tmpfs::mount(&g.state_dir(), "8m") else {
+        return;
+    };
+    let mut daemon = Daemon::start(&g);
+    let healthz = || http_get(port, "/healthz");
+    wait_for(Duration::from_secs(30), || {
+        healthz().filter(|(s, _)| *s == 200)
+    })
+    .unwrap_or_else(|| panic!("not serving:\n{}", daemon.stderr()));
+
+    let filler = g.state_dir().join("filler");
+    let fill = tmpfs.free_bytes().saturating_sub(32 * 1024) as usize;
+    std::fs::write(&filler, vec![0x5Au8; fill]).unwrap();
+    // Captures until a commit fails (a bounded number: a stage holding a group reads no
+    // more, and a full pipe would block this test).
+    let mut sent = 0u32;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !daemon.stderr().contains("outbox write failed") {
+        assert!(
+            Instant::now() < deadline && sent < 3000,
+            "no failed write after {sent} captures:\n{}",
+            daemon.stderr()
+        );
+        daemon.send(&(sent..sent + 25).map(nth_advert).collect::<Vec<_>>());
+        sent += 25;
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let unhealthy = wait_for(Duration::from_secs(30), || {
+        healthz().filter(|(s, _)| *s == 503)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "/healthz stayed 200 with the disk full:\n{}",
+            daemon.stderr()
+        )
+    });
+    assert!(
+        unhealthy
+            .1
+            .starts_with("outbox: captures cannot be committed")
+            && unhealthy.1.contains("full"),
+        "{}",
+        unhealthy.1
+    );
+    let (_, page) = http_get(port, "/").unwrap();
+    assert!(page.contains("Not healthy: outbox: "), "{page}");
+
+    std::fs::remove_file(&filler).unwrap();
+    wait_for(Duration::from_secs(30), || {
+        healthz().filter(|(s, _)| *s == 200)
+    })
+    .unwrap_or_else(|| panic!("not healthy again:\n{}", daemon.stderr()));
+    let s = wait_for(Duration::from_secs(30), || {
+        g.try_stats().filter(|s| s.pending == u64::from(sent))
+    });
+    assert!(s.is_some(), "nothing lost: {:?}", g.try_stats());
+    let (status, log) = daemon.terminate(Duration::from_secs(20));
+    assert!(status.success(), "{log}");
+}
+
+/// The user the daemon runs as in these tests, as the unit's `User=` would be.
+const NOBODY: u32 = 65534;
+
+/// A gateway whose files `nobody` can reach, with its state directory made as the
+/// unit's `StateDirectory=` makes it: owned by the daemon's user (`nobody`), 0700.
+fn gateway_of_nobody(extra: &str) -> Gateway {
+    use std::os::unix::fs::PermissionsExt;
+    let g = Gateway::new(extra);
+    std::fs::set_permissions(g.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(g.config_path(), std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::create_dir(g.state_dir()).unwrap();
+    std::os::unix::fs::chown(g.state_dir(), Some(NOBODY), Some(NOBODY)).unwrap();
+    std::fs::set_permissions(g.state_dir(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    g
+}
+
+#[test]
+fn an_operator_command_run_as_root_creates_the_database_for_the_daemons_user() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::process::CommandExt;
+    if !is_root() {
+        println!("skipped: needs root to act as two users");
+        return;
+    }
+    let (_rt, mock) = mock_with(tapegate::mock::MockConfig::demo());
+    let g = gateway_of_nobody(&format!(
+        "{}{}",
+        mock_service_section(&mock),
+        stdin_replay_config(20)
+    ));
+    // `sudo tapegate device show --qr ...` before the daemon ever ran: the rate window
+    // is kept in the state database, which this creates.
+    let out = g.run(&["device", "show", "--qr", "TTC0FFEE000001"]);
+    assert!(
+        !text(&out.stderr).contains("cannot"),
+        "{}",
+        text(&out.stderr)
+    );
+    let db = Store::path_in(&g.state_dir());
+    for file in std::fs::read_dir(g.state_dir()).unwrap() {
+        let file = file.unwrap();
+        let m = file.metadata().unwrap();
+        assert_eq!(
+            (m.uid(), m.gid()),
+            (NOBODY, NOBODY),
+            "{} is not the daemon user's",
+            file.path().display()
+        );
+    }
+    assert_eq!(
+        std::fs::metadata(&db).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    // The daemon, as its user, admits into it.
+    let mut daemon = Daemon::start_with(&g, |c| {
+        c.uid(NOBODY).gid(NOBODY);
+    });
+    daemon.send(&(0..5).map(nth_advert).collect::<Vec<_>>());
+    let admitted = wait_for(Duration::from_secs(30), || {
+        g.try_stats().filter(|s| s.admitted == 5)
+    });
+    assert!(
+        admitted.is_some(),
+        "the daemon admitted nothing:\n{}",
+        daemon.stderr()
+    );
+    let (status, log) = daemon.terminate(Duration::from_secs(20));
+    assert!(status.success(), "{log}");
+}
+
+#[test]
+fn a_daemon_that_cannot_write_its_database_exits_5_naming_the_path_and_the_fix() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    if !is_root() {
+        println!("skipped: needs root to act as two users");
+        return;
+    }
+    let empty = tempfile::NamedTempFile::new().unwrap();
+    std::fs::set_permissions(empty.path(), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let g = gateway_of_nobody(&format!(
+        "[scanner]\nsource = \"replay\"\nreplay_path = \"{}\"\n",
+        empty.path().display()
+    ));
+    // As an older tapegate's root-run command left it: root's, readable by all.
+    let db = Store::path_in(&g.state_dir());
+    drop(Store::open(&g.state_dir(), StoreOptions::default()).unwrap());
+    std::os::unix::fs::chown(&db, Some(0), Some(0)).unwrap();
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
+
+    let out = g
+        .command(&["run", "--until-drained"])
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "not restarted:\n{err}");
+    let said = err
+        .lines()
+        .find(|l| l.contains("cannot be written"))
+        .unwrap_or_else(|| panic!("no reason:\n{err}"));
+    assert!(
+        said.contains(&db.display().to_string())
+            && said.contains("owned by root (uid 0)")
+            && said.contains("Fix: sudo chown nobody:"),
+        "{said}"
+    );
+}
+
+#[test]
+fn status_tapes_and_dead_letters_work_for_a_user_who_may_read_the_state_but_not_write_it() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    if !is_root() {
+        println!("skipped: needs root to act as two users");
+        return;
+    }
+    let g = Gateway::new(&stdin_replay_config(20));
+    std::fs::set_permissions(g.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(g.config_path(), std::fs::Permissions::from_mode(0o644)).unwrap();
+    // The daemon's state, opened to a group the reader is in (the reader: nobody).
+    let db = Store::path_in(&g.state_dir());
+    drop(Store::open(&g.state_dir(), StoreOptions::default()).unwrap());
+    for (path, mode) in [(g.state_dir(), 0o750), (db.clone(), 0o640)] {
+        std::os::unix::fs::chown(&path, Some(0), Some(NOBODY)).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let read_as_reader = |args: &[&str]| {
+        let out = g
+            .command(args)
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?} as a reader: {}",
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+    };
+    let pending = |json: &str| -> u64 {
+        serde_json::from_str::<serde_json::Value>(json).unwrap()["pending"]
+            .as_u64()
+            .unwrap()
+    };
+    let listing = || std::fs::read_dir(g.state_dir()).unwrap().count();
+
+    // The daemon running (as the owner).
+    let mut daemon = Daemon::start(&g);
+    daemon.send(&(0..3).map(nth_advert).collect::<Vec<_>>());
+    wait_for(Duration::from_secs(30), || {
+        g.try_stats().filter(|s| s.pending == 3)
+    })
+    .unwrap_or_else(|| panic!("not committed:\n{}", daemon.stderr()));
+    assert_eq!(pending(&read_as_reader(&["status", "--json"])), 3);
+    let (status, log) = daemon.terminate(Duration::from_secs(20));
+    assert!(status.success(), "{log}");
+
+    // The daemon stopped: nothing to read through but the file.
+    let files = listing();
+    assert_eq!(pending(&read_as_reader(&["status", "--json"])), 3);
+    assert!(read_as_reader(&["status"]).contains("pending        3"));
+    assert!(read_as_reader(&["tapes"]).contains("no decoded tapes yet"));
+    assert!(read_as_reader(&["dead-letters", "list"]).contains("no dead letters"));
+    assert_eq!(listing(), files, "a reader created nothing");
+}

@@ -305,3 +305,130 @@ fn a_clock_restored_behind_the_database_holds_captures_until_it_is_no_longer_beh
     // proven by the test above, within one run.)
     assert_eq!(g.stats().delivered, items.len() as u64);
 }
+
+/// A daemon killed if the test fails before it stops it.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// A loopback port nothing listens on now.
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// The value of the sample `key` (`name{labels}`) in a scrape of `/metrics` at `port`.
+fn metric(port: u16, key: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body).ok()?;
+    let key = format!("{key} ");
+    body.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .map(str::to_string)
+}
+
+/// `tapegate_clock_state{state="..."}` of a scrape of `/metrics` at `port`.
+fn clock_state_metric(port: u16, state: &str) -> Option<String> {
+    metric(port, &format!("tapegate_clock_state{{state=\"{state}\"}}"))
+}
+
+#[test]
+fn the_clock_state_metric_follows_the_clock_from_holding_to_synchronised() {
+    let (_rt, mock) = mock_on_own_runtime(MockConfig::demo());
+    let port = free_port();
+    let g = Gateway::new(&format!(
+        "{}\n[http]\nlisten = \"127.0.0.1:{port}\"\n",
+        sim_config(&mock)
+    ));
+    let clock_file = g.path("clock.toml");
+    set_clock(&clock_file, -3 * WEEK_MS, false, true);
+    let mut child = Running(spawn_daemon(&g, &clock_file));
+
+    stats_when(&g, "captures held", |s| s.clock.held >= 3);
+    let holding = wait_for(Duration::from_secs(30), || {
+        clock_state_metric(port, "holding").filter(|v| v == "1")
+    });
+    assert!(
+        holding.is_some(),
+        "status says holding, /metrics does not: trusted = {:?}\n{}",
+        clock_state_metric(port, "trusted"),
+        log(&g)
+    );
+    assert_eq!(clock_state_metric(port, "trusted").as_deref(), Some("0"));
+
+    set_clock(&clock_file, 0, true, true);
+    stats_when(&g, "held captures released", |s| s.clock.held == 0);
+    let synced = wait_for(Duration::from_secs(30), || {
+        clock_state_metric(port, "synchronised").filter(|v| v == "1")
+    });
+    assert!(synced.is_some(), "{}", log(&g));
+    assert_eq!(clock_state_metric(port, "holding").as_deref(), Some("0"));
+    stop(&mut child.0, &g);
+}
+
+#[test]
+fn captures_of_a_group_still_open_when_the_clock_is_repaired_are_never_sent_with_the_wrong_time() {
+    let (_rt, mock) = mock_on_own_runtime(MockConfig::demo());
+    // A group stays open 10 s, and the clock's repair (looked at every second) lands
+    // while one is.
+    let config = sim_config(&mock).replace("commit_interval_ms = 20", "commit_interval_ms = 10000");
+    assert!(config.contains("commit_interval_ms = 10000"));
+    let port = free_port();
+    let g = Gateway::new(&format!(
+        "{config}\n[http]\nlisten = \"127.0.0.1:{port}\"\n"
+    ));
+    let clock_file = g.path("clock.toml");
+    let started = real_now_secs();
+    set_clock(&clock_file, -3 * WEEK_MS, false, true);
+    let mut child = Running(spawn_daemon(&g, &clock_file));
+
+    // The first group commits (held) and the next one opens. Once it holds 20 captures
+    // stamped with the wrong clock (heard, not committed), the clock syncs.
+    let held = stats_when(&g, "a group committed and held", |s| s.clock.held > 0);
+    wait_for(Duration::from_secs(30), || {
+        let heard: u64 = metric(port, "tapegate_adverts_total")?.parse().ok()?;
+        (heard >= held.admitted + 20).then_some(())
+    })
+    .unwrap_or_else(|| panic!("the open group did not fill; log:\n{}", log(&g)));
+    set_clock(&clock_file, 0, true, true);
+    let repaired = stats_when(&g, "the open group committed after the repair", |s| {
+        s.clock.held == 0 && s.admitted >= held.admitted + 20 && s.pending == 0
+    });
+    assert_eq!(repaired.clock.estimated, 0);
+    stop(&mut child.0, &g);
+
+    let items = delivered_items(&mock);
+    assert!(
+        items.len() as u64 >= held.admitted + 20,
+        "{} delivered",
+        items.len()
+    );
+    let end = real_now_secs();
+    let wrong: Vec<i64> = items
+        .iter()
+        .map(scan_time)
+        .filter(|t| !(started - 1..=end + 1).contains(t))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{} of {} captures sent with a wrong scan_time (e.g. {:?}; the test ran {started}..{end})",
+        wrong.len(),
+        items.len(),
+        &wrong[..wrong.len().min(3)]
+    );
+    assert_each_tape_arrived_whole_and_in_order(&items);
+}

@@ -530,3 +530,318 @@ fn tls_with_an_expired_certificate_says_certificate_expired() {
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains("certificate expired"), "{said}");
 }
+
+// ---------------------------------------------------------------------------------
+// Smaller things a user trips on (issue 20)
+// ---------------------------------------------------------------------------------
+
+/// A pipe whose reader has gone, as `2>&1 | head -1` leaves it once `head` exits: the
+/// stdout and stderr of a command.
+fn closed_pipe() -> (Stdio, Stdio) {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: pipe(2) fills both descriptors, which are then owned here alone.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(reader);
+    let err = writer.try_clone().unwrap();
+    (Stdio::from(writer), Stdio::from(err))
+}
+
+#[test]
+fn a_closed_stderr_is_no_panic_for_an_error_or_for_the_log() {
+    let g = Gateway::new("");
+    // `locate` without a [service] fails at once: its reason goes to a closed stderr,
+    // and it exits as it does with an open one (101 would be a panic).
+    let (stdout, stderr) = closed_pipe();
+    let status = g
+        .command(&["locate", "AWB-1"])
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .status()
+        .unwrap();
+    let open = g.run(&["locate", "AWB-1"]);
+    assert!(!open.status.success(), "{}", text(&open.stderr));
+    assert_eq!(status.code(), open.status.code(), "exit 101 is a panic");
+
+    // The daemon logs to a closed stderr from start to end.
+    let empty = g.path("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    g.write_config(&format!(
+        "[scanner]\nsource = \"replay\"\nreplay_path = \"{}\"\n",
+        empty.display()
+    ));
+    let (stdout, stderr) = closed_pipe();
+    let status = g
+        .command(&["run", "--until-drained"])
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "exit 101 is a panic");
+}
+
+#[test]
+fn an_error_and_its_cause_are_said_once_not_twice() {
+    let g = Gateway::new("");
+    std::fs::create_dir_all(g.state_dir()).unwrap();
+    std::fs::write(
+        tapegate::outbox::Store::path_in(&g.state_dir()),
+        b"this is not a database, but it is long enough to be mistaken for one".repeat(100),
+    )
+    .unwrap();
+    let out = g.run(&["status"]);
+    let said = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert_eq!(said.matches("file is not a database").count(), 1, "{said}");
+}
+
+#[test]
+fn run_until_drained_stopped_by_sigterm_with_captures_pending_exits_4_not_0() {
+    let g = Gateway::new(&common::stdin_replay_config(20));
+    let mut d = common::Daemon::start_with(&g, |c| {
+        c.arg("--until-drained");
+    });
+    let adverts: Vec<_> = (0..3)
+        .map(|i| tape_advert(tape_mac(i), T0_MS + i64::from(i), 1))
+        .collect();
+    d.send(&adverts);
+    // No [service]: the captures stay pending; the replay's input stays open.
+    wait_for(LIMIT, || g.try_stats().filter(|s| s.pending == 3))
+        .unwrap_or_else(|| panic!("not committed:\n{}", d.stderr()));
+    let (status, log) = d.terminate(LIMIT);
+    assert_eq!(status.code(), Some(4), "stopped, not drained:\n{log}");
+    assert!(
+        log.contains("stopped by a signal before the outbox was drained"),
+        "{log}"
+    );
+    assert_eq!(g.stats().pending, 3);
+
+    // Without --until-drained, SIGTERM is the normal end of a daemon: exit 0.
+    let d = common::Daemon::start(&g);
+    wait_for(LIMIT, || d.stderr().contains("outbox open").then_some(())).unwrap();
+    let (status, log) = d.terminate(LIMIT);
+    assert_eq!(status.code(), Some(0), "{log}");
+}
+
+#[test]
+fn state_files_are_created_0600_in_a_0700_directory_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let g = Gateway::new(&common::stdin_replay_config(20));
+    let mut d = common::Daemon::start_with(&g, |c| {
+        // SAFETY: umask(2) only, between fork and exec.
+        unsafe {
+            c.pre_exec(|| {
+                libc::umask(0);
+                Ok(())
+            });
+        }
+    });
+    d.send(&[tape_advert(tape_mac(1), T0_MS, 1)]);
+    wait_for(LIMIT, || g.try_stats().filter(|s| s.pending == 1))
+        .unwrap_or_else(|| panic!("not committed:\n{}", d.stderr()));
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&g.state_dir()), 0o700, "the state directory");
+    let db = tapegate::outbox::Store::path_in(&g.state_dir());
+    for file in [
+        db.clone(),
+        db.with_extension("db-wal"),
+        db.with_extension("db-shm"),
+        g.state_dir().join(tapegate::outbox::LOCK_FILE),
+    ] {
+        assert_eq!(mode(&file), 0o600, "{}", file.display());
+    }
+    let (status, log) = d.terminate(LIMIT);
+    assert!(status.success(), "{log}");
+}
+
+/// A loopback port nothing listens on now.
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// Asserts `shown` holds no character that acts on a terminal or reorders text.
+fn assert_inert(what: &str, shown: &str) {
+    for c in ['\u{1b}', '\u{7}', '\u{202e}', '\u{9b}'] {
+        assert!(!shown.contains(c), "{what} shows {c:?} raw: {shown:?}");
+    }
+}
+
+#[test]
+fn service_texts_are_stored_and_shown_bounded_and_inert() {
+    use tapegate::mock::MacFault;
+    let (rt, mock) = mock_on_own_runtime();
+    let huge = format!("refused: {}", "x".repeat(1_000_000));
+    let hostile = "\u{1b}[2J\u{1b}[31mRED\u{202e}txet desrever\u{7}\u{9b}2J".to_string();
+    mock.set_mac_fault(&tape_mac(1).plain(), Some(MacFault::ItemError(huge)));
+    mock.set_mac_fault(&tape_mac(2).plain(), Some(MacFault::ItemError(hostile)));
+    let port = free_port();
+    let g = Gateway::new("");
+    g.write_config(&format!(
+        "{}{}\n[http]\nlisten = \"127.0.0.1:{port}\"\n",
+        mock_service_section(&mock),
+        common::stdin_replay_config(20)
+    ));
+    let mut d = common::Daemon::start(&g);
+    let now = tapegate::clock::now_ms();
+    d.send(&[
+        tape_advert(tape_mac(1), now, 1),
+        tape_advert(tape_mac(2), now, 1),
+    ]);
+    wait_for(LIMIT, || g.try_stats().filter(|s| s.dead_letters == 2))
+        .unwrap_or_else(|| panic!("not refused:\n{}", d.stderr()));
+
+    // Stored bounded, as every other text from elsewhere.
+    let db = rusqlite::Connection::open(tapegate::outbox::Store::path_in(&g.state_dir())).unwrap();
+    let longest: i64 = db
+        .query_row("SELECT MAX(length(error)) FROM dead_letters", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert!(
+        longest <= 301,
+        "a reason of {longest} characters was stored"
+    );
+
+    // The page: both tapes are heard now, each card with the service's reason.
+    let page = rt
+        .block_on(async {
+            reqwest::get(format!("http://127.0.0.1:{port}/"))
+                .await?
+                .text()
+                .await
+        })
+        .unwrap();
+    assert!(page.len() < 64 * 1024, "the page is {} bytes", page.len());
+    assert_inert("the page", &page);
+    assert!(
+        page.contains("\\e[2J") && page.contains("refused: xxx"),
+        "{page}"
+    );
+
+    let listed = g.run(&["dead-letters", "list"]);
+    let listed = text(&listed.stdout);
+    assert!(
+        listed.len() < 4 * 1024,
+        "dead-letters list printed {} bytes",
+        listed.len()
+    );
+    assert_inert("dead-letters list", &listed);
+    assert!(
+        listed.contains("\\e[31mRED\\u{202e}txet") && listed.contains("x…"),
+        "{listed}"
+    );
+
+    // Arguments come back in tables and errors: inert too.
+    let out = g.run(&["device", "show", "--qr", "TT\u{1b}]0;owned\u{7}\u{202e}QR"]);
+    assert_inert("device show", &text(&out.stdout));
+    assert_inert("device show's error", &text(&out.stderr));
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(said.contains("TT\\e]0;owned"), "{said}");
+    // A refusal's message becomes the last error `status` shows.
+    mock.push_fault(tapegate::mock::Fault::Refuse {
+        status: 400,
+        message: "Missing required headers \u{1b}[31mRED\u{202e}".into(),
+    });
+    d.send(&[tape_advert(tape_mac(3), now, 1)]);
+    wait_for(LIMIT, || {
+        g.try_stats()
+            .filter(|s| s.last_error.as_deref().is_some_and(|e| e.contains("RED")))
+    })
+    .unwrap_or_else(|| panic!("no last error:\n{}", d.stderr()));
+    let status = text(&g.run(&["status"]).stdout);
+    assert_inert("status", &status);
+    assert!(status.contains("\\e[31mRED\\u{202e}"), "{status}");
+    let out = g.run(&["locate", "AWB\u{1b}[2J\u{202e}1"]);
+    assert!(!out.status.success());
+    assert_inert("locate's error", &text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("AWB\\e[2J"),
+        "{}",
+        text(&out.stderr)
+    );
+    let (status, log) = d.terminate(LIMIT);
+    assert!(status.success(), "{log}");
+}
+
+/// Asserts no encoding of the test password shows in `shown`.
+fn assert_no_password(what: &str, shown: &str) {
+    for part in [
+        "Sup3rSecret",
+        "3rSecretPw",
+        "%53%75%70%33",
+        "\\u0053\\u0075",
+    ] {
+        assert!(
+            !shown.contains(part),
+            "{what} shows the password ({part}): {shown}"
+        );
+    }
+}
+
+#[test]
+fn a_token_endpoint_echoing_the_password_form_encoded_shows_it_nowhere() {
+    let env = MockEnvironment {
+        password: Secret::new("Sup3rSecretPw!"),
+        ..MockEnvironment::demo()
+    };
+    let (rt, mock) = mock_with(MockConfig {
+        environments: vec![env],
+        ..MockConfig::demo()
+    });
+    mock.set_echo_grant_refusals(true);
+    let port = free_port();
+    let g = Gateway::new("");
+    g.write_config(&format!(
+        "{}{}\n[http]\nlisten = \"127.0.0.1:{port}\"\n",
+        mock_service_section(&mock),
+        common::stdin_replay_config(20)
+    ));
+    let mut d = common::Daemon::start(&g);
+    d.send(&[tape_advert(tape_mac(1), tapegate::clock::now_ms(), 1)]);
+    let stats = wait_for(LIMIT, || g.try_stats().filter(|s| s.last_error.is_some()))
+        .unwrap_or_else(|| panic!("no failure recorded:\n{}", d.stderr()));
+    assert_eq!(
+        stats.last_error.as_deref(),
+        Some("token refused: invalid_grant"),
+        "only the OAuth error code is kept"
+    );
+    assert!(mock.token_requests() >= 1);
+
+    let page = rt
+        .block_on(async {
+            reqwest::get(format!("http://127.0.0.1:{port}/"))
+                .await?
+                .text()
+                .await
+        })
+        .unwrap();
+    let check = g.run(&["check"]);
+    let check = format!("{}{}", text(&check.stdout), text(&check.stderr));
+    assert!(check.contains("wrong username or password"), "{check}");
+    let db = rusqlite::Connection::open(tapegate::outbox::Store::path_in(&g.state_dir())).unwrap();
+    let meta: Vec<String> = db
+        .prepare("SELECT key || '=' || value FROM meta")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let (status, log) = d.terminate(LIMIT);
+    assert!(status.success(), "{log}");
+    assert!(log.contains("invalid_grant"), "the log says why:\n{log}");
+    for (what, shown) in [
+        ("the log", log),
+        ("the database", meta.join("\n")),
+        ("status", text(&g.run(&["status"]).stdout)),
+        ("status --json", text(&g.run(&["status", "--json"]).stdout)),
+        ("check", check),
+        ("the page", page),
+    ] {
+        assert_no_password(what, &shown);
+    }
+}

@@ -468,6 +468,157 @@ async fn no_password_or_token_in_any_answer() {
     mock.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_forbids_scripts_framing_and_sniffing_and_a_listen_beyond_loopback_is_warned_of(
+) {
+    let port = free_port();
+    let g = Gateway::new(&format!(
+        "{}\n[http]\nlisten = \"127.0.0.1:{port}\"\n",
+        stdin_replay_config(20)
+    ));
+    let d = Daemon::start(&g);
+    let base = format!("http://127.0.0.1:{port}");
+    until_serving(&base).await;
+    for path in ["/", "/metrics", "/healthz", "/nope"] {
+        let resp = reqwest::get(format!("{base}{path}")).await.unwrap();
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string()
+        };
+        let csp = header("content-security-policy");
+        for directive in [
+            "default-src 'none'",
+            "style-src 'unsafe-inline'",
+            "frame-ancestors 'none'",
+        ] {
+            assert!(csp.contains(directive), "{path}: {csp:?}");
+        }
+        assert_eq!(header("x-content-type-options"), "nosniff", "{path}");
+    }
+    let (code, log) = d.terminate(LIMIT);
+    assert!(code.success());
+    const WARNING: &str = "answers anyone who can reach it";
+    assert!(!log.contains(WARNING), "loopback is not exposed:\n{log}");
+
+    // On every address: said at start and by `check` (both forms).
+    let port = free_port();
+    g.write_config(&format!(
+        "{}\n[http]\nlisten = \"0.0.0.0:{port}\"\n",
+        stdin_replay_config(20)
+    ));
+    let d = Daemon::start(&g);
+    until_serving(&format!("http://127.0.0.1:{port}")).await;
+    let (code, log) = d.terminate(LIMIT);
+    assert!(code.success());
+    let line = log
+        .lines()
+        .find(|l| l.contains(WARNING))
+        .unwrap_or_else(|| panic!("no warning:\n{log}"));
+    assert!(
+        line.contains("WARN") && line.contains(&format!("0.0.0.0:{port}")),
+        "{line}"
+    );
+    for args in [&["check"][..], &["check", "--config-only"]] {
+        let said = common::text(&g.run(args).stdout);
+        assert!(
+            said.lines()
+                .any(|l| l.starts_with("warn http") && l.contains(WARNING)),
+            "{args:?}: {said}"
+        );
+    }
+}
+
+/// One slow client, for as long as the task runs: connects, sends a request's header a
+/// byte a second without ever finishing it, and connects again the moment the server
+/// closes the connection. Counts its connections in `connected`.
+async fn trickle(
+    addr: std::net::SocketAddr,
+    connected: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let header = b"GET /metrics HTTP/1.1\r\nHost: gw\r\nX-Slow: ";
+    loop {
+        let Ok(stream) = tokio::net::TcpStream::connect(addr).await else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        };
+        let (mut rx, mut tx) = stream.into_split();
+        let mut sent = 0usize;
+        let mut buf = [0u8; 1024];
+        loop {
+            let byte = header.get(sent).copied().unwrap_or(b'a');
+            if tx.write_all(&[byte]).await.is_err() {
+                break;
+            }
+            if sent == 0 {
+                connected.fetch_add(1, Ordering::SeqCst);
+            }
+            sent += 1;
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                read = rx.read(&mut buf) => if matches!(read, Ok(0) | Err(_)) { break },
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_clients_trickling_header_bytes_do_not_keep_healthz_and_metrics_from_answering() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let port = free_port();
+    let g = Gateway::new(&format!(
+        "{}\n[http]\nlisten = \"127.0.0.1:{port}\"\n",
+        stdin_replay_config(20)
+    ));
+    let d = Daemon::start(&g);
+    let base = format!("http://127.0.0.1:{port}");
+    until_serving(&base).await;
+
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let connected = std::sync::Arc::new(AtomicUsize::new(0));
+    let attackers: Vec<_> = (0..100)
+        .map(|_| tokio::spawn(trickle(addr, connected.clone())))
+        .collect();
+    until("all 100 slow clients connected", || async {
+        (connected.load(Ordering::SeqCst) >= 100).then_some(())
+    })
+    .await;
+
+    // A monitor's probes, each on a new connection, each allowed 10 s.
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let mut answered = Vec::new();
+    for i in 0..7 {
+        let path = if i % 2 == 0 { "/healthz" } else { "/metrics" };
+        let got = client.get(format!("{base}{path}")).send().await;
+        let ok = match got {
+            Ok(resp) if resp.status() == 200 => {
+                let body = resp.text().await.unwrap_or_default();
+                body == "ok\n" || body.contains("tapegate_pending ")
+            }
+            _ => false,
+        };
+        answered.push((path, ok));
+    }
+    let slow_connections = connected.load(Ordering::SeqCst);
+    for a in &attackers {
+        a.abort();
+    }
+    assert!(
+        answered.iter().all(|(_, ok)| *ok),
+        "probes answered under the attack: {answered:?} ({slow_connections} slow connections made)"
+    );
+    let (code, log) = d.terminate(LIMIT);
+    assert!(code.success(), "{log}");
+}
+
 #[test]
 fn a_port_in_use_stops_the_daemon_at_start_naming_the_key_and_address() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

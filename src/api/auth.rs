@@ -51,6 +51,57 @@ pub(crate) fn clamp_lifetime(secs: f64) -> Option<Duration> {
     Some(Duration::from_secs_f64(secs.clamp(lo, hi)))
 }
 
+/// What is kept of a token endpoint's refusal, never its body as it came: the OAuth 2.0
+/// `error` code (RFC 6749 5.2: `invalid_grant`, `access_denied`, ...) when it is one,
+/// and its `error_description` (or `message`) scrubbed of the password in every
+/// encoding, bounded, and left out altogether when it quotes the request (names a form
+/// field as the request spelt it). A token endpoint that echoes the request it refuses
+/// (a debug page, a proxy's error) would otherwise carry the password into the log,
+/// `last_error`, `status`, `check` and the page. What stays tells a wrong password
+/// (401 `invalid_grant: Wrong email or password.`) from a wrong audience (403
+/// `access_denied: Service not found: https://...`).
+pub(crate) fn refusal(body: &[u8], password: &str) -> String {
+    let Ok(serde_json::Value::Object(v)) = serde_json::from_slice(body) else {
+        return "no error code given".into();
+    };
+    let text = |k: &str| v.get(k).and_then(|t| t.as_str());
+    let code = text("error").filter(|c| {
+        (1..=64).contains(&c.len())
+            && c.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+            // A server that puts the password where the code goes gets no code.
+            && crate::secret::scrub(c, &[password]) == *c
+            && !c.contains(password)
+    });
+    let description = text("error_description")
+        .or_else(|| text("message"))
+        .map(|d| crate::secret::scrub(d, &[password]))
+        .filter(|d| !quotes_the_request(d))
+        .map(|d| crate::text::bounded(&d, 200));
+    match (code, description) {
+        (Some(c), Some(d)) => format!("{c}: {d}"),
+        (Some(c), None) => c.to_string(),
+        (None, Some(d)) => d,
+        (None, None) => "no error code given".into(),
+    }
+}
+
+/// Whether `text` names a field of the password grant as the request spelt it (`password=`,
+/// `"password":`, `grant_type`): an echo of the request, whatever else it holds.
+fn quotes_the_request(text: &str) -> bool {
+    let t = text.to_ascii_lowercase();
+    [
+        "grant_type",
+        "password=",
+        "password%3d",
+        "\"password\"",
+        "password:",
+        "client_id=",
+    ]
+    .iter()
+    .any(|f| t.contains(f))
+}
+
 /// What the token endpoint granted.
 #[derive(Debug, Clone)]
 pub(crate) struct Grant {
@@ -246,6 +297,42 @@ mod tests {
         ApiError::AuthRejected {
             status: 401,
             message: "invalid_grant".into(),
+        }
+    }
+
+    #[test]
+    fn of_a_refused_grant_only_a_scrubbed_reason_that_does_not_quote_the_request_is_kept() {
+        let pw = "Sup3rSecretPw!";
+        let echoed = br#"{"error":"invalid_grant","error_description":"bad credentials: grant_type=password&username=demo&password=Sup3rSecretPw%21","message":"password=Sup3rSecretPw%21"}"#;
+        assert_eq!(refusal(echoed, pw), "invalid_grant");
+        let json_echo = br#"{"error":"invalid_grant","error_description":"refused {\"password\": \"Sup3rSecretPw!\"}"}"#;
+        assert_eq!(refusal(json_echo, pw), "invalid_grant");
+        assert_eq!(
+            refusal(
+                br#"{"error":"invalid_grant","error_description":"Wrong email or password."}"#,
+                pw
+            ),
+            "invalid_grant: Wrong email or password."
+        );
+        assert_eq!(
+            refusal(br#"{"error":"access_denied","error_description":"Service not found: https://wrong.example/"}"#, pw),
+            "access_denied: Service not found: https://wrong.example/"
+        );
+        // Quoted without a field name: scrubbed.
+        assert_eq!(
+            refusal(
+                br#"{"error":"invalid_grant","error_description":"no user for Sup3rSecretPw%21"}"#,
+                pw
+            ),
+            "invalid_grant: no user for <redacted>"
+        );
+        for body in [
+            &b"grant_type=password&password=Sup3rSecretPw%21"[..],
+            br#"{"error":"password=Sup3rSecretPw%21"}"#,
+            br#"{"error":"Sup3rSecretPw"}"#,
+            b"",
+        ] {
+            assert_eq!(refusal(body, "Sup3rSecretPw"), "no error code given");
         }
     }
 

@@ -1,12 +1,21 @@
 //! Historical data (spec 4.2): events of one tape (`trk_asset_id`) or one customer
 //! asset (`customer_asset_id`), from `historical_base_url`, which is not `base_url`.
 //!
-//! One request returns at most one month or 1,000 events, and history reaches back one
-//! year, so a range is split ([`month_windows`], pure, `now` passed in): calendar months
-//! in UTC, the first starting at `from`, the last ending at `to`. A window that returns
-//! 1,000 events is asked again from its last event on (the service returns the oldest
-//! events of a range), until it returns fewer. The events are merged, duplicates (the
-//! boundaries overlap) dropped, and put in time order.
+//! One request returns at most "1 month or 1000 events", and history reaches back one
+//! year. What the spec leaves open, and how the read is complete under every reading:
+//! - **Which 1,000 events a full answer holds** (the oldest of the range, or the newest:
+//!   with no time frame "the latest event is returned"), **and in which order**: a full
+//!   answer spanning `[lo, hi]` (its earliest and latest events, whatever their order)
+//!   stands for that part of the range, and `[from, lo]` and `[hi, to]` are asked too,
+//!   so whichever end the service kept, the rest is asked for; a full answer that spans
+//!   the whole window is bisected. Boundaries are inclusive and the events merged
+//!   without duplicates, in time order ([`merge`]).
+//! - **How long "one month" is**: the range is split into calendar months in UTC
+//!   ([`month_windows`], pure, `now` passed in: 28 to 31 days); a window refused with
+//!   400 that is longer than 28 days (a month under any reading) is split in halves and
+//!   the later windows are cut to 28 days; a 400 for a shorter one is a real refusal.
+//! - A window that still cannot be completed (over 1,000 events at one instant, or
+//!   [`MAX_REQUESTS`] reached) is named in a warning, and the read is not complete.
 
 use std::collections::HashSet;
 
@@ -20,14 +29,17 @@ use serde_json::{json, Map, Value};
 use super::assumed;
 use super::devices::{Operator, OperatorError};
 use super::locate::SensorReading;
-use super::{join, ApiError};
+use super::send::{Call, Policy, Sent};
+use super::{join, Account, ApiError};
 
 /// Events one request returns at most (spec 4.2).
 pub const MAX_EVENTS_PER_REQUEST: usize = 1000;
 /// How far back history reaches (spec 4.2: one year).
 pub const MAX_AGE_DAYS: i64 = 365;
 /// Requests of one history read at most (a year of dense history is a few dozen).
-const MAX_REQUESTS: usize = 200;
+pub const MAX_REQUESTS: usize = 400;
+/// A time frame no reading of "one month" refuses (February).
+const SURE_MONTH_SECS: i64 = 28 * 86_400;
 
 /// The historical event of spec 2.2.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -78,11 +90,78 @@ pub struct HistoryQuery {
     pub to: Option<Timestamp>,
 }
 
-/// One request's time frame.
+/// One request's time frame (both ends inclusive).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HistoryWindow {
     pub from: Timestamp,
     pub to: Timestamp,
+}
+
+impl HistoryWindow {
+    fn secs(&self) -> i64 {
+        self.to.as_second() - self.from.as_second()
+    }
+
+    /// The two halves, meeting at the whole second nearest the middle (`None` when the
+    /// window is too short to split).
+    fn halves(&self) -> Option<(HistoryWindow, HistoryWindow)> {
+        let mid = Timestamp::from_second(self.from.as_second() + self.secs() / 2).ok()?;
+        (mid > self.from && mid < self.to).then_some((
+            HistoryWindow {
+                from: self.from,
+                to: mid,
+            },
+            HistoryWindow {
+                from: mid,
+                to: self.to,
+            },
+        ))
+    }
+}
+
+impl std::fmt::Display for HistoryWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}..{}", self.from, self.to)
+    }
+}
+
+/// A history read: the events merged in time order, the requests it took, and what
+/// could not be completed (empty when the read is complete).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistoryRead {
+    pub events: Vec<HistoricalEvent>,
+    pub requests: usize,
+    pub incomplete: Vec<String>,
+}
+
+/// What one request answered.
+enum Page {
+    Events(Vec<HistoricalEvent>),
+    /// 400: refused, with the service's message.
+    Refused(String),
+}
+
+/// The windows still to ask after a full answer to `w` whose events span `lo..=hi`:
+/// the parts of `w` outside that span, or (when it spans all of `w`) its halves.
+/// `None`: `w` cannot be split further.
+fn rest_of_full(w: HistoryWindow, lo: Timestamp, hi: Timestamp) -> Option<Vec<HistoryWindow>> {
+    let mut rest = Vec::new();
+    if lo > w.from {
+        rest.push(HistoryWindow {
+            from: w.from,
+            to: lo,
+        });
+    }
+    if hi < w.to {
+        rest.push(HistoryWindow { from: hi, to: w.to });
+    }
+    if rest.is_empty() || rest.contains(&w) {
+        // No part of the window is outside the answer (or the answer sits at one of
+        // its ends, all at one instant): halve it instead, so each ask is smaller.
+        let (a, b) = w.halves()?;
+        rest = vec![a, b];
+    }
+    Some(rest)
 }
 
 fn utc_month_start_after(t: Timestamp) -> Option<Timestamp> {
@@ -156,49 +235,112 @@ pub fn merge(parts: Vec<Vec<HistoricalEvent>>) -> Vec<HistoricalEvent> {
 }
 
 impl Operator {
-    /// The events of `q`, merged and in time order, and the number of requests sent.
+    /// The events of `q`, merged and in time order, the requests sent, and what could
+    /// not be completed.
     pub async fn history(
         &self,
         q: &HistoryQuery,
         now: Timestamp,
-    ) -> Result<(Vec<HistoricalEvent>, usize), OperatorError> {
+    ) -> Result<HistoryRead, OperatorError> {
         let windows = month_windows(q.from, q.to, now).map_err(OperatorError::Usage)?;
         let mut parts = Vec::new();
-        let mut requests = 0;
+        let mut incomplete = Vec::new();
         let Some(windows) = windows else {
-            parts.push(self.history_request(q, None).await?);
-            return Ok((merge(parts), 1));
+            return match self.history_request(q, None).await? {
+                Page::Events(events) => Ok(HistoryRead {
+                    events: merge(vec![events]),
+                    requests: 1,
+                    incomplete,
+                }),
+                Page::Refused(m) => Err(OperatorError::Refused(format!(
+                    "the service refused the history request: {m}"
+                ))),
+            };
         };
-        for w in windows {
-            let mut window = w;
-            loop {
-                requests += 1;
-                if requests > MAX_REQUESTS {
-                    return Err(OperatorError::Refused(format!(
-                        "history needs more than {MAX_REQUESTS} requests; ask for a shorter range"
-                    )));
-                }
-                let events = self.history_request(q, Some(window)).await?;
-                let full = events.len() >= MAX_EVENTS_PER_REQUEST;
-                let last = events.iter().map(|e| e.timestamp).max();
-                parts.push(events);
-                match last {
-                    // The oldest 1,000 came: the rest of the window from the last on.
-                    Some(last) if full && last > window.from && last < window.to => {
-                        window.from = last;
-                    }
-                    _ => break,
+        let mut queue: std::collections::VecDeque<HistoryWindow> = windows.into();
+        let mut requests = 0;
+        // Cut to after a 400 for a month: every later window is at most this long.
+        let mut cap: Option<i64> = None;
+        while let Some(w) = queue.pop_front() {
+            if cap.is_some_and(|c| w.secs() > c) {
+                if let Some((a, b)) = w.halves() {
+                    queue.push_front(b);
+                    queue.push_front(a);
+                    continue;
                 }
             }
+            if self.interrupt.is_stopped() {
+                incomplete.push(format!("{w} and after: interrupted"));
+                break;
+            }
+            if requests >= MAX_REQUESTS {
+                incomplete.push(format!(
+                    "{w} and after: not read (more than {MAX_REQUESTS} requests needed; ask for a shorter range)"
+                ));
+                break;
+            }
+            requests += 1;
+            let events = match self.history_request(q, Some(w)).await {
+                Ok(Page::Events(events)) => events,
+                Ok(Page::Refused(m)) if w.secs() > SURE_MONTH_SECS => {
+                    // "One month" may be shorter than this window for the service.
+                    cap = Some(SURE_MONTH_SECS);
+                    (self.on_retry)(&format!(
+                        "history: the service refused {w} ({m}); asking for it in shorter windows"
+                    ));
+                    match w.halves() {
+                        Some((a, b)) => {
+                            queue.push_front(b);
+                            queue.push_front(a);
+                            continue;
+                        }
+                        None => unreachable!("a window over 28 days has halves"),
+                    }
+                }
+                Ok(Page::Refused(m)) => {
+                    return Err(OperatorError::Refused(format!(
+                        "the service refused the history request for {w}: {m}"
+                    )))
+                }
+                Err(OperatorError::Interrupted(_)) => {
+                    incomplete.push(format!("{w} and after: interrupted"));
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
+            if events.len() >= MAX_EVENTS_PER_REQUEST {
+                // Full: the service kept one end of the window, the oldest or the
+                // newest, in some order. Ask for the rest on both sides.
+                let lo = events.iter().map(|e| e.timestamp).min();
+                let hi = events.iter().map(|e| e.timestamp).max();
+                if let (Some(lo), Some(hi)) = (lo, hi) {
+                    match rest_of_full(w, lo, hi) {
+                        Some(rest) => {
+                            for r in rest.into_iter().rev() {
+                                queue.push_front(r);
+                            }
+                        }
+                        None => incomplete.push(format!(
+                            "{w}: more than {MAX_EVENTS_PER_REQUEST} events at one instant; only {} of them read",
+                            events.len()
+                        )),
+                    }
+                }
+            }
+            parts.push(events);
         }
-        Ok((merge(parts), requests))
+        Ok(HistoryRead {
+            events: merge(parts),
+            requests,
+            incomplete,
+        })
     }
 
     async fn history_request(
         &self,
         q: &HistoryQuery,
         window: Option<HistoryWindow>,
-    ) -> Result<Vec<HistoricalEvent>, OperatorError> {
+    ) -> Result<Page, OperatorError> {
         let s = self.settings();
         let key = |k: &str| format!("[service.environments.<name>] {k}");
         let base = s.historical_base_url.as_ref().ok_or_else(|| {
@@ -232,18 +374,31 @@ impl Operator {
             "authorized_groups": authorized_groups,
             "filters": filters,
         }});
-        let body = Bytes::from(body.to_string());
-        let a = self
-            .send_safe("history", Method::POST, &url, Some(body))
-            .await?;
-        match a.status {
-            StatusCode::OK => parse_events(&a.body),
-            StatusCode::BAD_REQUEST => {
-                let m = assumed::history_error_message(&a.body).unwrap_or(a.message);
-                Err(OperatorError::Refused(format!(
-                    "the service refused the history request: {m}"
+        let call = Call {
+            what: "history".into(),
+            method: Method::POST,
+            url,
+            account: Account::Headers,
+            headers: Vec::new(),
+            body: Some(Bytes::from(body.to_string())),
+            correlation_id: self.correlation_id("history"),
+        };
+        let a = match self.send(Policy::READ, &call).await? {
+            Sent::Answered { answer, .. } => answer,
+            Sent::NoAnswer { cause, .. } | Sent::Lost { cause } => {
+                return Err(OperatorError::Refused(format!(
+                    "history: the service did not answer: {cause}"
                 )))
             }
+            Sent::Interrupted { .. } => return Err(OperatorError::Interrupted("history".into())),
+        };
+        match a.status {
+            StatusCode::OK => Ok(Page::Events(parse_events(&a.body)?)),
+            StatusCode::BAD_REQUEST => Ok(Page::Refused(
+                assumed::history_error_message(&a.body)
+                    .map(|m| crate::text::bounded(&m, crate::text::SHOWN_MAX_CHARS))
+                    .unwrap_or(a.message),
+            )),
             s => Err(OperatorError::Refused(format!(
                 "history: HTTP {}: {}",
                 s.as_u16(),
@@ -340,6 +495,46 @@ mod tests {
             timestamp: t(ts),
             trk_asset_id: Some("TT1".into()),
         }
+    }
+
+    fn w(from: &str, to: &str) -> HistoryWindow {
+        HistoryWindow {
+            from: t(from),
+            to: t(to),
+        }
+    }
+
+    #[test]
+    fn the_rest_of_a_full_answer_is_asked_on_whichever_side_it_lies() {
+        let win = w("2026-06-01T00:00:00Z", "2026-07-01T00:00:00Z");
+        // The oldest 1,000 came: the rest is after them.
+        assert_eq!(
+            rest_of_full(win, t("2026-06-01T00:00:00Z"), t("2026-06-21T00:00:00Z")),
+            Some(vec![w("2026-06-21T00:00:00Z", "2026-07-01T00:00:00Z")])
+        );
+        // The newest 1,000 came: the rest is before them.
+        assert_eq!(
+            rest_of_full(win, t("2026-06-10T00:00:00Z"), t("2026-07-01T00:00:00Z")),
+            Some(vec![w("2026-06-01T00:00:00Z", "2026-06-10T00:00:00Z")])
+        );
+        // Spanning the whole window: its halves.
+        assert_eq!(
+            rest_of_full(win, win.from, win.to),
+            Some(vec![
+                w("2026-06-01T00:00:00Z", "2026-06-16T00:00:00Z"),
+                w("2026-06-16T00:00:00Z", "2026-07-01T00:00:00Z")
+            ])
+        );
+        // All at the window's last instant: halves, never the window again.
+        assert_eq!(
+            rest_of_full(win, win.to, win.to),
+            Some(vec![
+                w("2026-06-01T00:00:00Z", "2026-06-16T00:00:00Z"),
+                w("2026-06-16T00:00:00Z", "2026-07-01T00:00:00Z")
+            ])
+        );
+        let instant = w("2026-06-01T00:00:00Z", "2026-06-01T00:00:00Z");
+        assert_eq!(rest_of_full(instant, instant.from, instant.to), None);
     }
 
     #[test]

@@ -1,14 +1,18 @@
 //! Integration messages (spec 4.5): the payload is checked against the shapes the spec
 //! lists before it is sent (every field listed is taken as required: the spec shows no
-//! other rule), and `message_type` goes both as a header and in the body.
+//! other rule), and `message_type` goes both as a header and in the body. A message is
+//! not idempotent and nothing marks a repeat, so it is sent again only when it cannot
+//! have been applied (429, no connection); after a 5xx or a lost answer it is reported
+//! as "may or may not have arrived", never sent twice.
 
 use bytes::Bytes;
-use reqwest::{Method, StatusCode};
+use reqwest::Method;
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::devices::{Operator, OperatorError};
-use super::{Account, ApiError};
-use crate::backoff::Backoff;
+use super::send::{Call, Policy, Sent};
+use super::Account;
 
 /// The three message types of spec 4.5.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -90,77 +94,76 @@ pub fn check_payload(t: MessageType, data: &Value) -> Result<(), String> {
     Ok(())
 }
 
+/// What the service answered a message.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MessageSent {
+    pub message_type: &'static str,
+    pub status: u16,
+    /// The service's `message`.
+    pub message: String,
+    pub correlation_id: String,
+}
+
 impl Operator {
-    /// Sends one integration message; returns the service's `message`.
-    pub async fn message(&self, t: MessageType, data: Value) -> Result<String, OperatorError> {
+    /// Sends one integration message; returns what the service answered.
+    pub async fn message(&self, t: MessageType, data: Value) -> Result<MessageSent, OperatorError> {
         check_payload(t, &data)
             .map_err(|e| OperatorError::Usage(format!("{} payload: {e}", t.as_str())))?;
-        let url = self.client.url(&["external", "messages"])?;
-        let body = Bytes::from(json!({"message_type": t.as_str(), "data": data}).to_string());
-        let headers = [("message_type", t.as_str().to_string())];
-        let mut backoff = Backoff::new(
-            std::time::Duration::from_secs(1),
-            std::time::Duration::from_secs(10),
-        );
-        // Only a refusal before the service read it is repeated: a message is not
-        // idempotent, so a lost answer is reported, not sent twice.
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let correlation_id = self.correlation_id("message");
-            let answer = self
-                .client
-                .call(
-                    Method::POST,
-                    &url,
-                    Account::Headers,
-                    &headers,
-                    Some(body.clone()),
-                    &correlation_id,
-                )
-                .await;
-            match answer {
-                Ok(a) if a.status.is_success() => {
-                    let v: Value = serde_json::from_slice(&a.body).unwrap_or_default();
-                    return Ok(v
-                        .get("message")
-                        .and_then(Value::as_str)
-                        .unwrap_or("accepted")
-                        .to_string());
-                }
-                Ok(a)
-                    if a.status == StatusCode::SERVICE_UNAVAILABLE
-                        || a.status == StatusCode::TOO_MANY_REQUESTS =>
-                {
-                    if attempt >= 4 {
-                        return Err(OperatorError::Refused(format!(
-                            "message: the service answered {} {attempt} times",
-                            a.status.as_u16()
-                        )));
-                    }
-                    self.back_off(
-                        &mut backoff,
-                        &format!("message: the service answered {}", a.status.as_u16()),
-                    )
-                    .await;
-                }
-                Ok(a) => {
-                    return Err(OperatorError::Refused(format!(
-                        "the service refused the {} message (HTTP {}): {}",
-                        t.as_str(),
-                        a.status.as_u16(),
-                        a.message
-                    )))
-                }
-                Err(e @ ApiError::Transient { .. }) => {
-                    return Err(OperatorError::Refused(format!(
-                        "{}: the message may or may not have arrived (not sent again, it is not idempotent)",
-                        e.operator_cause()
-                    )))
-                }
-                Err(e) => return Err(e.into()),
+        let call = Call {
+            what: format!("{} message", t.as_str()),
+            method: Method::POST,
+            url: self.client.url(&["external", "messages"])?,
+            account: Account::Headers,
+            headers: vec![("message_type", t.as_str().to_string())],
+            body: Some(Bytes::from(
+                json!({"message_type": t.as_str(), "data": data}).to_string(),
+            )),
+            correlation_id: self.correlation_id("message"),
+        };
+        let maybe =
+            "the message may or may not have arrived (not sent again: it is not idempotent)";
+        let a = match self.send(Policy::MESSAGE, &call).await? {
+            Sent::Answered { answer, .. } => answer,
+            Sent::Lost { cause } => {
+                return Err(OperatorError::Refused(format!("{cause}: {maybe}")))
             }
+            Sent::NoAnswer { cause, lost_before } => {
+                return Err(OperatorError::Refused(if lost_before {
+                    format!("{cause}: {maybe}")
+                } else {
+                    format!("{cause}: the message was not sent")
+                }))
+            }
+            Sent::Interrupted {
+                in_flight,
+                lost_before,
+            } => {
+                return Err(OperatorError::Interrupted(if in_flight || lost_before {
+                    maybe.to_string()
+                } else {
+                    "the message was not sent".to_string()
+                }))
+            }
+        };
+        if !a.status.is_success() {
+            return Err(OperatorError::Refused(format!(
+                "the service refused the {} message (HTTP {}): {}",
+                t.as_str(),
+                a.status.as_u16(),
+                a.message
+            )));
         }
+        let v: Value = serde_json::from_slice(&a.body).unwrap_or_default();
+        Ok(MessageSent {
+            message_type: t.as_str(),
+            status: a.status.as_u16(),
+            message: v
+                .get("message")
+                .and_then(Value::as_str)
+                .map(|m| crate::text::bounded(m, crate::text::SHOWN_MAX_CHARS))
+                .unwrap_or_else(|| "accepted".to_string()),
+            correlation_id: call.correlation_id,
+        })
     }
 }
 

@@ -30,6 +30,7 @@ mod history;
 mod locate;
 mod messages;
 pub mod rate;
+mod send;
 
 use std::fmt;
 use std::sync::Arc;
@@ -44,17 +45,19 @@ use url::Url;
 use crate::config::{EnvironmentSettings, ServiceSettings};
 use crate::secret::{scrub, Secret};
 
-pub use assumed::{ConfigChange, DeviceEntry, LabelDevice, LabelRecord};
+pub use assumed::{ConfigChange, DeviceEntry, LabelDevice, LabelRecord, LabelState};
 pub use decode::{BulkAnswerItem, BulkItem, Decoded};
 pub use devices::{
-    AddDevice, AddOutcome, DeviceOp, DeviceOutcome, DeviceReport, Operator, OperatorError,
+    check_id, hint, AddDevice, AddOutcome, DeviceOp, DeviceOutcome, DeviceReport, DeviceRun,
+    Operator, OperatorError, Progress, MAX_ID_CHARS,
 };
 pub use error::{parse_retry_after, ApiError, Transport, TransportKind};
 pub use history::{
-    merge, month_windows, HistoricalEvent, HistoryFilter, HistoryQuery, HistoryWindow,
+    merge, month_windows, HistoricalEvent, HistoryFilter, HistoryQuery, HistoryRead, HistoryWindow,
 };
-pub use locate::{Asset, LocationEvent, SensorReading, SENSORS};
-pub use messages::{check_payload, MessageType};
+pub use locate::{Asset, LocationEvent, ReadingMark, SensorReading, SENSORS};
+pub use messages::{check_payload, MessageSent, MessageType};
+pub use send::Interrupt;
 
 use auth::{Grant, TokenCache};
 use error::answer_message;
@@ -293,11 +296,25 @@ impl ServiceClient {
             .header("correlation_id", correlation_id)
     }
 
-    /// An operator call (spec 4.1, 4.2, 4.5-4.7): `method` to `url` with the bearer
-    /// token, `correlation_id` (5.9), the account headers when `account` says so, the
-    /// `headers` given, and `body` as JSON; the one retry after a 401 as every call.
+    /// The token for an operator call: the cached one, or a new grant. A failure here
+    /// means nothing was sent to the service.
+    async fn operator_token(&self) -> Result<Secret, ApiError> {
+        self.inner.tokens.get(|| self.grant()).await
+    }
+
+    /// The service refused `token` (401): drop it if it is still the cached one.
+    fn token_refused(&self, token: &Secret) {
+        self.inner.tokens.invalidate_if(token);
+    }
+
+    /// One operator request (spec 4.1, 4.2, 4.5-4.7): `method` to `url` with `token`,
+    /// `correlation_id` (5.9), the account headers when `account` says so, the
+    /// `headers` given, and `body` as JSON. No retry of any kind, not even after a 401:
+    /// the operator's send decides, by the policy of each call (`send.rs`).
+    #[allow(clippy::too_many_arguments)]
     async fn call(
         &self,
+        token: &Secret,
         method: reqwest::Method,
         url: &Url,
         account: Account,
@@ -305,29 +322,26 @@ impl ServiceClient {
         body: Option<Bytes>,
         correlation_id: &str,
     ) -> Result<Answer, ApiError> {
-        self.send(correlation_id, |token| {
-            let mut r = self
-                .inner
-                .http
-                .request(method.clone(), url.clone())
-                .bearer_auth(token.expose())
-                .header(CONTENT_TYPE, "application/json")
-                .header(ACCEPT, "application/json")
-                .header("correlation_id", correlation_id);
-            if account == Account::Headers {
-                r = r
-                    .header("customer_id", self.inner.customer_id.clone())
-                    .header("authorized_groups", self.inner.authorized_groups.clone());
-            }
-            for (name, value) in headers {
-                r = r.header(*name, value.as_str());
-            }
-            match &body {
-                Some(b) => r.body(b.clone()),
-                None => r,
-            }
-        })
-        .await
+        let mut r = self
+            .inner
+            .http
+            .request(method, url.clone())
+            .bearer_auth(token.expose())
+            .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, "application/json")
+            .header("correlation_id", correlation_id);
+        if account == Account::Headers {
+            r = r
+                .header("customer_id", self.inner.customer_id.clone())
+                .header("authorized_groups", self.inner.authorized_groups.clone());
+        }
+        for (name, value) in headers {
+            r = r.header(*name, value.as_str());
+        }
+        if let Some(b) = body {
+            r = r.body(b);
+        }
+        self.execute(r, token).await
     }
 
     /// `{base_url}` with `segments` appended.
@@ -398,10 +412,17 @@ impl ServiceClient {
             .map_err(transport)?
         {
             Some(body) => {
-                let message = scrub(
-                    &answer_message(&body),
-                    &[token.expose(), self.inner.endpoint.password.expose()],
-                );
+                // Scrubbed whole before anything is taken from it: a message cut to
+                // length could otherwise keep the start of a secret cut in half.
+                let secrets = [token.expose(), self.inner.endpoint.password.expose()];
+                let raw = String::from_utf8_lossy(&body);
+                let clean = scrub(&raw, &secrets);
+                let body = if clean.as_str() == raw.as_ref() {
+                    body
+                } else {
+                    Bytes::from(clean)
+                };
+                let message = scrub(&answer_message(&body), &secrets);
                 (body, message)
             }
             None => (Bytes::new(), "(error body too large)".to_string()),
@@ -480,7 +501,7 @@ impl ServiceClient {
             )),
             _ => Err(ApiError::AuthRejected {
                 status: code,
-                message: scrub(&answer_message(&body), &[e.password.expose()]),
+                message: auth::refusal(&body, e.password.expose()),
             }),
         }
     }

@@ -8,12 +8,14 @@
 //! the commits it must not race are ordered by the outbox's one owner thread anyway,
 //! and the flusher is woken through the same "committed" signal as for new captures.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::policy::{decide, ClockPolicy, Facts, Trust, Verdict};
 use super::source::{clock, Clock, Reading};
+use crate::metrics::{ClockState, Metrics};
 use crate::outbox::{ClockChange, Outbox, OutboxError, Released};
 
 /// Validated `[gateway] clock` and `clock_max_hold_secs`.
@@ -39,6 +41,8 @@ pub struct ClockKeeper {
     verdict: Verdict,
     /// `None`: nothing can change the verdict any more (trust; synced this boot).
     next_check: Option<Instant>,
+    /// Where the verdict in force is shown (`tapegate_clock_state`).
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl ClockKeeper {
@@ -80,6 +84,7 @@ impl ClockKeeper {
             facts,
             verdict: Verdict::Synced,
             next_check: None,
+            metrics: None,
         };
         let verdict = keeper.judge(&now);
         let released = keeper.apply(verdict, &now, outbox).await?;
@@ -89,6 +94,13 @@ impl ClockKeeper {
     /// The verdict in force.
     pub fn verdict(&self) -> Verdict {
         self.verdict
+    }
+
+    /// Shows the verdict in force in `metrics` (`tapegate_clock_state`), now and at
+    /// every change, so that an alert on it fires while captures are held.
+    pub fn report_to(&mut self, metrics: Arc<Metrics>) {
+        metrics.set_clock_state(metric_state(self.verdict));
+        self.metrics = Some(metrics);
     }
 
     /// Resolves when the clock is due to be looked at again; never, when nothing can
@@ -153,11 +165,15 @@ impl ClockKeeper {
             synced: verdict == Verdict::Synced,
             state: verdict.to_string(),
             offset_ms: now.offset_ms(),
+            boot_ms: now.boot_ms,
             wall_ms: now.wall_ms,
         };
         let released = outbox.call(move |s| s.apply_clock(&change)).await?;
         log_change(verdict, &released);
         self.verdict = verdict;
+        if let Some(m) = &self.metrics {
+            m.set_clock_state(metric_state(verdict));
+        }
         self.schedule(verdict);
         Ok(released.repaired + released.estimated)
     }
@@ -174,6 +190,16 @@ impl ClockKeeper {
             IDLE_CHECK
         };
         self.next_check = (!never).then(|| Instant::now() + every);
+    }
+}
+
+/// The state `tapegate_clock_state` shows for a verdict.
+fn metric_state(verdict: Verdict) -> ClockState {
+    match verdict {
+        Verdict::Synced => ClockState::Synchronised,
+        Verdict::Hold(_) => ClockState::Holding,
+        Verdict::Trusted(Trust::HoldExpired) => ClockState::Estimated,
+        Verdict::Trusted(Trust::Configured | Trust::NoTimeService) => ClockState::Trusted,
     }
 }
 

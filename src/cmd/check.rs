@@ -5,7 +5,8 @@ waiting in the outbox, or else a probe that no tape has), saying in one line eac
 worked, what did not and what to do about it. It proves what it says: the answer must
 be a per-item array holding an item for the MAC sent, or the endpoint is not the bulk
 decode the spec describes and the check fails. Warnings (`warn`) do not fail the check: a `base_url` that looks doubled
-(`/external/external`), a password readable by every user.
+(`/external/external`), a password readable by every user, an `[http] listen` beyond
+loopback (the page and `/metrics` have no password).
 */
 
 use std::io::Write;
@@ -68,6 +69,9 @@ pub async fn run(config: &Config, config_path: &str, out: &mut dyn Write) -> boo
     {
         say(Verdict::Warn, "password", warning);
     }
+    if let Some(warning) = config.http.listen.and_then(crate::http::exposure_warning) {
+        say(Verdict::Warn, "http", warning);
+    }
     let Some(service) = &config.service else {
         say(
             Verdict::Fail,
@@ -94,6 +98,16 @@ pub async fn run(config: &Config, config_path: &str, out: &mut dyn Write) -> boo
         );
     }
     let env = &service.endpoint;
+    if env.password.expose().chars().count() < crate::secret::SCRUB_MIN_CHARS {
+        say(
+            Verdict::Warn,
+            "password",
+            format!(
+                "shorter than {} characters: too short to tell from ordinary text, so it is not looked for in what the service answers (the token endpoint's answers are never shown); ask for a longer one",
+                crate::secret::SCRUB_MIN_CHARS
+            ),
+        );
+    }
     match client.fetch_token().await {
         Ok(expires) => say(
             Verdict::Ok,
@@ -164,7 +178,7 @@ pub async fn run(config: &Config, config_path: &str, out: &mut dyn Write) -> boo
 /// real tape, as the daemon would send it), or else the probe MAC no tape has. With a
 /// sentence saying which.
 fn test_item(config: &Config, mac_format: MacFormat) -> (BulkItem, String) {
-    let pending = Store::open_existing(&config.gateway.state_dir)
+    let pending = Store::open_existing_read_only(&config.gateway.state_dir)
         .ok()
         .flatten()
         .and_then(|store| store.next_batch(1, 1).ok())
@@ -217,7 +231,10 @@ fn judge_answer(answer: &[BulkAnswerItem], mac_id: &str, what: &str) -> (Verdict
             result: Err(error), ..
         }) => (
             Verdict::Ok,
-            format!("answered {what} with the item error \"{error}\""),
+            format!(
+                "answered {what} with the item error \"{}\"",
+                crate::text::shown(error, crate::text::SHOWN_MAX_CHARS)
+            ),
         ),
         None => (
             Verdict::Fail,

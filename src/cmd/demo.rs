@@ -278,12 +278,24 @@ async fn at_the_dock(
             ..AddDevice::default()
         };
         match operator.add_device(&add).await {
+            Ok(o) if !o.ok => {
+                let _ = writeln!(
+                    out,
+                    "  device add {}: HTTP {}: {}",
+                    add.qrcode,
+                    o.status.unwrap_or_default(),
+                    o.note.as_deref().unwrap_or(&o.message)
+                );
+            }
             Ok(o) => {
                 let requeued = device::state(config)?.retry_dead_letters(Some(mac))?;
                 let _ = writeln!(
                     out,
                     "  tapegate device add --qr {} --tape-id {}: HTTP {} {}; {requeued} dead letter(s) re-queued",
-                    o.qrcode, o.tape_id, o.status, o.message
+                    o.qrcode,
+                    o.tape_id,
+                    o.status.unwrap_or_default(),
+                    o.message
                 );
                 activated.push(mac);
             }
@@ -332,7 +344,9 @@ async fn at_the_dock(
     };
     let _ = writeln!(out, "--- tapegate history --qr {tape} (the last day) ---");
     match operator.history(&query, now).await {
-        Ok((events, requests)) => {
+        Ok(crate::api::HistoryRead {
+            events, requests, ..
+        }) => {
             let temps: Vec<f64> = events
                 .iter()
                 .filter_map(|e| e.sensors.iter().find(|s| s.kind == "ambient_temp"))

@@ -11,6 +11,7 @@ pub mod demo;
 pub mod device;
 pub mod history;
 pub mod locate;
+pub mod manifest;
 pub mod message;
 pub mod scan;
 pub mod state;

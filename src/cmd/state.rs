@@ -11,6 +11,7 @@ use crate::clock::{age, now_ms, rfc3339};
 use crate::config::Config;
 use crate::outbox::{OutboxError, ScannerCounts, Stats, Store};
 use crate::record::{EpochMillis, Mac};
+use crate::text::{inert, shown, SHOWN_MAX_CHARS};
 
 /// `tapegate status --json`: the contract fields of DESIGN.md and a few more.
 #[derive(Debug, Serialize)]
@@ -96,6 +97,10 @@ impl StatusJson {
     }
 }
 
+fn bounded(s: &str) -> String {
+    crate::text::bounded(s, SHOWN_MAX_CHARS)
+}
+
 fn ago(at: EpochMillis, now: EpochMillis) -> String {
     format!(
         "{} ({} ago)",
@@ -106,7 +111,7 @@ fn ago(at: EpochMillis, now: EpochMillis) -> String {
 
 /// Prints `tapegate status`.
 pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), CmdError> {
-    let store = Store::open_existing(&config.gateway.state_dir)?;
+    let store = Store::open_existing_read_only(&config.gateway.state_dir)?;
     let stats = store.as_ref().map(Store::stats).transpose()?;
     let now = now_ms();
     let s = StatusJson::new(config, stats.as_ref(), now);
@@ -168,8 +173,8 @@ pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), Cm
     lines.push((
         "last error",
         match (st.last_error, st.last_error_at) {
-            (Some(e), Some(t)) => format!("{e} (at {})", ago(t, now)),
-            (Some(e), None) => e,
+            (Some(e), Some(t)) => format!("{} (at {})", bounded(&e), ago(t, now)),
+            (Some(e), None) => bounded(&e),
             _ => "none".into(),
         },
     ));
@@ -188,7 +193,7 @@ pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), Cm
     let sc = st.scanner;
     if sc != ScannerCounts::default() || st.scanner_last_trouble.is_some() {
         let trouble = match (&st.scanner_last_trouble, st.scanner_last_trouble_at) {
-            (Some(r), Some(t)) => format!("; last trouble: {r} (at {})", ago(t, now)),
+            (Some(r), Some(t)) => format!("; last trouble: {} (at {})", bounded(r), ago(t, now)),
             _ => String::new(),
         };
         lines.push((
@@ -199,8 +204,10 @@ pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), Cm
             ),
         ));
     }
+    // Every value may hold text from elsewhere (the service's errors, BlueZ's): shown
+    // inert, so that no escape sequence or bidi override acts on the terminal.
     for (k, v) in lines {
-        writeln!(out, "{k:<14} {v}")?;
+        writeln!(out, "{k:<14} {}", inert(&v))?;
     }
     Ok(())
 }
@@ -214,7 +221,7 @@ fn rows<T: Serialize>(
     out: &mut dyn Write,
     read: impl FnOnce(&Store) -> Result<Vec<T>, OutboxError>,
 ) -> Result<Option<Vec<T>>, CmdError> {
-    let rows = match Store::open_existing(&config.gateway.state_dir)? {
+    let rows = match Store::open_existing_read_only(&config.gateway.state_dir)? {
         Some(store) => read(&store)?,
         None => Vec::new(),
     };
@@ -256,7 +263,7 @@ pub fn dead_letters_list(
             r.mac,
             rfc3339(r.captured_at),
             rfc3339(r.dead_at),
-            r.error
+            shown(&r.error, SHOWN_MAX_CHARS)
         )?;
     }
     Ok(())
@@ -302,7 +309,7 @@ pub fn tapes(
         writeln!(
             out,
             "{:<16} {:<17} {:>8} {:>8} {:>5}  {}",
-            t.qr_code.as_deref().unwrap_or("-"),
+            shown(t.qr_code.as_deref().unwrap_or("-"), SHOWN_MAX_CHARS),
             t.mac,
             num(t.temp, 2),
             num(t.bat, 0),

@@ -77,7 +77,7 @@ pub(super) async fn render(state: &HttpState) -> Answer {
         gateway_id: state.gateway_id.clone(),
         source: state.source.clone(),
         now,
-        health: health::verdict(&state.liveness, &state.metrics),
+        health: health::verdict(&state.liveness, &state.admission, &state.metrics),
         tapes,
         stats,
         adverts: state.metrics.adverts(),
@@ -87,6 +87,12 @@ pub(super) async fn render(state: &HttpState) -> Answer {
         reports_per_sec: state.source_health.reports_per_sec(),
     };
     text(StatusCode::OK, "text/html; charset=utf-8", html(&view))
+}
+
+/// Text from elsewhere (the service, BlueZ, the database) for the page: bounded, with
+/// controls and bidi overrides shown escaped, then HTML-escaped.
+fn foreign(s: &str) -> String {
+    esc(&crate::text::shown(s, crate::text::SHOWN_MAX_CHARS))
 }
 
 /// `s` with the five characters that mean something in HTML escaped.
@@ -143,7 +149,7 @@ fn html(v: &View) -> String {
                 h,
                 "<p id=\"health\" class=\"banner bad\">Not healthy: {}: {}</p>",
                 esc(u.stage),
-                esc(&u.reason)
+                foreign(&u.reason)
             );
         }
     }
@@ -173,7 +179,7 @@ fn tapes(h: &mut String, v: &View) {
             (Some(_), _) => "<span class=\"service ok\">known</span>".to_string(),
             (None, Some(error)) => format!(
                 "<span class=\"service bad\">unknown</span><div class=\"why\">{}</div>",
-                esc(error)
+                foreign(error)
             ),
             (None, None) => "<span class=\"service muted\">not answered yet</span>".to_string(),
         };
@@ -192,7 +198,7 @@ fn tapes(h: &mut String, v: &View) {
             "<li data-mac=\"{mac}\"><div><span class=\"mac\">{mac}</span> \
 <span class=\"qr\">{qr}</span> {service}</div><div>{values}</div></li>",
             mac = esc(&seen.mac.to_string()),
-            qr = esc(reading.and_then(|r| r.qr_code.as_deref()).unwrap_or("")),
+            qr = foreign(reading.and_then(|r| r.qr_code.as_deref()).unwrap_or("")),
             values = values.join(" · "),
         );
     }
@@ -207,7 +213,7 @@ fn outbox(h: &mut String, v: &View) {
             let _ = write!(
                 h,
                 "<p class=\"bad\">Cannot read the state database: {}</p>",
-                esc(e)
+                foreign(e)
             );
             return;
         }
@@ -222,9 +228,13 @@ fn outbox(h: &mut String, v: &View) {
     // An error older than the last good flush is history, not the state now.
     let error = match (&s.last_error, s.last_error_at) {
         (Some(e), Some(at)) if s.last_flush_ok_at.is_none_or(|ok| at > ok) => {
-            format!("<span class=\"bad\">{}</span> ({})", esc(e), ago(at, v.now))
+            format!(
+                "<span class=\"bad\">{}</span> ({})",
+                foreign(e),
+                ago(at, v.now)
+            )
         }
-        (Some(e), Some(at)) => format!("{} ({}, since recovered)", esc(e), ago(at, v.now)),
+        (Some(e), Some(at)) => format!("{} ({}, since recovered)", foreign(e), ago(at, v.now)),
         _ => "none".to_string(),
     };
     let _ = write!(
@@ -275,7 +285,7 @@ fn scanner(h: &mut String, v: &View) {
         let _ = write!(
             h,
             "<dt>Last trouble</dt><dd>{} ({})</dd>",
-            esc(reason),
+            foreign(reason),
             ago(*at, v.now)
         );
     }

@@ -415,6 +415,12 @@ fn answer_bulk(
             answer.push(Value::Object(m));
             continue;
         }
+        if let Some(text) = rules.shaping.item_error.get(&key) {
+            m.insert("error".into(), Value::from(text.clone()));
+            item_errors += 1;
+            answer.push(Value::Object(m));
+            continue;
+        }
         match decode_item(item, associated, rules) {
             Ok((mac, payload, ts)) => {
                 m.extend(decoded_fields(mac, &payload, ts, false));

@@ -5,13 +5,14 @@ spec section 3 and the per-device results of 2.5 and section 7.
 
 Which devices exist: the seeded ones ([`super::seed`]), the ones added with add-device,
 and every QR code `TT<MAC>` whose MAC the decode registry knows (the simulated fleet),
-which starts ACTIVATED with no label: the service already decodes those tapes, so they
-are linked to the account. A request that breaks a rule of the whole request (device
+which starts NOT_ACTIVATED with no label: spec 3 has ACTIVATED mean "labelled and linked
+to the account", so a tape without a label is never ACTIVATED (its packets decode all
+the same: the decode registry is the mock's own choice of what the service knows). A request that breaks a rule of the whole request (device
 count, duplicate QR code, a missing or mistyped field) changes nothing and gets 400
 `Validation failed`; otherwise each device gets its own outcome.
 
 The request and answer shapes of 4.7 are not shown by the spec; the ones here are the
-project's choice, written down in the README ("Request shapes we assumed").
+project's choice, written down in the README ("Request shapes that are assumptions").
 */
 
 use std::collections::{HashMap, HashSet};
@@ -19,6 +20,7 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{json, Map, Value};
 
 use super::ops::{validation_failed, OpRequest, Reply};
+use super::readings::{LookupShape, Readings};
 use super::service::State;
 use super::{Registry, APP_IDS, FW_VER};
 use crate::record::Mac;
@@ -134,20 +136,36 @@ impl Device {
         self.status != DeviceStatus::NotActivated
     }
 
-    fn show(&self) -> Value {
-        json!({
-            "qrcode": self.qrcode,
+    /// The lookup's entry of this device, named `qrcode` (as sent or normalised), in
+    /// the shape the reading says.
+    fn show(&self, qrcode: &str, shape: LookupShape) -> Value {
+        let mut entry = json!({
+            "qrcode": qrcode,
             "status": self.status.as_str(),
             "mac": self.mac,
-            "label": self.label.as_ref().map(|l| json!({
-                "asset_barcode": l.asset_barcode,
-                "application_id": l.application_id,
-                "shipment": l.shipment,
-            })),
             "firmware": self.firmware,
             "metadata": self.metadata,
             "tape_displayname": self.tape_displayname,
-        })
+        });
+        let label = |l: &Label| {
+            json!({
+                "asset_barcode": l.asset_barcode,
+                "application_id": l.application_id,
+                "shipment": l.shipment,
+            })
+        };
+        match shape {
+            LookupShape::Nested => entry["label"] = self.label.as_ref().map_or(Value::Null, label),
+            LookupShape::Flat => {
+                for k in ["asset_barcode", "application_id", "shipment"] {
+                    entry[k] = self
+                        .label
+                        .as_ref()
+                        .map_or(Value::Null, |l| label(l)[k].clone());
+                }
+            }
+        }
+        entry
     }
 }
 
@@ -200,7 +218,7 @@ impl Devices {
         if !plain || !registry.is_registered(mac) || self.holding_mac(mac).is_some() {
             return None;
         }
-        Some(Device::new(qr, mac, DeviceStatus::Activated))
+        Some(Device::new(qr, mac, DeviceStatus::NotActivated))
     }
 
     fn holding_mac(&self, mac: &str) -> Option<&Device> {
@@ -311,10 +329,11 @@ struct Batch {
 }
 
 impl Batch {
-    fn qrcodes(&self) -> Vec<String> {
+    /// The devices' QR codes as the service keys and echoes them.
+    fn qrcodes(&self, readings: &Readings) -> Vec<String> {
         self.devices
             .iter()
-            .map(|d| str_field(d, "qrcode").to_string())
+            .map(|d| readings.qr_key(str_field(d, "qrcode")))
             .collect()
     }
 }
@@ -326,6 +345,7 @@ fn str_field<'a>(obj: &'a Map<String, Value>, name: &str) -> &'a str {
 /// Parses and checks a multi-device body; the 400 answer if any rule is broken.
 fn parse_batch(
     req: &OpRequest<'_>,
+    readings: &Readings,
     top_rules: &[Rule],
     device_rules: &[Rule],
     max: usize,
@@ -356,7 +376,7 @@ fn parse_batch(
             };
             problems.check(obj, device_rules, &prefix);
             let qr = str_field(obj, "qrcode");
-            if !qr.is_empty() && !seen.insert(qr.to_string()) {
+            if !qr.is_empty() && !seen.insert(readings.qr_key(qr)) {
                 problems.add(&format!("{prefix}qrcode"), format!("duplicate qrcode {qr}"));
             }
             devices.push(obj.clone());
@@ -413,8 +433,10 @@ pub(super) fn label(s: &mut State, req: &OpRequest<'_>) -> Reply {
         ("application_id", Kind::Str, true),
         ("shipment", Kind::Obj, false),
     ];
+    let readings = s.ops.readings;
     let batch = match parse_batch(
         req,
+        &readings,
         &[("override", Kind::Bool, false)],
         &rules,
         MAX_LABEL_DEVICES,
@@ -431,7 +453,7 @@ pub(super) fn label(s: &mut State, req: &OpRequest<'_>) -> Reply {
         .unwrap_or(false);
     let mut outcomes = Outcomes::new();
     for d in &batch.devices {
-        let qr = str_field(d, "qrcode").to_string();
+        let qr = readings.qr_key(str_field(d, "qrcode"));
         let outcome = match s.ops.devices.get_mut(&qr, &s.registry) {
             None => Some(QRMAC_NOT_FOUND),
             Some(device) => apply_label(device, d, override_),
@@ -478,7 +500,8 @@ pub(super) fn relabel(s: &mut State, req: &OpRequest<'_>) -> Reply {
         ("application_id", Kind::Str, false),
         ("shipment", Kind::Obj, false),
     ];
-    let batch = match parse_batch(req, &[], &rules, MAX_LABEL_DEVICES)
+    let readings = s.ops.readings;
+    let batch = match parse_batch(req, &readings, &[], &rules, MAX_LABEL_DEVICES)
         .and_then(|b| check_app_ids(&b).map(|()| b))
         .and_then(|b| require_a_change(b, &["asset_barcode", "application_id", "shipment"], &[]))
     {
@@ -487,7 +510,7 @@ pub(super) fn relabel(s: &mut State, req: &OpRequest<'_>) -> Reply {
     };
     let mut outcomes = Outcomes::new();
     for d in &batch.devices {
-        let qr = str_field(d, "qrcode").to_string();
+        let qr = readings.qr_key(str_field(d, "qrcode"));
         let label = s
             .ops
             .devices
@@ -562,12 +585,14 @@ pub(super) fn show(s: &mut State, req: &OpRequest<'_>) -> Reply {
     if let Err(answer) = problems.verdict() {
         return answer;
     }
+    let readings = s.ops.readings;
     let mut outcomes = Outcomes::new();
     let mut entries = Vec::new();
     for qr in qrcodes {
+        let qr = readings.qr_key(&qr);
         match s.ops.devices.get(&qr, &s.registry) {
             Some(d) => {
-                entries.push(d.show());
+                entries.push(d.show(&qr, readings.lookup));
                 outcomes.push((qr, None));
             }
             None => {
@@ -583,8 +608,10 @@ pub(super) fn show(s: &mut State, req: &OpRequest<'_>) -> Reply {
 
 /// `POST /external/v1/devices/status`: deactivate 1-100 devices.
 pub(super) fn deactivate(s: &mut State, req: &OpRequest<'_>) -> Reply {
+    let readings = s.ops.readings;
     let batch = match parse_batch(
         req,
+        &readings,
         &[("action", Kind::Str, true)],
         &[("qrcode", Kind::Str, true)],
         MAX_STATUS_DEVICES,
@@ -600,7 +627,7 @@ pub(super) fn deactivate(s: &mut State, req: &OpRequest<'_>) -> Reply {
         })]);
     }
     let mut outcomes = Outcomes::new();
-    for qr in batch.qrcodes() {
+    for qr in batch.qrcodes(&readings) {
         let outcome = match s.ops.devices.get_mut(&qr, &s.registry) {
             None => Some(DEVICE_NOT_FOUND),
             Some(device) => apply_deactivate(device),
@@ -634,7 +661,8 @@ pub(super) fn configure(s: &mut State, req: &OpRequest<'_>) -> Reply {
         ("asset_barcode", Kind::Str, false),
         ("tape_displayname", Kind::Str, false),
     ];
-    let batch = match parse_batch(req, &top, &rules, MAX_STATUS_DEVICES).and_then(|b| {
+    let readings = s.ops.readings;
+    let batch = match parse_batch(req, &readings, &top, &rules, MAX_STATUS_DEVICES).and_then(|b| {
         require_a_change(
             b,
             &["asset_barcode", "tape_displayname"],
@@ -648,7 +676,7 @@ pub(super) fn configure(s: &mut State, req: &OpRequest<'_>) -> Reply {
     let metadata = batch.top.get("metadata");
     let mut outcomes = Outcomes::new();
     for d in &batch.devices {
-        let qr = str_field(d, "qrcode").to_string();
+        let qr = readings.qr_key(str_field(d, "qrcode"));
         let outcome = match s.ops.devices.linked_mut(&qr, &s.registry) {
             None => Some(DEVICE_NOT_FOUND),
             // The asset barcode lives on the label: a device without one has nothing
@@ -698,6 +726,13 @@ const PARCEL_OPTIONAL: [&str; 11] = [
 ];
 
 /// `POST /devices/v1/parcel`: add (activate) a tape, from query parameters.
+///
+/// `retry` (spec 4.6: "retry flag, default 0") has no meaning the spec shows. The mock's
+/// documented choice: `retry=1` says the request repeats one whose answer was lost, and
+/// changes nothing else: a device that exists is 409 with or without it, whoever
+/// created it. So a client cannot take a 409 after `retry=1` for its own success; it
+/// has to look (the strict reading: a service that deduplicated retries would only
+/// make such a client's life easier).
 pub(super) fn add(s: &mut State, req: &OpRequest<'_>) -> Reply {
     if let Err(answer) = req.account_headers() {
         return answer;

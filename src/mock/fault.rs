@@ -84,6 +84,9 @@ pub enum MacFault {
     LeaveOut,
     /// Answer the MAC's item with its `mac_id` alone: neither a reading nor an error.
     OnlyMacId,
+    /// Refuse the MAC's item with this error text (as long or as strange as a broken
+    /// server may send).
+    ItemError(String),
 }
 
 /// Misbehaviour that holds until changed (per MAC, a delay on every answer), and the
@@ -107,6 +110,8 @@ pub(super) struct Shaping {
     pub leave_out: HashSet<String>,
     /// Items (plain MAC) answered with their `mac_id` alone.
     pub only_mac_id: HashSet<String>,
+    /// Items (plain MAC) refused with this error text.
+    pub item_error: HashMap<String, String>,
     /// Added to the answer.
     pub delay: Option<Duration>,
 }
@@ -170,6 +175,9 @@ pub(super) fn standing<'a>(
                 }
                 Some(MacFault::OnlyMacId) => {
                     shaping.only_mac_id.insert(m.clone());
+                }
+                Some(MacFault::ItemError(text)) => {
+                    shaping.item_error.insert(m.clone(), text.clone());
                 }
                 _ => {}
             }

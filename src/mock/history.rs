@@ -9,9 +9,11 @@ The spec's limits and where the mock had to choose them:
 - "up to 1 year": `from` more than [`MAX_AGE_DAYS`] days before now is refused (366, so
   a client asking exactly a year back is never refused for the milliseconds between
   its clock and ours);
-- "at most 1 month": `to - from` over [`MAX_SPAN_DAYS`] days is refused;
-- "or 1000 events": a range holding more answers its oldest 1000, in time order, so a
-  client sees a full page and splits the range again;
+- "at most 1 month": `to - from` over the reading's month ([`MAX_SPAN_DAYS`], 31 days,
+  or 30: [`Readings::month_days`]) is refused;
+- "or 1000 events": a range holding more answers 1000 of them, the oldest or the newest
+  as the reading says ([`Readings::history_keeps`]), in ascending or descending time
+  ([`Readings::history_order`]), so a client sees a full page and must ask again;
 - "no time frame: the latest event"; `from` alone runs to now, `to` alone starts a
   month before it;
 - "lags by about 15 minutes": events newer than [`LAG_SECS`] are not yet visible.
@@ -25,6 +27,7 @@ Refusals are 400 in the shape of 4.2, `{data: {message, status}}`.
 use serde_json::{json, Map, Value};
 
 use super::ops::{OpRequest, Reply, MISSING_HEADERS};
+use super::readings::{HistoryKeeps, HistoryOrder, Readings};
 use super::service::State;
 
 /// The fixed UUID that ends the history path (spec 4.2; the mock's own value).
@@ -33,7 +36,8 @@ pub const HISTORY_OPERATION_ID: &str = "3f2a9c4e-8b1d-4e6f-a7c2-5d9e0b1f6a38";
 pub const HISTORY_VERSION: &str = "1.2.0";
 /// Events per answer at most.
 pub const MAX_EVENTS: usize = 1000;
-/// Longest time frame of one request, days.
+/// Longest time frame of one request, days, under the default reading (another reading
+/// counts a month as 30: [`Readings::month_days`]).
 pub const MAX_SPAN_DAYS: i64 = 31;
 /// How far back `from` may reach, days.
 pub const MAX_AGE_DAYS: i64 = 366;
@@ -229,18 +233,20 @@ pub(super) fn history(s: &mut State, req: &OpRequest<'_>) -> Reply {
         .map(|t| t.as_second())
         .unwrap_or_default();
     let visible_until = now - LAG_SECS;
+    let readings: Readings = s.ops.readings;
+    let month = readings.month_days;
     let range = match (from, to) {
         (None, None) => None,
         (Some(f), t) => Some((f, t.unwrap_or(now))),
-        (None, Some(t)) => Some((t - MAX_SPAN_DAYS * DAY, t)),
+        (None, Some(t)) => Some((t - month * DAY, t)),
     };
     if let Some((f, t)) = range {
         if f > t {
             return refuse("filters.from is after filters.to");
         }
-        if t - f > MAX_SPAN_DAYS * DAY {
+        if t - f > month * DAY {
             return refuse(&format!(
-                "The time frame is over one month ({MAX_SPAN_DAYS} days); split the request"
+                "The time frame is over one month ({month} days); split the request"
             ));
         }
         if f < now - MAX_AGE_DAYS * DAY {
@@ -267,8 +273,12 @@ pub(super) fn history(s: &mut State, req: &OpRequest<'_>) -> Reply {
                 // Event k is at anchor - k * interval: k in [anchor - t, anchor - f] / interval.
                 let lo = ceil_div(h.anchor - t, series.interval_secs).max(newest_k);
                 let hi = ((h.anchor - f).div_euclid(series.interval_secs)).min(oldest_k);
-                // Oldest first, so a full page is the oldest 1000.
-                for k in (lo..=hi).rev().filter(|k| wanted(k)).take(MAX_EVENTS) {
+                let ks: Box<dyn Iterator<Item = i64>> = match readings.history_keeps {
+                    // A larger k is older: oldest first.
+                    HistoryKeeps::Oldest => Box::new((lo..=hi).rev()),
+                    HistoryKeeps::Newest => Box::new(lo..=hi),
+                };
+                for k in ks.filter(|k| wanted(k)).take(MAX_EVENTS) {
                     events.push((
                         h.anchor - k * series.interval_secs,
                         series.event(h.anchor, k),
@@ -277,8 +287,16 @@ pub(super) fn history(s: &mut State, req: &OpRequest<'_>) -> Reply {
             }
         }
     }
+    // The kept end of the range first, then cut, then in the reading's order.
     events.sort_by_key(|(at, _)| *at);
+    if readings.history_keeps == HistoryKeeps::Newest {
+        events.reverse();
+    }
     events.truncate(MAX_EVENTS);
+    events.sort_by_key(|(at, _)| *at);
+    if readings.history_order == HistoryOrder::Descending {
+        events.reverse();
+    }
     let events: Vec<Value> = events.into_iter().map(|(_, e)| e).collect();
     Reply::json(
         200,

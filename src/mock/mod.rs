@@ -32,7 +32,8 @@ a new endpoint is a new file and a route. The operator endpoints go through `ops
 (add, label, status, config and the state machine), `locations.rs`, `history.rs` and
 `messages.rs`; `rate.rs` is the shared window and `seed.rs` what the account holds at
 start. The request shapes the spec does not show are the project's choice, listed in
-the module docs of those files.
+the module docs of those files; where the spec is silent on what a service does, the
+mock plays each reading, chosen per test (`readings.rs`, [`Readings`]).
 
 # Where the mock had to choose
 - A body that is not valid JSON gets 401 `Unauthorized access` (spec section 7 lists
@@ -92,6 +93,7 @@ mod messages;
 mod ops;
 mod packet;
 mod rate;
+mod readings;
 pub mod seed;
 mod service;
 mod token;
@@ -129,6 +131,7 @@ pub use locations::{LOCATION_UUID, LOCATION_VERSION, SENSORS, VENDOR_ID};
 pub use messages::MESSAGE_TYPES;
 pub use ops::{Endpoint, OperatorReceived};
 pub use rate::{DEFAULT_RATE_LIMIT, DEFAULT_RATE_WINDOW};
+pub use readings::{HistoryKeeps, HistoryOrder, LookupShape, QrEcho, RateWindows, Readings};
 
 use service::Shared;
 
@@ -289,6 +292,8 @@ pub struct MockConfig {
     pub rate_limit: u32,
     /// Length of that window (tests shorten it rather than wait a minute).
     pub rate_window: Duration,
+    /// The reading played on each point the spec leaves open.
+    pub readings: Readings,
 }
 
 impl MockConfig {
@@ -302,6 +307,7 @@ impl MockConfig {
             wire: WireRules::default(),
             rate_limit: DEFAULT_RATE_LIMIT,
             rate_window: DEFAULT_RATE_WINDOW,
+            readings: Readings::default(),
         }
     }
 }

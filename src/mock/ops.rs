@@ -10,7 +10,9 @@ Every operator request goes through the same steps, in this order:
    did the work, the client's answer is lost);
 2. the bearer token (401, not counted in the rate window: the identity is unknown);
 3. for label, relabel, show, deactivate and configure, the shared rate window (429 with
-   only `message`; every request with a valid token counts, refused ones included);
+   only `message`; every request with a valid token counts, refused ones included, and
+   so does a request answered with an injected 401: a token the service has just
+   stopped taking);
 4. a permission the identity lacks ([`MockHandle::set_permission`]): 401;
 5. the endpoint itself (`devices`, `locations`, `history`, `messages`), under the
    state's lock, then the record.
@@ -37,6 +39,7 @@ use super::fault::{outcome_now, Fault};
 use super::history::{self, HistorySeed};
 use super::locations::{self, LocationSeed};
 use super::rate::RateWindow;
+use super::readings::Readings;
 use super::service::{
     error_answer, header, json_answer, status_of, Answer, CloseConnection, Shared, State,
 };
@@ -121,7 +124,15 @@ pub(super) struct OpsState {
     windows: HashMap<String, RateWindow>,
     pub(super) rate_limit: u32,
     pub(super) rate_window: Duration,
+    /// The reading played on each point the spec leaves open.
+    pub(super) readings: Readings,
     faults: HashMap<Endpoint, VecDeque<Fault>>,
+    /// Faults for the n-th request (from 1) to an endpoint.
+    scheduled: HashMap<(Endpoint, u64), Fault>,
+    /// Requests that arrived at each endpoint (counted on arrival).
+    arrivals: HashMap<Endpoint, u64>,
+    /// One-shot faults of the token endpoint.
+    pub(super) token_faults: VecDeque<Fault>,
     /// Endpoints the API identity has no permission for.
     denied: HashSet<Endpoint>,
     received: VecDeque<OperatorReceived>,
@@ -143,11 +154,25 @@ impl OpsState {
             windows: HashMap::new(),
             rate_limit: config.rate_limit,
             rate_window: config.rate_window,
+            readings: config.readings,
             faults: HashMap::new(),
+            scheduled: HashMap::new(),
+            arrivals: HashMap::new(),
+            token_faults: VecDeque::new(),
             denied: HashSet::new(),
             received: VecDeque::new(),
             counts: HashMap::new(),
         }
+    }
+
+    /// Counts a request of environment `env` in its rate window; whether it is within
+    /// the limit.
+    fn admit(&mut self, env: &str) -> bool {
+        let (limit, length, reading) = (self.rate_limit, self.rate_window, self.readings.rate);
+        self.windows
+            .entry(env.to_string())
+            .or_insert_with(RateWindow::new)
+            .admit(Instant::now(), limit, length, reading)
     }
 
     fn record(&mut self, r: OperatorReceived) {
@@ -317,10 +342,15 @@ pub(super) async fn handle(
         }
     };
     let fault = shared.with(|s| {
-        s.ops
-            .faults
-            .get_mut(&endpoint)
-            .and_then(VecDeque::pop_front)
+        let n = s.ops.arrivals.entry(endpoint).or_default();
+        *n += 1;
+        let nth = *n;
+        s.ops.scheduled.remove(&(endpoint, nth)).or_else(|| {
+            s.ops
+                .faults
+                .get_mut(&endpoint)
+                .and_then(VecDeque::pop_front)
+        })
     });
     let mut record = OperatorReceived {
         at: SystemTime::now(),
@@ -359,7 +389,15 @@ pub(super) async fn handle(
     }
     if let Some(outcome) = outcome_now(fault.as_ref()) {
         record.status = outcome.as_ref().ok().map(|a| a.status().as_u16());
-        shared.with(|s| s.ops.record(record));
+        shared.with(|s| {
+            if record.status == Some(401) && endpoint.rate_limited() {
+                // A token the service has just stopped taking (expired, revoked):
+                // whether such a request counts in the window is not shown; counting
+                // it is the strict reading.
+                s.ops.admit(&env.name);
+            }
+            s.ops.record(record)
+        });
         return outcome;
     }
     let reply = if !token::bearer_ok(&shared, &env, &parts) {
@@ -401,13 +439,7 @@ pub(super) async fn handle(
 /// Steps 3 to 5: the rate window, the permission, then the endpoint.
 fn serve(s: &mut State, endpoint: Endpoint, req: &OpRequest<'_>) -> Reply {
     if endpoint.rate_limited() {
-        let (limit, length) = (s.ops.rate_limit, s.ops.rate_window);
-        let window = s
-            .ops
-            .windows
-            .entry(req.env.name.clone())
-            .or_insert_with(RateWindow::new);
-        if !window.admit(Instant::now(), limit, length) {
+        if !s.ops.admit(&req.env.name) {
             return Reply::json(429, &json!({"message": "Too many requests"}));
         }
         if let Err(answer) = token_account(req) {
@@ -453,6 +485,22 @@ impl MockHandle {
     pub fn push_operator_fault(&self, endpoint: Endpoint, fault: Fault) {
         self.shared
             .with(|s| s.ops.faults.entry(endpoint).or_default().push_back(fault));
+    }
+
+    /// Queues a fault for the `nth` request (from 1, counting every request that
+    /// arrived) to `endpoint`; it goes before the queue of [`push_operator_fault`].
+    ///
+    /// [`push_operator_fault`]: MockHandle::push_operator_fault
+    pub fn push_operator_fault_at(&self, endpoint: Endpoint, nth: u64, fault: Fault) {
+        self.shared
+            .with(|s| s.ops.scheduled.insert((endpoint, nth), fault));
+    }
+
+    /// Queues a one-shot fault for the next request to the token endpoint (`Status`
+    /// and `Refuse` answer at once, `Close` closes the connection; the others do
+    /// nothing there).
+    pub fn push_token_fault(&self, fault: Fault) {
+        self.shared.with(|s| s.ops.token_faults.push_back(fault));
     }
 
     /// Whether the API identity has the permission for `endpoint` (spec 5.7); without

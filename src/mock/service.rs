@@ -51,6 +51,9 @@ pub(super) struct State {
     pub permission_denied: bool,
     /// Item errors quote the request's bearer token (a careless server).
     pub echo_token_in_errors: bool,
+    /// The token endpoint refuses every grant, quoting the request it refuses (the
+    /// form, as sent and as JSON): a careless server or proxy.
+    pub echo_grant_refusals: bool,
     pub tokens: HashMap<String, IssuedToken>,
     pub faults: VecDeque<Fault>,
     pub storm: Option<(Storm, fastrand::Rng)>,
@@ -80,6 +83,7 @@ impl State {
             wire: config.wire,
             permission_denied: false,
             echo_token_in_errors: false,
+            echo_grant_refusals: false,
             tokens: HashMap::new(),
             faults: VecDeque::new(),
             storm: None,
@@ -251,10 +255,14 @@ pub(super) async fn handle(
         }
     };
     match route {
-        Route::Token(_) => Ok(match body {
-            Some(body) => token::token(&shared, &env, &parts, &body),
-            None => token::oauth_error(413, "invalid_request", "Request body too large"),
-        }),
+        Route::Token(_) => {
+            let fault = shared.with(|s| s.ops.token_faults.pop_front());
+            if let Some(outcome) = super::fault::outcome_now(fault.as_ref()) {
+                shared.with(|s| s.stats.token_requests += 1);
+                return outcome;
+            }
+            token_answer(&shared, &env, &parts, body)
+        }
         Route::Bulk(_) => {
             decode::decode(&shared, &env, DecodeKind::Bulk, None, parts, path, body).await
         }
@@ -271,6 +279,18 @@ pub(super) async fn handle(
             .await
         }
     }
+}
+
+fn token_answer(
+    shared: &Shared,
+    env: &MockEnvironment,
+    parts: &Parts,
+    body: Option<Bytes>,
+) -> Result<Answer, CloseConnection> {
+    Ok(match body {
+        Some(body) => token::token(shared, env, parts, &body),
+        None => token::oauth_error(413, "invalid_request", "Request body too large"),
+    })
 }
 
 #[cfg(test)]

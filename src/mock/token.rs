@@ -44,6 +44,17 @@ pub(super) fn token(shared: &Shared, env: &MockEnvironment, parts: &Parts, body:
         );
     }
     let form: HashMap<String, String> = url::form_urlencoded::parse(body).into_owned().collect();
+    if shared.with(|s| s.echo_grant_refusals) {
+        return json_answer(
+            status_of(401),
+            &json!({
+                "error": "invalid_grant",
+                "error_description": format!("Wrong email or password in {}", String::from_utf8_lossy(body)),
+                "message": "refused",
+                "request": form,
+            }),
+        );
+    }
     let field = |k: &str| form.get(k).map(String::as_str).filter(|v| !v.is_empty());
     for k in [
         "grant_type",
@@ -155,6 +166,12 @@ impl MockHandle {
     /// break, which no header can carry); `None` restores generated tokens.
     pub fn set_token_text(&self, token: Option<String>) {
         self.shared.with(|s| s.token_text = token);
+    }
+
+    /// Whether the token endpoint refuses every grant quoting the request it refuses
+    /// (the form as sent, password included, and as JSON).
+    pub fn set_echo_grant_refusals(&self, on: bool) {
+        self.shared.with(|s| s.echo_grant_refusals = on);
     }
 
     /// Every granted token becomes invalid (the next decode gets 401).

@@ -2,6 +2,12 @@
 //! from delivery while the clock is not trusted, and releasing them (their wall time
 //! recomputed from boot time when the clock is synced) in one transaction.
 //!
+//! A release also reaches what is not yet committed: a capture received before it (its
+//! boot time says so) but committed after, from the ingest stage's open group or from
+//! what dedup holds, was stamped under the hold just as the held rows were, and is
+//! re-timed the same way when it is committed ([`ClockRows::captured_at`]), never sent
+//! with the wrong time it was stamped with.
+//!
 //! Held rows are always the newest: a hold applies to every live capture committed
 //! while it lasts and a release frees every held row at once, so `next_batch` stops at
 //! the first held row instead of walking past them ([`ClockRows::first_held`]). That
@@ -12,7 +18,7 @@ use rusqlite::{params, OptionalExtension, Transaction};
 
 use super::store::write_tx;
 use super::{OutboxError, Store};
-use crate::record::EpochMillis;
+use crate::record::{Capture, EpochMillis};
 
 /// What the store keeps in memory about held rows and this boot.
 #[derive(Debug, Clone, Copy, Default)]
@@ -23,6 +29,35 @@ pub(super) struct ClockRows {
     pub(super) hold_new: bool,
     /// The lowest id of a held row, if any is held.
     pub(super) first_held: Option<i64>,
+    /// The last release of a hold: live captures received (boot time) before it are
+    /// re-timed as the held rows were when they are committed after it.
+    pub(super) released: Option<Release>,
+}
+
+/// A release of held captures, for captures received before it and committed after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Release {
+    /// Boot time of the clock reading that released.
+    boot_ms: i64,
+    /// Wall minus boot time of that reading.
+    offset_ms: i64,
+    /// The clock was synchronised (re-timed captures count as repaired, else estimated).
+    synced: bool,
+}
+
+/// Captures re-timed as they were committed (see [`ClockRows::captured_at`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Retimed {
+    repaired: u64,
+    estimated: u64,
+}
+
+impl Retimed {
+    /// Adds them to the clock counters, in the committing transaction.
+    pub(super) fn count(&self, tx: &Transaction<'_>) -> rusqlite::Result<()> {
+        add_counter(tx, "clock_repaired", self.repaired)?;
+        add_counter(tx, "clock_estimated", self.estimated)
+    }
 }
 
 impl ClockRows {
@@ -34,6 +69,24 @@ impl ClockRows {
     /// The `boot` column of a capture committed now.
     pub(super) fn boot_of(&self, live: bool) -> Option<i64> {
         self.boot.filter(|_| live)
+    }
+
+    /// The `captured_at` of `c` committed now: its wall time as stamped, unless it is a
+    /// live capture received before the last release of a hold and committed after it
+    /// (not held now): then, like the held rows that release re-timed, its boot time
+    /// plus the releasing clock's offset. Counted in `retimed`.
+    pub(super) fn captured_at(&self, c: &Capture, retimed: &mut Retimed) -> EpochMillis {
+        match (c.boot_ms, self.released) {
+            (Some(boot_ms), Some(r)) if !self.hold_new && boot_ms <= r.boot_ms => {
+                if r.synced {
+                    retimed.repaired += 1;
+                } else {
+                    retimed.estimated += 1;
+                }
+                boot_ms.saturating_add(r.offset_ms)
+            }
+            _ => c.ts_ms,
+        }
     }
 
     /// `next_batch` reads rows below this id.
@@ -71,6 +124,9 @@ pub struct ClockChange {
     pub state: String,
     /// Wall minus boot time now: a held row of this boot gets `boot_ms + offset_ms`.
     pub offset_ms: i64,
+    /// Boot time now: live captures received before it and committed after a release
+    /// are re-timed too.
+    pub boot_ms: i64,
     pub wall_ms: EpochMillis,
 }
 
@@ -113,6 +169,7 @@ impl Store {
             boot: Some(boot),
             hold_new: self.clock.hold_new,
             first_held: first,
+            released: self.clock.released,
         };
         Ok(BootStart {
             synced_this_boot: synced_at.is_some(),
@@ -166,6 +223,13 @@ impl Store {
         })()
         .map_err(OutboxError::WriteFailed)?;
         tx.commit().map_err(OutboxError::WriteFailed)?;
+        if self.clock.hold_new && !change.hold {
+            self.clock.released = Some(Release {
+                boot_ms: change.boot_ms,
+                offset_ms: change.offset_ms,
+                synced: change.synced,
+            });
+        }
         self.clock.hold_new = change.hold;
         if !change.hold {
             self.clock.first_held = None;
@@ -252,6 +316,7 @@ mod tests {
             synced,
             state: "test".into(),
             offset_ms: wall_ms - boot_ms,
+            boot_ms,
             wall_ms,
         }
     }
@@ -318,6 +383,39 @@ mod tests {
         assert_eq!(st.state.as_deref(), Some("test"));
         // The boot is remembered as synced.
         assert!(s.begin_boot("boot-a").unwrap().synced_this_boot);
+    }
+
+    #[test]
+    fn a_capture_received_before_a_release_and_committed_after_it_is_re_timed_as_the_held_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = holding(open(&dir));
+        s.enqueue(&[live(1, 90_000)]).unwrap();
+        // Received at boot time 95 s and 99 s, under the hold: still in an open group (or
+        // held by dedup) when the clock syncs at 100 s...
+        let open_group = [live(2, 95_000), live(3, 99_000)];
+        assert_eq!(
+            release(&mut s, true, TRUE_WALL_AT_BOOT + 100_000, 100_000),
+            (1, 0)
+        );
+        // ...and committed after it, with a capture received after the release.
+        let after = Capture {
+            ts_ms: TRUE_WALL_AT_BOOT + 101_000,
+            ..live(4, 101_000)
+        };
+        s.enqueue(&[open_group[0].clone(), open_group[1].clone(), after])
+            .unwrap();
+        assert_eq!(
+            batch_times(&s),
+            vec![
+                TRUE_WALL_AT_BOOT + 90_000,
+                TRUE_WALL_AT_BOOT + 95_000,
+                TRUE_WALL_AT_BOOT + 99_000,
+                TRUE_WALL_AT_BOOT + 101_000
+            ],
+            "nothing is sent with the wrong time it was stamped with"
+        );
+        let st = s.stats().unwrap().clock;
+        assert_eq!((st.held, st.repaired, st.estimated), (0, 3, 0));
     }
 
     #[test]

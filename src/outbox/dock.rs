@@ -1,11 +1,12 @@
-//! What the operator commands keep in the state database besides the outbox: the
-//! service's shared rate window (spec 8), so that separate CLI runs share it, and the
+//! What the operator commands keep in the state database besides the outbox: the times
+//! of the last requests in the service's shared rate window (spec 8), so that separate
+//! CLI runs share it, and the
 //! tapes heard lately, which the daemon writes inside the commit groups it already makes
 //! and `device add --nearest` reads.
 
 use std::collections::HashMap;
 
-use rusqlite::{params, OptionalExtension, Transaction};
+use rusqlite::{params, Transaction};
 
 use super::store::{int_to_mac, mac_to_int, write_tx};
 use super::{OutboxError, Store};
@@ -17,15 +18,6 @@ use crate::record::{Capture, EpochMillis, Mac};
 pub const HEARD_BEST_MS: EpochMillis = 30_000;
 /// Tapes not heard for this long are forgotten.
 pub const HEARD_KEEP_MS: EpochMillis = 10 * 60_000;
-
-/// The state of one API identity's rate window as stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WindowState {
-    /// When the window began (epoch ms, our clock).
-    pub started_at: EpochMillis,
-    /// Requests sent in it.
-    pub used: u32,
-}
 
 /// A tape heard lately, as the daemon recorded it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -42,34 +34,28 @@ pub struct HeardTape {
 }
 
 impl Store {
-    /// Reads and replaces an identity's rate window in one write transaction, so two
-    /// CLI runs cannot both take the last slot. `decide` gets the stored state and
-    /// returns the state to store (or `None` to leave it) and its answer.
-    pub fn rate_window<R>(
+    /// Reads and replaces the times of an identity's last rate-limited requests in one
+    /// write transaction, so two CLI runs cannot both take the last slot. `decide` gets
+    /// the stored times and returns the times to store (or `None` to leave them) and its
+    /// answer.
+    pub fn rate_sends<R>(
         &mut self,
         identity: &str,
-        decide: impl FnOnce(Option<WindowState>) -> (Option<WindowState>, R),
+        decide: impl FnOnce(Vec<EpochMillis>) -> (Option<Vec<EpochMillis>>, R),
     ) -> Result<R, OutboxError> {
         let tx = write_tx(&mut self.conn)?;
-        let stored = tx
-            .query_row(
-                "SELECT started_at, used FROM rate_window WHERE identity = ?1",
-                [identity],
-                |r| {
-                    Ok(WindowState {
-                        started_at: r.get(0)?,
-                        used: r.get(1)?,
-                    })
-                },
-            )
-            .optional()?;
-        let (next, answer) = decide(stored);
-        if let Some(n) = next.filter(|n| Some(*n) != stored) {
-            tx.execute(
-                "INSERT INTO rate_window(identity, started_at, used) VALUES (?1, ?2, ?3)
-                 ON CONFLICT(identity) DO UPDATE SET started_at = excluded.started_at, used = excluded.used",
-                params![identity, n.started_at, n.used],
-            )?;
+        let stored: Vec<EpochMillis> = tx
+            .prepare_cached("SELECT sent_at FROM rate_sends WHERE identity = ?1 ORDER BY sent_at")?
+            .query_map([identity], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        let (next, answer) = decide(stored.clone());
+        if let Some(next) = next.filter(|n| *n != stored) {
+            tx.execute("DELETE FROM rate_sends WHERE identity = ?1", [identity])?;
+            let mut insert =
+                tx.prepare_cached("INSERT INTO rate_sends(identity, sent_at) VALUES (?1, ?2)")?;
+            for at in next {
+                insert.execute(params![identity, at])?;
+            }
         }
         tx.commit()?;
         Ok(answer)
@@ -282,16 +268,14 @@ mod tests {
     }
 
     #[test]
-    fn the_rate_window_is_read_and_written_in_one_transaction() {
+    fn the_rate_sends_are_read_and_written_in_one_transaction() {
         let (_dir, mut store) = store();
-        let w = WindowState {
-            started_at: 5,
-            used: 1,
-        };
-        let seen = store.rate_window("id", |s| (Some(w), s)).unwrap();
-        assert_eq!(seen, None);
-        let seen = store.rate_window("id", |s| (None, s)).unwrap();
-        assert_eq!(seen, Some(w));
-        assert_eq!(store.rate_window("other", |s| (None, s)).unwrap(), None);
+        let seen = store.rate_sends("id", |s| (Some(vec![7, 5]), s)).unwrap();
+        assert!(seen.is_empty());
+        let seen = store.rate_sends("id", |s| (None, s)).unwrap();
+        assert_eq!(seen, [5, 7]);
+        assert!(store.rate_sends("other", |s| (None, s)).unwrap().is_empty());
+        store.rate_sends("id", |_| (Some(vec![9]), ())).unwrap();
+        assert_eq!(store.rate_sends("id", |s| (None, s)).unwrap(), [9]);
     }
 }

@@ -28,6 +28,9 @@ pub enum LockError {
         #[source]
         source: std::io::Error,
     },
+    /// The state directory cannot be written by this user: `why` says what fixes it.
+    #[error("{why}")]
+    NotWritable { dir: PathBuf, why: String },
 }
 
 fn pid_text(pid: &Option<u32>) -> String {
@@ -43,17 +46,29 @@ pub struct StateLock {
 impl StateLock {
     /// Takes the state directory (creating it if needed), or says who holds it.
     pub fn acquire(state_dir: &Path) -> Result<StateLock, LockError> {
-        let io = |source| LockError::Io {
-            dir: state_dir.to_path_buf(),
-            source,
+        let io = |source: std::io::Error| {
+            let denied = matches!(
+                source.kind(),
+                std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+            );
+            match super::why_unwritable(&state_dir.join(LOCK_FILE)).filter(|_| denied) {
+                Some(why) => LockError::NotWritable {
+                    dir: state_dir.to_path_buf(),
+                    why,
+                },
+                None => LockError::Io {
+                    dir: state_dir.to_path_buf(),
+                    source,
+                },
+            }
         };
-        std::fs::create_dir_all(state_dir).map_err(io)?;
+        super::access::create_state_dir(state_dir).map_err(io)?;
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
-            .mode(0o644)
+            .mode(0o600)
             .open(state_dir.join(LOCK_FILE))
             .map_err(io)?;
         // SAFETY: flock(2) on a file descriptor this function owns.

@@ -7,7 +7,7 @@ token expires or the power is cut. Every admitted capture is written here first;
 flusher delivers from here, and a row leaves only in the transaction that records its
 outcome (a decoded reading or a dead letter). Delivery is therefore at-least-once.
 
-# Schema (`PRAGMA user_version` = 3)
+# Schema (`PRAGMA user_version` = 4)
 | table | holds |
 |---|---|
 | `pending` | captures not yet delivered: `id` (admission order), `mac` (48-bit integer), `captured_at` (epoch ms), `product_id`, `packet` (the `ble_packet` as sent), `rssi` |
@@ -17,7 +17,7 @@ outcome (a decoded reading or a dead letter). Delivery is therefore at-least-onc
 | `counters` | `admitted`, `delivered`, `dead_lettered`, `evicted`, `dead_letters_dropped` |
 | `meta` | `last_flush_ok_at`, `last_error`, `last_error_at`; the flusher's batches in flight and concurrency limit (`flush_in_flight`, `flush_concurrency`, written with each settle); the BLE scanner's ladder counts (`scanner_*`); `clock_state` |
 | `boots` | each boot seen (`boot_id` from the kernel) and `synced_at`, when its clock was first seen synchronised |
-| `rate_window` | per API identity, the service's shared rate window (spec 8): when it began and how many requests it took; shared by every CLI run |
+| `rate_sends` | per API identity, the times of its last requests that count in the service's shared rate window (spec 8; at most 10 each, see `api::rate`); shared by every CLI run |
 | `heard` | per tape heard in the last [`HEARD_KEEP_MS`]: last capture time, strongest recent RSSI, and whether the service knows it (decoded, or refused as not found); written in the commit groups and settlements the daemon already makes, read by `device add --nearest` |
 
 A live capture's `pending` row also has `boot` (its `boots.id`), `boot_ms` (`CLOCK_BOOTTIME`
@@ -74,9 +74,12 @@ quarantines; `queue.rs` is the daemon's path (enqueue, next batch, settle); `ope
 is what `status`, `tapes` and `dead-letters` read and change; `clock.rs` records boots
 and holds and releases captures for the clock keeper; `dock.rs` the rate window and the
 tapes heard, for the operator commands of the service interface; `lock.rs` the state
-directory's one owner. `handle.rs` is the owner thread.
+directory's one owner; `access.rs` who may create and write the state (a database is
+created only by the state directory's owner, or by root for it). `handle.rs` is the
+owner thread.
 */
 
+mod access;
 mod clock;
 mod dock;
 mod handle;
@@ -85,8 +88,9 @@ mod operator;
 mod queue;
 mod store;
 
+pub use access::why_unwritable;
 pub use clock::{BootStart, ClockChange, ClockStatus, Released};
-pub use dock::{HeardTape, WindowState, HEARD_BEST_MS, HEARD_KEEP_MS};
+pub use dock::{HeardTape, HEARD_BEST_MS, HEARD_KEEP_MS};
 pub use handle::Outbox;
 pub use lock::{LockError, StateLock, LOCK_FILE};
 pub use operator::{DeadLetter, FlusherState, ScannerCounts, Stats, TapeKnown, TapeRow};
@@ -124,6 +128,10 @@ pub enum OutboxError {
     /// The database cannot be used at all (permissions, newer schema).
     #[error("outbox {path} cannot be opened: {reason}")]
     Unusable { path: PathBuf, reason: String },
+    /// This process cannot write the database (its owner, its mode, a read-only file
+    /// system): `why` says what fixes it. Retrying as it is will not.
+    #[error("outbox {path} cannot be written: {why}")]
+    NotWritable { path: PathBuf, why: String },
     /// Any other database error.
     #[error("outbox: {0}")]
     Sqlite(#[from] rusqlite::Error),

@@ -111,6 +111,15 @@ impl FlusherState {
     }
 }
 
+/// Text from elsewhere (the service's reasons, BlueZ's troubles) is kept and read back
+/// bounded ([`crate::text::bounded`]); a database written before the bound may hold
+/// longer rows, of which only this many characters are read.
+const READ_CHARS: i64 = 4 * crate::text::SHOWN_MAX_CHARS as i64;
+
+fn bounded(s: &str) -> String {
+    crate::text::bounded(s, crate::text::SHOWN_MAX_CHARS)
+}
+
 impl Store {
     /// Records a successful flush.
     pub fn note_flush_ok(&mut self, at: EpochMillis) -> Result<(), OutboxError> {
@@ -129,7 +138,7 @@ impl Store {
     /// Records the operator-readable cause of the latest failure.
     pub fn note_error(&mut self, cause: &str, at: EpochMillis) -> Result<(), OutboxError> {
         let tx = write_tx(&mut self.conn)?;
-        set_meta(&tx, "last_error", cause)?;
+        set_meta(&tx, "last_error", &bounded(cause))?;
         set_meta(&tx, "last_error_at", &at.to_string())?;
         tx.commit()?;
         Ok(())
@@ -158,7 +167,7 @@ impl Store {
             }
         }
         if let Some((reason, at)) = last_trouble {
-            set_meta(&tx, "scanner_last_trouble", reason)?;
+            set_meta(&tx, "scanner_last_trouble", &bounded(reason))?;
             set_meta(&tx, "scanner_last_trouble_at", &at.to_string())?;
         }
         tx.commit()?;
@@ -245,10 +254,10 @@ impl Store {
     /// Stored dead letters, newest first.
     pub fn dead_letters(&self, limit: usize) -> Result<Vec<DeadLetter>, OutboxError> {
         let mut stmt = self.conn.prepare(
-            "SELECT id, mac, captured_at, product_id, packet, rssi, error, dead_at FROM dead_letters ORDER BY id DESC LIMIT ?1",
+            "SELECT id, mac, captured_at, product_id, packet, rssi, substr(error, 1, ?2), dead_at FROM dead_letters ORDER BY id DESC LIMIT ?1",
         )?;
         let rows = stmt
-            .query_map([limit as i64], |r| {
+            .query_map([limit as i64, READ_CHARS], |r| {
                 Ok(DeadLetter {
                     id: r.get(0)?,
                     mac: int_to_mac(r.get(1)?),
@@ -256,7 +265,7 @@ impl Store {
                     product_id: r.get(3)?,
                     packet: r.get(4)?,
                     rssi: r.get(5)?,
-                    error: r.get(6)?,
+                    error: bounded(&r.get::<_, String>(6)?),
                     dead_at: r.get(7)?,
                 })
             })?
@@ -335,10 +344,10 @@ impl Store {
         // Newest refusal of each MAC: later rows overwrite earlier ones.
         let mut refused = std::collections::HashMap::new();
         let mut stmt = self.conn.prepare(&format!(
-            "SELECT mac, error FROM dead_letters WHERE mac IN ({marks}) ORDER BY id"
+            "SELECT mac, substr(error, 1, {READ_CHARS}) FROM dead_letters WHERE mac IN ({marks}) ORDER BY id"
         ))?;
         let rows = stmt.query_map(rusqlite::params_from_iter(&ints), |r| {
-            Ok((int_to_mac(r.get(0)?), r.get::<_, String>(1)?))
+            Ok((int_to_mac(r.get(0)?), bounded(&r.get::<_, String>(1)?)))
         })?;
         for row in rows {
             let (mac, error) = row?;

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use rusqlite::{params, Transaction};
 
-use super::clock::first_held;
+use super::clock::{first_held, Retimed};
 use super::dock::{note_heard, note_known};
 use super::store::{
     hold_id_floor, int_to_mac, mac_to_int, read_counters, release_id_floor, write_counters,
@@ -65,6 +65,7 @@ impl Store {
             let current = read_counters(&tx)?;
             let mut next = current;
             let mut held_from = clock.first_held;
+            let mut retimed = Retimed::default();
             hold_id_floor(&tx, self.id_floor)?;
             {
                 let mut insert = tx.prepare_cached(
@@ -73,13 +74,15 @@ impl Store {
                 for c in group {
                     let live = c.boot_ms.is_some();
                     let held = clock.holds(live);
-                    insert.execute(params![mac_to_int(c.mac), c.ts_ms, c.product_id, c.packet, c.rssi, clock.boot_of(live), c.boot_ms, held])?;
+                    let captured_at = clock.captured_at(c, &mut retimed);
+                    insert.execute(params![mac_to_int(c.mac), captured_at, c.product_id, c.packet, c.rssi, clock.boot_of(live), c.boot_ms, held])?;
                     if held && held_from.is_none() {
                         held_from = Some(tx.last_insert_rowid());
                     }
                 }
             }
             release_id_floor(&tx, self.id_floor)?;
+            retimed.count(&tx)?;
             note_heard(&tx, group)?;
             next.admitted += group.len() as u64;
             let excess = next.pending().saturating_sub(self.options.max_pending);
@@ -247,6 +250,8 @@ impl Store {
                         if refused_as_unknown(error) {
                             note_known(&tx, c.mac, false)?;
                         }
+                        // The service's reason, bounded as every text from elsewhere.
+                        let error = crate::text::bounded(error, crate::text::SHOWN_MAX_CHARS);
                         dead.execute(params![mac, c.ts_ms, c.product_id, c.packet, c.rssi, error, now])?;
                         next.dead_lettered += 1;
                     }

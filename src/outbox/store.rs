@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, Transaction};
 
+use super::access::{create_private_file, create_state_dir, why_unwritable};
 use super::clock::ClockRows;
 use super::{Durability, OutboxError, DB_FILE};
 use crate::clock::now_ms;
@@ -20,7 +21,12 @@ use crate::record::Mac;
 /// The schema, as the steps that build it: `MIGRATIONS[i]` takes a database from
 /// `user_version` `i` to `i + 1`. Steps are only ever appended, and each adds (tables,
 /// columns, indexes) rather than rewrites, so an older database upgrades in place.
-const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_CLOCK, MIGRATION_OPERATOR];
+const MIGRATIONS: &[&str] = &[
+    MIGRATION_1,
+    MIGRATION_CLOCK,
+    MIGRATION_OPERATOR,
+    MIGRATION_RATE_SENDS,
+];
 
 /// How long `open_existing` waits for a database being created or migrated beside it
 /// (steps of this, this many times): migrating takes milliseconds.
@@ -110,6 +116,18 @@ CREATE TABLE heard (
     known       INTEGER
 );
 CREATE INDEX heard_by_last_at ON heard(last_at);
+";
+
+/// Issue 21: the rate window becomes a sliding one (never more than 10 requests in any
+/// window's length, whatever the service's alignment), so it keeps the time of each of
+/// the last requests instead of a window's start and count.
+const MIGRATION_RATE_SENDS: &str = "
+DROP TABLE rate_window;
+CREATE TABLE rate_sends (
+    identity    TEXT NOT NULL,
+    sent_at     INTEGER NOT NULL
+);
+CREATE INDEX rate_sends_by_identity ON rate_sends(identity);
 ";
 
 /// How the store is opened.
@@ -211,7 +229,7 @@ impl Store {
         options: StoreOptions,
     ) -> Result<(Store, OpenReport), OutboxError> {
         let path = Self::path_in(state_dir);
-        std::fs::create_dir_all(state_dir).map_err(|e| OutboxError::Unusable {
+        create_state_dir(state_dir).map_err(|e| OutboxError::Unusable {
             path: path.clone(),
             reason: format!("cannot create {}: {e}", state_dir.display()),
         })?;
@@ -230,13 +248,31 @@ impl Store {
                 report.quarantine_reason = Some(reason);
                 Self::open_checked(&path, &options).map_err(|b| b.into_error(&path))?
             }
-            Err(b) => return Err(b.into_error(&path)),
+            Err(b) => {
+                // Most often a file this user cannot write: say whose it is and the fix.
+                return Err(match why_unwritable(&path) {
+                    Some(why) => OutboxError::NotWritable { path, why },
+                    None => b.into_error(&path),
+                });
+            }
         };
+        // SQLite opens a file it may read but not write read-only, silently: every
+        // commit would then fail. Said now, with the fix.
+        let read_only = store
+            .conn
+            .is_readonly(rusqlite::DatabaseName::Main)
+            .unwrap_or(false);
+        if let Some(why) = why_unwritable(&path)
+            .or_else(|| read_only.then(|| "SQLite could open it only read-only".to_string()))
+        {
+            return Err(OutboxError::NotWritable { path, why });
+        }
         report.pending = store.counters.pending();
         Ok((store, report))
     }
 
     fn open_checked(path: &Path, options: &StoreOptions) -> Result<Store, Broken> {
+        create_private_file(path).map_err(Broken::Other)?;
         let conn = Connection::open(path).map_err(Broken::from_sqlite)?;
         conn.busy_timeout(Duration::from_secs(5))
             .map_err(Broken::from_sqlite)?;
@@ -290,6 +326,47 @@ impl Store {
             &path,
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
+        Self::existing(conn, path)
+    }
+
+    /// Opens an existing database to read it only (`status`, `tapes`, `dead-letters
+    /// list`, `check`), creating nothing, so that it works for a user who may read the
+    /// state directory but not write it. Such a user cannot make the shared-memory file
+    /// (`-shm`) a WAL database is read through: while the daemon runs it is there (and
+    /// read as it is); when it is not, no one is writing, and the file is read as it
+    /// lies on disk (SQLite's `immutable`), unless a write-ahead log left by a daemon
+    /// that did not close it holds what the file lacks (then the error says whom to run
+    /// as). `Ok(None)` when there is no database yet.
+    pub fn open_existing_read_only(state_dir: &Path) -> Result<Option<Store>, OutboxError> {
+        let path = Self::path_in(state_dir);
+        let Ok(meta) = std::fs::metadata(&path) else {
+            return Ok(None);
+        };
+        let side = |suffix: &str| PathBuf::from(format!("{}{suffix}", path.display()));
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        // The owner and root create the `-shm` as the owner's (SQLite hands it over).
+        let euid = unsafe { libc::geteuid() };
+        let may_create = {
+            use std::os::unix::fs::MetadataExt;
+            euid == 0 || euid == meta.uid()
+        };
+        let conn = if may_create || side("-shm").exists() {
+            Connection::open_with_flags(&path, flags)?
+        } else if side("-wal").metadata().is_ok_and(|m| m.len() > 0) {
+            return Err(OutboxError::Unusable {
+                path,
+                reason: "the daemon is not running and left a write-ahead log (-wal) that only its user can apply: run this as that user or root, or start the daemon".into(),
+            });
+        } else {
+            Connection::open_with_flags(
+                format!("file:{}?immutable=1", uri_path(&path)),
+                flags | OpenFlags::SQLITE_OPEN_URI,
+            )?
+        };
+        Self::existing(conn, path)
+    }
+
+    fn existing(conn: Connection, path: PathBuf) -> Result<Option<Store>, OutboxError> {
         conn.busy_timeout(Duration::from_secs(5))?;
         let read_version = || conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0));
         let mut version = read_version()?;
@@ -386,7 +463,7 @@ impl Store {
         self.identity = None;
         self.id_floor = floor.max(1);
         if let Some(dir) = self.path.parent() {
-            let _ = std::fs::create_dir_all(dir);
+            let _ = create_state_dir(dir);
         }
         match Self::open_checked(&self.path, &self.options) {
             Ok(fresh) => {
@@ -413,6 +490,21 @@ impl Store {
     pub fn set_max_pending(&mut self, max_pending: u64) {
         self.options.max_pending = max_pending;
     }
+}
+
+/// `path` for a `file:` URI: every byte but the plainest percent-encoded (SQLite
+/// decodes them back into the bytes of the name).
+fn uri_path(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = String::new();
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'/' | b'.' | b'_' | b'-') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// Device and inode of the file at `path`, if it can be read.
