@@ -946,3 +946,49 @@ fn passive_scanning_is_the_kernels_monitor_for_the_products_and_no_discovery() {
         .collect();
     assert_eq!(captured_with_rssi(&g, tape_mac(1)), expected, "{log}");
 }
+
+#[test]
+#[cfg_attr(
+    no_bluez_stand_in,
+    ignore = "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
+)]
+fn a_kernel_that_refuses_the_monitor_gets_a_discovery_instead() {
+    need_stand_in();
+    let mut s = StandIn::start(true, true);
+    let dir = tempfile::tempdir().unwrap();
+    // A kernel before advertisement monitors (5.10) answers them as an unknown command.
+    let k = FakeKernel::start(
+        dir.path(),
+        Answers {
+            monitor: None,
+            ..Answers::default()
+        },
+    );
+    let g = Gateway::new(&ble_config(
+        "adverts = \"mgmt\"\nscan = \"passive\"\nsilence_secs = 0",
+    ));
+    let d = s.tapegate_mgmt(&g, &["run"], &k.path);
+    s.wait_scanning();
+    assert_eq!(
+        s.call(&format!("filter {HCI}")),
+        "DuplicateData=true Transport=le"
+    );
+    d.wait_log("scanning for BLE advertisements", Duration::from_secs(10));
+    k.send(&build::device_found(
+        0,
+        tape_mac(1).octets(),
+        -60,
+        &tape_ad(0),
+    ));
+    wait_admitted(&g, 1, &d);
+    let (status, log) = d.terminate(Duration::from_secs(10));
+    assert!(status.success(), "{log}");
+    assert!(
+        log.contains("scanning actively (discovery) instead of passively"),
+        "{log}"
+    );
+    assert!(
+        log.contains("the kernel refused the advertisement monitor"),
+        "{log}"
+    );
+}

@@ -251,13 +251,6 @@ impl Source for Ble {
             .map_err(SourceError::Bluez)?;
         let path = if side.is_some() { "mgmt" } else { "dbus" };
         self.health.set_adverts_path(path);
-        let scan = if how.discovery { "active" } else { "passive" };
-        tracing::info!(
-            adapter = %adapter_name,
-            adverts = %path,
-            scan = %scan,
-            "scanning for BLE advertisements"
-        );
         let mut scanner = Scanner {
             filter: self.filter,
             out,
@@ -280,12 +273,22 @@ impl Source for Ble {
             health: self.health,
             next_read: None,
         };
-        if !scanner.add_monitor() && scanner.patterns.is_some() {
-            // The kernel refused the monitor outright: discovery after all.
-            scanner
-                .fall_back_to_discovery("the advertisement monitor could not be added")
-                .await;
+        if let Err(why) = scanner.start_monitor().await {
+            // A kernel without advertisement monitors (before 5.10), or one that has no
+            // room for another: discovery after all.
+            scanner.fall_back_to_discovery(&why).await;
         }
+        let scan = if scanner.patterns.is_some() {
+            "passive"
+        } else {
+            "active"
+        };
+        tracing::info!(
+            adapter = %scanner.adapter_name,
+            adverts = %path,
+            scan = %scan,
+            "scanning for BLE advertisements"
+        );
         // Read after the scan started: the ladder judges the scan by it.
         scanner.watcher.probe().await;
         scanner.health.started.notify_one();
@@ -739,6 +742,35 @@ impl Scanner {
             }
             mgmt::Control::AdapterGone => *monitor = Monitor::Missing,
             _ => {}
+        }
+    }
+
+    /// Adds the passive scan's monitor when the scan starts, waiting for the kernel's
+    /// answer (reports before it are dropped: the scan has not started).
+    async fn start_monitor(&mut self) -> Result<(), String> {
+        let (Some(side), Some(patterns)) = (&mut self.side, &self.patterns) else {
+            return Ok(());
+        };
+        let params = mgmt::wire::monitor_patterns(patterns)
+            .ok_or("the products' patterns do not fit an advertisement monitor")?;
+        let (status, ret) = side
+            .channel
+            .call(
+                mgmt::wire::OP_ADD_ADV_PATTERNS_MONITOR,
+                side.index,
+                &params,
+                Duration::from_secs(5),
+            )
+            .await
+            .map_err(|e| format!("adding the advertisement monitor failed: {e}"))?;
+        match (status, ret.as_slice()) {
+            (mgmt::wire::STATUS_SUCCESS, [a, b, ..]) => {
+                side.monitor = Some(Monitor::Active(u16::from_le_bytes([*a, *b])));
+                Ok(())
+            }
+            _ => Err(format!(
+                "the kernel refused the advertisement monitor (status 0x{status:02x})"
+            )),
         }
     }
 
