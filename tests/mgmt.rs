@@ -148,6 +148,65 @@ fn frames_over_a_seqpacket_pair_become_the_adverts_the_dbus_path_would_give() {
     });
 }
 
+/// Advertising data captured from real devices, as BlueZ's own AD parser is tested with
+/// them (bluez/bluez `unit/test-eir.c`: Wahoo Scale, Gigaset G-tag, a URIBeacon, a
+/// Citizen watch), each in a Device Found frame of its own.
+#[test]
+fn captured_adverts_of_real_devices_parse_as_bluez_parses_them() {
+    let wahoo_scale: &[u8] = &[
+        0x02, 0x01, 0x06, 0x03, 0x02, 0x01, 0x19, 0x11, 0x09, 0x57, 0x61, 0x68, 0x6f, 0x6f, 0x20,
+        0x53, 0x63, 0x61, 0x6c, 0x65, 0x20, 0x76, 0x31, 0x2e, 0x33, 0x05, 0xff, 0x00, 0x00, 0x00,
+        0x9c,
+    ];
+    let gigaset_gtag: &[u8] = &[
+        0x02, 0x01, 0x06, 0x0d, 0xff, 0x80, 0x01, 0x02, 0x15, 0x12, 0x34, 0x80, 0x91, 0xd0, 0xf2,
+        0xbb, 0xc5, 0x03, 0x02, 0x0f, 0x18, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    ];
+    let uri_beacon: &[u8] = &[
+        0x03, 0x03, 0xd8, 0xfe, 0x0c, 0x16, 0xd8, 0xfe, 0x00, 0x20, 0x00, b'b', b'l', b'u', b'e',
+        b'z', 0x08,
+    ];
+    let citizen: &[u8] = &[
+        0x02, 0x01, 0x05, 0x05, 0x12, 0x7f, 0x01, 0x8f, 0x01, 0x14, 0x09, 0x45, 0x63, 0x6f, 0x2d,
+        0x44, 0x72, 0x69, 0x76, 0x65, 0x20, 0x50, 0x72, 0x6f, 0x78, 0x69, 0x6d, 0x69, 0x74, 0x79,
+    ];
+    runtime().block_on(async {
+        let (kernel, reader) = seqpacket_pair();
+        let mut channel = Channel::new(reader, Reports::new(0, 64)).unwrap();
+        for (i, data) in [wahoo_scale, gigaset_gtag, uri_beacon, citizen]
+            .iter()
+            .enumerate()
+        {
+            send(
+                &kernel,
+                &device_found(0, [0xC0, 0, 0, 0, 0, i as u8], -50, data),
+            );
+        }
+        let (a, _, _) = read_all(&mut channel, 4, false).await;
+        assert_eq!(a.len(), 4);
+        assert_eq!(a[0].name.as_deref(), Some("Wahoo Scale v1.3"));
+        assert_eq!(a[0].manufacturer_data, vec![(0x0000, vec![0x00, 0x9c])]);
+        assert_eq!(a[1].name, None);
+        assert_eq!(
+            a[1].manufacturer_data,
+            vec![(
+                0x0180,
+                vec![0x02, 0x15, 0x12, 0x34, 0x80, 0x91, 0xd0, 0xf2, 0xbb, 0xc5]
+            )]
+        );
+        assert_eq!(
+            a[2].service_data,
+            vec![(
+                "0000fed8-0000-1000-8000-00805f9b34fb".to_string(),
+                vec![0x00, 0x20, 0x00, b'b', b'l', b'u', b'e', b'z', 0x08]
+            )]
+        );
+        assert_eq!(a[3].name.as_deref(), Some("Eco-Drive Proximity"));
+        assert!(a[3].manufacturer_data.is_empty() && a[3].service_data.is_empty());
+        assert_eq!(channel.counts().truncated, 0);
+    });
+}
+
 #[test]
 fn bad_frames_other_adapters_and_unknown_events_are_counted_and_skipped() {
     runtime().block_on(async {
