@@ -1214,6 +1214,57 @@ mod tests {
     }
 
     #[test]
+    fn where_adverts_are_read_and_how_the_radio_scans_are_validated_naming_key_and_value() {
+        let path = std::path::Path::new("test.toml");
+        let c = crate::config::from_toml("", path, []).unwrap();
+        let s = BleSettings::from_scanner(&c.scanner);
+        assert_eq!((s.adverts, s.scan), (AdvertsPath::Auto, ScanMode::Active));
+        let c = crate::config::from_toml(
+            "[scanner]\nadverts = \"mgmt\"\nscan = \"passive\"\n",
+            path,
+            [],
+        )
+        .unwrap();
+        let s = BleSettings::from_scanner(&c.scanner);
+        assert_eq!((s.adverts, s.scan), (AdvertsPath::Mgmt, ScanMode::Passive));
+        let e =
+            crate::config::from_toml("[scanner]\nadverts = \"hci\"\nscan = \"quiet\"\n", path, [])
+                .unwrap_err()
+                .to_string();
+        assert!(
+            e.contains("scanner.adverts = \"hci\": expected one of auto | mgmt | dbus"),
+            "{e}"
+        );
+        assert!(
+            e.contains("scanner.scan = \"quiet\": expected one of active | passive"),
+            "{e}"
+        );
+        // Passive scanning is the kernel's monitor: it needs the management socket, and
+        // a company identifier for each product.
+        let e = crate::config::from_toml(
+            "[scanner]\nadverts = \"dbus\"\nscan = \"passive\"\n",
+            path,
+            [],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("scanner.scan"), "{e}");
+        assert!(
+            e.contains("set scanner.adverts = \"auto\" or \"mgmt\""),
+            "{e}"
+        );
+        let e = crate::config::from_toml(
+            "[scanner]\nscan = \"passive\"\n[[products]]\nid = \"beacon\"\nservice_uuid = \"feaa\"\n",
+            path,
+            [],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("scanner.scan"), "{e}");
+        assert!(e.contains("products[0] names no manufacturer_id"), "{e}");
+    }
+
+    #[test]
     fn errors_say_what_to_do() {
         let e = SourceError::NoAdapter {
             wanted: Some("hci1".into()),
