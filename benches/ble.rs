@@ -267,8 +267,29 @@ fn wait_settled(g: &Gateway) {
 }
 
 fn idle(secs: u64) {
+    // The shipped defaults (silence 60 s, commit 200 ms), no service: the scanner and
+    // ingest alone.
+    idle_with(
+        "no service",
+        "[scanner]\nsource = \"ble\"\nadverts = \"dbus\"\n",
+        secs,
+    );
+    // With a service, as a gateway runs: the flusher's idle is added.
+    #[cfg(feature = "mock")]
+    {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let mock = rt
+            .block_on(tapegate::mock::start(tapegate::mock::MockConfig::demo()))
+            .unwrap();
+        let service = mock.service_toml("ppe", 30).unwrap();
+        let config = format!("[scanner]\nsource = \"ble\"\nadverts = \"dbus\"\n{service}");
+        idle_with("with the mock service", &config, secs);
+    }
+}
+
+fn idle_with(label: &str, config: &str, secs: u64) {
     let mut s = StandIn::start(true, true);
-    let g = Gateway::new("[scanner]\nsource = \"ble\"\nadverts = \"dbus\"\n");
+    let g = Gateway::new(config);
     let d = s.tapegate(&g, &["run"]);
     s.wait_scanning();
     d.wait_log("scanning for BLE advertisements", Duration::from_secs(30));
@@ -278,7 +299,7 @@ fn idle(secs: u64) {
     // The time under test.
     std::thread::sleep(Duration::from_secs(secs));
     let after = thread_times(pid);
-    println!("idle (D-Bus path, no service), over {secs} s:");
+    println!("idle ({label}), over {secs} s:");
     let (cpu_us, runs) = thread_report(&before, &after, secs as f64);
     println!(
         "  in all: CPU {:.3} ms/s, {:.2} wake-ups/s (goals: <= 0.2 ms/s, <= 2/s)",
