@@ -314,7 +314,6 @@ mod tests {
         s.last_error_at = Some(1_763_719_201_000);
         assert!(status_line(&s).ends_with(", last error: service unreachable"));
     }
-    use crate::api::ApiError;
 
     #[tokio::test(start_paused = true)]
     async fn a_stalled_stage_is_unhealthy_naming_the_stage_and_how_long() {
@@ -353,10 +352,7 @@ mod tests {
     fn requests_failing_in_a_row_make_the_flusher_unhealthy_until_one_is_answered() {
         let liveness = Liveness::default();
         let metrics = Metrics::new();
-        let fail = || {
-            let answer = Err(ApiError::transient("server error 503", None));
-            metrics.request().answered(&[], &answer);
-        };
+        let fail = || metrics.delivery_failed("http_5xx");
         for _ in 1..FAILING_AFTER {
             fail();
         }
@@ -373,11 +369,7 @@ mod tests {
             "{}",
             u.reason
         );
-        let answered = Ok(vec![crate::api::BulkAnswerItem {
-            mac_id: "C0FFEE000001".into(),
-            result: Err("device not found".into()),
-        }]);
-        metrics.request().answered(&[], &answered);
+        metrics.delivery_progressed();
         assert_eq!(verdict(&liveness, &Admission::default(), &metrics), Ok(()));
     }
 

@@ -33,8 +33,9 @@ tapes into decoded readings in the tracking service.
   an answer means, `mod.rs` the loop with several batches in flight; [`backoff`] is the
   one retry delay (flusher, token cache, ingest).
 - [`api`]: the tracking service client (`auth.rs` the token cache and its lifetime
-  bounds, `decode.rs` bulk and single decode, `error.rs` answers and transport failures
-  mapped to what to do) and the operator's client (`devices.rs` add, label, relabel,
+  bounds, `decode.rs` bulk and single decode, `pause.rs` the service's `Retry-After`
+  held for every decode request from the instant it is read, `error.rs` answers and
+  transport failures mapped to typed kinds that say what to do) and the operator's client (`devices.rs` add, label, relabel,
   show, deactivate, configure with their rules; `locate.rs`, `history.rs`,
   `messages.rs`; `send.rs` the one send every operator call goes through, with the
   retry policy declared per call; `rate.rs` the shared, sliding rate window kept in the

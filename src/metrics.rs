@@ -12,9 +12,13 @@ Two kinds:
   letters, evicted, the scanner's ladder), accumulated across restarts, so that
   `/metrics` and `status --json` always agree.
 
-The flusher's hook is a guard taken when a request is sent ([`Metrics::request`]) and
-one call when it is answered ([`Request::answered`]); that call also keeps the failure
-streak that `/healthz` reports (see [`crate::health`]).
+The flusher's hooks are a guard taken when a request is sent ([`Metrics::request`]) and
+one call when it ends ([`Request::answered`]), with the failure as a label the caller
+derived from its kind (this module knows no error type); and, after the flusher has
+decided what an answer means, whether delivery made progress or failed
+([`Metrics::delivery_progressed`], [`Metrics::delivery_failed`]): the failure streak that
+`/healthz` reports (see [`crate::health`]) is the flusher's judgement by kind, never the
+wording of an answer.
 */
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,7 +36,6 @@ use prometheus_client::registry::{Registry, Unit};
 
 use tokio::time::Instant;
 
-use crate::api::{ApiError, BulkAnswerItem, TransportKind};
 use crate::clock::now_ms;
 use crate::outbox::{PendingCapture, Stats};
 use crate::record::EpochMillis;
@@ -40,8 +43,8 @@ use crate::record::EpochMillis;
 /// The media type of what [`Metrics::encode`] writes (OpenMetrics text, which Prometheus reads).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Failed requests to the service in a row after which delivery counts as not making
-/// progress.
+/// Failures of delivery in a row (answers the flusher backed off from, with no answer that
+/// settled a capture between them) after which delivery counts as not making progress.
 pub const FAILING_AFTER: u64 = 3;
 
 /// Why a request to the service failed, as a bounded set of label values.
@@ -99,7 +102,10 @@ pub struct Metrics {
     token_grants: Counter,
     failures: Family<CauseLabel, Counter>,
     clock: Family<StateLabel, Gauge>,
-    /// Requests failed in a row (reset by an answered one), and the last cause.
+    /// Until when new decode requests wait (epoch ms), as the flusher last decided.
+    paused_until: Gauge,
+    /// Delivery failures in a row (reset by an answer that settled captures), and the
+    /// last cause.
     failing: AtomicU64,
     last_cause: Mutex<&'static str>,
 }
@@ -171,6 +177,13 @@ impl Metrics {
             "Requests to the service that failed, by cause (http_400, http_401, http_413, http_429, http_5xx, http_other, timeout, unreachable, connection_closed, token_refused, bad_answer, empty_answer, invalid_request)",
             failures.clone(),
         );
+        let paused_until = Gauge::default();
+        registry.register_with_unit(
+            "delivery_paused_until_timestamp",
+            "Until when no request goes to the decode endpoint: a backoff, or the service's Retry-After (honoured up to 1 h); 0 before any pause",
+            Unit::Seconds,
+            paused_until.clone(),
+        );
         let clock = Family::<StateLabel, Gauge>::default();
         registry.register(
             "clock_state",
@@ -188,6 +201,7 @@ impl Metrics {
             token_grants,
             failures,
             clock,
+            paused_until,
             failing: AtomicU64::new(0),
             last_cause: Mutex::new(""),
         };
@@ -218,51 +232,51 @@ impl Metrics {
         }
     }
 
-    /// The answer to `batch`, `elapsed` after it was sent, at `now`.
+    /// The request for `batch` ended `elapsed` after it was sent, at `now`: answered
+    /// (`failure` is `None`), or failed for the cause `failure` (one of the labels of
+    /// `request_failures_total`).
     fn observe_batch(
         &self,
         batch: &[PendingCapture],
         elapsed: Duration,
-        answer: &Result<Vec<BulkAnswerItem>, ApiError>,
+        failure: Option<&'static str>,
         now: EpochMillis,
     ) {
         self.request_duration.observe(elapsed.as_secs_f64());
         self.batch_size.observe(batch.len() as f64);
-        match answer {
-            Ok(items) if !items.is_empty() => {
-                self.failing.store(0, Ordering::Relaxed);
+        match failure {
+            None => {
                 for p in batch {
                     let age = (now - p.capture.ts_ms).max(0) as f64 / 1000.0;
                     self.delivery_latency.observe(age);
                 }
             }
-            Ok(_) => {
-                // Nothing answered: the flusher backs off as after a failure.
-                let cause = "empty_answer";
+            Some(cause) => {
                 self.failures.get_or_create(&CauseLabel { cause }).inc();
-                self.failed(cause);
-            }
-            Err(e) => {
-                let cause = failure_cause(e);
-                self.failures.get_or_create(&CauseLabel { cause }).inc();
-                // A refused or oversized batch was answered: the flusher acts on it.
-                if matches!(e, ApiError::Rejected { .. } | ApiError::TooLarge { .. }) {
-                    self.failing.store(0, Ordering::Relaxed);
-                } else {
-                    self.failed(cause);
-                }
             }
         }
     }
 
-    fn failed(&self, cause: &'static str) {
+    /// The flusher settled captures from an answer: delivery makes progress.
+    pub fn delivery_progressed(&self) {
+        self.failing.store(0, Ordering::Relaxed);
+    }
+
+    /// The flusher backs off after an answer (or its absence) for `cause`.
+    pub fn delivery_failed(&self, cause: &'static str) {
         self.failing.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut c) = self.last_cause.lock() {
             *c = cause;
         }
     }
 
-    /// Requests failed in a row since the last answered one, and the cause of the last.
+    /// New decode requests wait until `at` (epoch ms).
+    pub fn set_paused_until(&self, at: EpochMillis) {
+        self.paused_until.set(at / 1000);
+    }
+
+    /// Delivery failures in a row since the last answer that settled captures, and the
+    /// cause of the last.
     pub fn failing(&self) -> (u64, &'static str) {
         let n = self.failing.load(Ordering::Relaxed);
         let cause = self.last_cause.lock().map(|c| *c).unwrap_or("");
@@ -301,45 +315,17 @@ pub struct Request<'a> {
 }
 
 impl Request<'_> {
-    /// The request for `batch` ended with `answer`.
-    pub fn answered(
-        self,
-        batch: &[PendingCapture],
-        answer: &Result<Vec<BulkAnswerItem>, ApiError>,
-    ) {
+    /// The request for `batch` ended: answered (`failure` is `None`) or failed for the
+    /// cause `failure` (a label of `request_failures_total`).
+    pub fn answered(self, batch: &[PendingCapture], failure: Option<&'static str>) {
         self.metrics
-            .observe_batch(batch, self.started.elapsed(), answer, now_ms());
+            .observe_batch(batch, self.started.elapsed(), failure, now_ms());
     }
 }
 
 impl Drop for Request<'_> {
     fn drop(&mut self) {
         self.metrics.in_flight.dec();
-    }
-}
-
-/// The label value of a failed request: a small fixed set, whatever the server said.
-fn failure_cause(e: &ApiError) -> &'static str {
-    match e {
-        ApiError::Rejected { .. } => "http_400",
-        ApiError::RequestRefused { .. } => "http_400_request",
-        ApiError::Unauthorized { .. } => "http_401",
-        ApiError::NotFound { .. } => "http_404",
-        ApiError::TooLarge { .. } => "http_413",
-        ApiError::UnexpectedStatus { .. } => "http_other",
-        ApiError::AuthRejected { .. } => "token_refused",
-        ApiError::BadAnswer(_) => "bad_answer",
-        ApiError::Setup(_) | ApiError::InvalidRequest(_) => "invalid_request",
-        ApiError::Transient { cause, .. } => match e.transport_kind() {
-            Some(TransportKind::Timeout) => "timeout",
-            Some(TransportKind::Closed) => "connection_closed",
-            Some(_) => "unreachable",
-            // An HTTP answer: the decode client's causes ("rate limited", "server error
-            // 503", "timeout" for 408) and the token endpoint's.
-            None if cause.contains("rate limited") => "http_429",
-            None if cause.contains("timeout") => "timeout",
-            None => "http_5xx",
-        },
     }
 }
 
@@ -439,33 +425,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn failures_are_counted_by_a_bounded_cause() {
-        let t = |cause: &str| ApiError::transient(cause, None);
-        assert_eq!(failure_cause(&t("rate limited")), "http_429");
-        assert_eq!(failure_cause(&t("token endpoint rate limited")), "http_429");
-        assert_eq!(failure_cause(&t("server error 503")), "http_5xx");
-        assert_eq!(failure_cause(&t("token endpoint error 502")), "http_5xx");
-        assert_eq!(failure_cause(&t("timeout")), "timeout");
-        let unauthorized = ApiError::Unauthorized {
-            message: "no".into(),
-        };
-        assert_eq!(failure_cause(&unauthorized), "http_401");
-    }
-
-    #[test]
-    fn an_answered_batch_ends_the_failure_streak_and_a_refused_one_does_too() {
+    fn the_failure_streak_is_the_flushers_judgement_and_only_progress_ends_it() {
         let m = Metrics::new();
-        let timeout = ApiError::transient("timeout", None);
         for _ in 0..3 {
-            m.observe_batch(&[], Duration::from_secs(1), &Err(timeout.clone()), 0);
+            m.observe_batch(&[], Duration::from_secs(1), Some("timeout"), 0);
         }
-        assert_eq!(m.failing(), (3, "timeout"));
-        let refused = ApiError::Rejected {
-            status: 400,
-            message: "bad".into(),
-        };
-        m.observe_batch(&[], Duration::ZERO, &Err(refused), 0);
+        assert_eq!(m.failing().0, 0, "a failed request alone is no verdict");
+        m.delivery_failed("http_400");
+        m.delivery_failed("http_400");
+        // A refused batch the flusher splits is neither: the streak stands.
+        m.observe_batch(&[], Duration::ZERO, Some("http_400"), 0);
+        m.delivery_failed("http_400");
+        assert_eq!(m.failing(), (3, "http_400"));
+        m.delivery_progressed();
         assert_eq!(m.failing().0, 0);
+        let text = m.encode(&Stats::default(), 0).unwrap();
+        assert!(
+            text.lines()
+                .any(|l| l == "tapegate_request_failures_total{cause=\"timeout\"} 3"),
+            "{text}"
+        );
     }
 
     #[test]

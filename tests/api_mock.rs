@@ -168,8 +168,15 @@ async fn an_expired_token_is_replaced_by_a_new_grant() {
     assert!(mock.set_expires_in("ppe", 1));
     let client = client(&mock);
     client.decode_bulk(&items(1), "c1").await.unwrap();
-    // The token's second of life passes (real time: the mock's clock is the real one).
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // The token's second of life passes: the service says so.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while mock.live_tokens("ppe") > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the token never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     client.decode_bulk(&items(1), "c2").await.unwrap();
     assert_eq!(mock.token_grants(), 2);
     // The client refreshed before use: the service never saw the expired token.
@@ -295,9 +302,14 @@ async fn a_duplicate_mac_id_rejects_the_whole_batch() {
     let client = client(&mock);
     let sent = [item("C0FFEE000001"), item("C0:FF:EE:00:00:01")];
     match client.decode_bulk(&sent, "c").await.unwrap_err() {
-        ApiError::Rejected { status, message } => {
+        ApiError::Rejected {
+            status,
+            message,
+            errors,
+        } => {
             assert_eq!(status, 400);
             assert!(message.contains("Duplicate mac_id"), "{message}");
+            assert!(errors, "a validation failure carries `errors` (spec 7)");
         }
         other => panic!("expected Rejected, got {other:?}"),
     }
@@ -310,9 +322,14 @@ async fn a_poison_mac_rejects_the_whole_batch_naming_it() {
     mock.set_poison(Some("C0:FF:EE:00:00:02"));
     let client = client(&mock);
     match client.decode_bulk(&items(4), "c").await.unwrap_err() {
-        ApiError::Rejected { status, message } => {
+        ApiError::Rejected {
+            status,
+            message,
+            errors,
+        } => {
             assert_eq!(status, 400);
             assert_eq!(message, "Invalid ble_packet for C0FFEE000002");
+            assert!(!errors, "`{{message, code}}` only");
         }
         other => panic!("expected Rejected, got {other:?}"),
     }

@@ -25,8 +25,8 @@ struct Tmpfs {
 }
 
 impl Tmpfs {
-    /// Mounts a tmpfs of `size` (e.g. `"8m"`) on `dir`. `None`, with a line saying
-    /// why the test is skipped, when this process may not mount.
+    /// Mounts a tmpfs of `size` (e.g. `"8m"`) on `dir`. `None` when this process may
+    /// not mount, after [`skip`] said so (under CI that is a failure instead).
     fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
         std::fs::create_dir_all(dir).unwrap();
         let target = CString::new(dir.as_os_str().as_bytes()).unwrap();
@@ -48,7 +48,7 @@ impl Tmpfs {
         let err = std::io::Error::last_os_error();
         match err.raw_os_error() {
             Some(libc::EPERM | libc::EACCES) => {
-                println!("skipped: needs root to mount tmpfs ({err})");
+                skip(&format!("mounting a tmpfs needs root ({err})"));
                 None
             }
             _ => panic!("cannot mount a tmpfs on {}: {err}", dir.display()),
@@ -70,6 +70,20 @@ impl Drop for Tmpfs {
         // Detach, so it goes even if a daemon that outlived a failed test holds files.
         unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
     }
+}
+
+/// A test that cannot run here says so where `cargo test` shows it (stderr, past the
+/// output capture), and passes; under CI (`CI` set, where `.ci/run` runs as root) it
+/// fails instead, so that a CI that cannot run it is noticed rather than green.
+fn skip(why: &str) {
+    if std::env::var_os("CI").is_some() {
+        panic!("the full-disk test cannot run under CI: {why}");
+    }
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n*** SKIPPED the full-disk test: {why} ***\n*** (under CI, `CI` set, this is a failure) ***\n"
+    );
 }
 
 const FULL_DISK_T0: i64 = common::T0_MS + 9_000_000;
@@ -96,7 +110,7 @@ fn assert_gap_free_prefix(g: &Gateway) -> usize {
 #[test]
 fn a_full_disk_holds_the_group_loses_nothing_committed_and_recovers_when_space_returns() {
     if unsafe { libc::geteuid() } != 0 {
-        println!("skipped: needs root to mount tmpfs");
+        skip("mounting a tmpfs needs root");
         return;
     }
     let g = Gateway::new(&stdin_replay_config(20));

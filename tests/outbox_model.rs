@@ -1,8 +1,35 @@
 //! The outbox held against a simple in-memory model: random sequences of enqueue,
 //! batch selection, settle, eviction, dead-letter retry/purge and restart must leave
 //! the real SQLite store and the model agreeing on every row and counter.
+//!
+//! And delivery as a whole (`planner_and_outbox_keep_every_delivery_promise`): the real
+//! planner driving the real SQLite outbox the way the flusher does, against a service
+//! that answers any batch in flight in any order (decoded, refused, 503, 429 with
+//! `Retry-After`, a lost answer, 413), with several batches in flight, 429s answered
+//! while a fetch is under way, an outbox bound that evicts during an outage, a full
+//! disk, kill and restart, and the operator's dead-letter retry and purge. The
+//! invariants it checks, at every step:
+//! - **One fate per capture.** Every admitted capture is pending, delivered, a dead
+//!   letter or evicted, and only pending → delivered | dead letter | evicted (and dead
+//!   letter → pending by `retry`) ever happens; `status`'s counters equal the model's.
+//!   A capture in a batch in flight (or settled and not yet recorded) is never
+//!   evicted, and an evicted capture is never sent (nor settled) afterwards.
+//! - **Retry-After.** Once a 429's answer with `Retry-After` has been read (handed to
+//!   the planner), nothing is sent before the time it names (within one process: a
+//!   restart forgets it).
+//! - **No MAC in two batches in flight.**
+//! - **Order per MAC.** A capture sent is its MAC's oldest pending capture.
+//! - **Claims.** The outbox's claims are exactly the planner's rows in flight or
+//!   unrecorded, plus those it has yet to hand back.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
 use proptest::prelude::*;
+use tokio::time::Instant;
+
+use tapegate::config::FlushSettings;
+use tapegate::flush::{Action, Batch, Planner, Resolution, Step};
 use tapegate::outbox::Durability;
 use tapegate::outbox::{Outcome, PendingCapture, Reading, Store, StoreOptions};
 
@@ -150,6 +177,499 @@ proptest! {
             prop_assert_eq!(stats.evicted, m.evicted);
             prop_assert_eq!(stats.dead_letters_stored, m.dead.len() as u64);
             prop_assert_eq!(stats.admitted, stats.delivered + stats.dead_letters + stats.evicted + stats.pending);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The planner and the outbox together, against a reference model.
+
+/// How the service answers a batch in flight.
+#[derive(Debug, Clone, Copy)]
+enum Answer {
+    /// Every capture decoded.
+    Ok,
+    /// Decoded, but the first capture left out of the answer.
+    LeaveOutFirst,
+    /// Every capture refused as an item (dead letters).
+    Dead,
+    /// 400 for the whole batch.
+    Refused,
+    /// 503, no `Retry-After`.
+    Fail,
+    /// 429 with `Retry-After` of this many seconds.
+    RateLimited(u8),
+    /// The service decoded the batch, and the answer was lost (a timeout).
+    Lost,
+    /// 413.
+    TooLarge,
+}
+
+fn answer() -> impl Strategy<Value = Answer> {
+    prop_oneof![
+        4 => Just(Answer::Ok),
+        1 => Just(Answer::LeaveOutFirst),
+        1 => Just(Answer::Dead),
+        2 => Just(Answer::Refused),
+        3 => Just(Answer::Fail),
+        2 => (1u8..4).prop_map(Answer::RateLimited),
+        1 => Just(Answer::Lost),
+        1 => Just(Answer::TooLarge),
+    ]
+}
+
+#[derive(Debug, Clone)]
+enum Step2 {
+    /// Tapes (by index) heard, one capture each, committed as one group.
+    Ingest(Vec<u8>),
+    /// The flusher's loop until it waits. With `Some`, a fetch (or a parked part's
+    /// claim) is under way when that batch in flight is answered 429 with that many
+    /// seconds of `Retry-After`, and what the fetch found is offered after.
+    Drive(Option<(prop::sample::Index, u8)>),
+    /// A batch in flight is answered.
+    Answer(prop::sample::Index, Answer),
+    /// Time passes (milliseconds).
+    Advance(u16),
+    /// kill -9 and a new start: what was in flight is lost, the outbox stays.
+    Restart,
+    /// Every write that removes a pending row fails (a full disk), or works again.
+    DiskFull(bool),
+    /// `tapegate dead-letters retry`.
+    RetryDead,
+    /// `tapegate dead-letters purge`.
+    Purge,
+}
+
+fn step2() -> impl Strategy<Value = Step2> {
+    prop_oneof![
+        5 => prop::collection::vec(0u8..8, 1..7).prop_map(Step2::Ingest),
+        6 => proptest::option::weighted(0.4, (any::<prop::sample::Index>(), 1u8..4)).prop_map(Step2::Drive),
+        6 => (any::<prop::sample::Index>(), answer()).prop_map(|(i, a)| Step2::Answer(i, a)),
+        3 => (50u16..3000).prop_map(Step2::Advance),
+        1 => Just(Step2::Restart),
+        1 => any::<bool>().prop_map(Step2::DiskFull),
+        1 => Just(Step2::RetryDead),
+        1 => Just(Step2::Purge),
+    ]
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Pending,
+    Delivered,
+    Dead,
+    /// A dead letter whose stored row was purged: still counted refused, never retried.
+    Purged,
+    Evicted,
+}
+
+/// The reference: what became of each capture (by its sequence number), and what the
+/// gateway and the service have been through.
+struct World {
+    store: Store,
+    planner: Planner,
+    dir: std::path::PathBuf,
+    now: Instant,
+    fates: HashMap<u64, Fate>,
+    seq: u64,
+    in_flight: Vec<Batch>,
+    /// Pauses read in this process: (read at, until).
+    pauses: Vec<(Instant, Instant)>,
+    /// Captures the service decoded (its answer may have been lost).
+    decoded: HashSet<u64>,
+    disk_full: Option<rusqlite::Connection>,
+}
+
+const WORLD_MAX_PENDING: u64 = 12;
+
+fn world_settings() -> FlushSettings {
+    FlushSettings {
+        max_batch: 4,
+        max_delay: Duration::ZERO,
+        backoff_initial: Duration::from_millis(100),
+        backoff_max: Duration::from_secs(1),
+        max_in_flight: 4,
+        max_attempts: 3,
+    }
+}
+
+fn world_open(dir: &std::path::Path) -> Store {
+    let options = StoreOptions {
+        durability: Durability::Normal,
+        max_pending: WORLD_MAX_PENDING,
+        max_page_count: None,
+    };
+    Store::open(dir, options).unwrap().0
+}
+
+fn reading() -> Outcome {
+    Outcome::Delivered(Reading {
+        qr_code: Some("QR".into()),
+        temp: None,
+        bat: None,
+        raw: "{}".into(),
+    })
+}
+
+type Checked = Result<(), TestCaseError>;
+
+impl World {
+    fn new(dir: &std::path::Path) -> World {
+        World {
+            store: world_open(dir),
+            planner: Planner::new(world_settings()),
+            dir: dir.to_path_buf(),
+            now: Instant::now(),
+            fates: HashMap::new(),
+            seq: 0,
+            in_flight: Vec::new(),
+            pauses: Vec::new(),
+            decoded: HashSet::new(),
+            disk_full: None,
+        }
+    }
+
+    fn ingest(&mut self, macs: &[u8]) -> Checked {
+        let group: Vec<Capture> = macs
+            .iter()
+            .map(|&i| {
+                self.seq += 1;
+                capture(i, self.seq)
+            })
+            .collect();
+        if self.store.enqueue(&group).is_ok() {
+            for c in &group {
+                self.fates
+                    .insert(u64::from_str_radix(&c.packet, 16).unwrap(), Fate::Pending);
+            }
+            // Whatever is no longer in the outbox was evicted.
+            let rows: HashSet<u64> = self
+                .store
+                .pending_captures()
+                .unwrap()
+                .iter()
+                .map(seq_of)
+                .collect();
+            let flying: HashSet<u64> = self
+                .in_flight
+                .iter()
+                .flat_map(|b| b.rows.iter().map(seq_of))
+                .collect();
+            for (s, fate) in self.fates.iter_mut() {
+                if *fate == Fate::Pending && !rows.contains(s) {
+                    prop_assert!(!flying.contains(s), "capture {} evicted while in flight", s);
+                    *fate = Fate::Evicted;
+                }
+            }
+            let claimed: HashSet<i64> = self.store.claimed().into_iter().collect();
+            // The bound holds, unless every row left is claimed (re-queued dead letters
+            // can push past it; eviction then takes every row it may).
+            prop_assert!(
+                rows.len() as u64 <= WORLD_MAX_PENDING
+                    || self
+                        .store
+                        .pending_captures()
+                        .unwrap()
+                        .iter()
+                        .all(|r| claimed.contains(&r.id)),
+                "{} pending",
+                rows.len()
+            );
+        }
+        Ok(())
+    }
+
+    /// A batch goes on the wire: every promise about what may be sent.
+    fn sent(&mut self, b: Batch) -> Checked {
+        for (read, until) in &self.pauses {
+            prop_assert!(
+                !(*read <= self.now && self.now < *until),
+                "batch {} sent {:?} into a Retry-After pause read {:?} before",
+                b.id,
+                *until - self.now,
+                self.now - *read
+            );
+        }
+        let rows = self.store.pending_captures().unwrap();
+        for r in &b.rows {
+            let s = seq_of(r);
+            prop_assert_eq!(
+                self.fates.get(&s).copied(),
+                Some(Fate::Pending),
+                "capture {} sent",
+                s
+            );
+            for other in &self.in_flight {
+                prop_assert!(
+                    other.rows.iter().all(|x| x.capture.mac != r.capture.mac),
+                    "MAC of capture {} in two batches in flight",
+                    s
+                );
+            }
+            let oldest = rows
+                .iter()
+                .find(|x| x.capture.mac == r.capture.mac)
+                .map(|x| x.id);
+            prop_assert_eq!(
+                oldest,
+                Some(r.id),
+                "capture {} is not its MAC's oldest pending",
+                s
+            );
+        }
+        self.in_flight.push(b);
+        Ok(())
+    }
+
+    /// Records what a resolution settled, handing back claims, as the flusher does.
+    fn carry_out(&mut self, res: Resolution) -> Checked {
+        if res.backoff().is_some() || !res.settle.is_empty() {
+            let unclaim = self.planner.take_unclaimed();
+            self.store.unclaim(&unclaim);
+        }
+        if !res.settle.is_empty() {
+            self.record(res.settle)?;
+        }
+        Ok(())
+    }
+
+    fn record(&mut self, settle: Vec<(PendingCapture, Outcome)>) -> Checked {
+        match self.store.settle(&settle, 1) {
+            Ok(_) => {
+                for (r, o) in &settle {
+                    let s = seq_of(r);
+                    let fate = self.fates.get_mut(&s).unwrap();
+                    prop_assert_eq!(*fate, Fate::Pending, "capture {} settled", s);
+                    *fate = match o {
+                        Outcome::Delivered(_) => {
+                            prop_assert!(
+                                self.decoded.contains(&s),
+                                "capture {} delivered undecoded",
+                                s
+                            );
+                            Fate::Delivered
+                        }
+                        Outcome::DeadLetter(_) => Fate::Dead,
+                    };
+                }
+                self.planner.recorded(&settle);
+            }
+            Err(_) => {
+                let now = self.now;
+                let res = self
+                    .planner
+                    .record_failed(settle, "disk full".into(), now, 0.5);
+                self.carry_out(res)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn answer(&mut self, pick: prop::sample::Index, a: Answer) -> Checked {
+        if self.in_flight.is_empty() {
+            return Ok(());
+        }
+        let b = self.in_flight.remove(pick.index(self.in_flight.len()));
+        let all = |o: fn() -> Outcome| (0..b.rows.len()).map(|i| (i, o())).collect::<Vec<_>>();
+        let decoded = |w: &mut World, from: usize| {
+            for r in &b.rows[from..] {
+                w.decoded.insert(seq_of(r));
+            }
+        };
+        let action = match a {
+            Answer::Ok => {
+                decoded(self, 0);
+                Action::Settle(all(reading))
+            }
+            Answer::LeaveOutFirst => {
+                decoded(self, 1);
+                Action::Settle((1..b.rows.len()).map(|i| (i, reading())).collect())
+            }
+            Answer::Dead => Action::Settle(all(|| Outcome::DeadLetter("device not found".into()))),
+            Answer::Refused => Action::Refused("Bad Request".into()),
+            Answer::Fail => Action::Retry {
+                cause: "server error 503".into(),
+                label: "http_5xx",
+                retry_after: None,
+                isolate: true,
+            },
+            Answer::RateLimited(secs) => {
+                let pause = Duration::from_secs(u64::from(secs));
+                self.pauses.push((self.now, self.now + pause));
+                Action::Retry {
+                    cause: "rate limited".into(),
+                    label: "http_429",
+                    retry_after: Some(pause),
+                    isolate: false,
+                }
+            }
+            Answer::Lost => {
+                decoded(self, 0);
+                Action::Retry {
+                    cause: "timeout".into(),
+                    label: "timeout",
+                    retry_after: None,
+                    isolate: true,
+                }
+            }
+            Answer::TooLarge => Action::Shrink,
+        };
+        let now = self.now;
+        let res = self.planner.answered(b.id, action, now, 0.5);
+        self.carry_out(res)
+    }
+
+    /// The flusher's loop until it waits.
+    fn drive(&mut self, interleave: Option<(prop::sample::Index, u8)>) -> Checked {
+        let mut interleave = interleave.map(|(pick, secs)| (pick, Answer::RateLimited(secs)));
+        for _ in 0..64 {
+            let now = self.now;
+            match self.planner.next(now) {
+                Step::Fetch { max } => {
+                    let unclaim = self.planner.take_unclaimed();
+                    let busy = self.planner.busy().clone();
+                    let found = self
+                        .store
+                        .claim_next_batch(max, 10_000, &busy, &unclaim)
+                        .unwrap();
+                    if let Some((pick, a)) = interleave.take() {
+                        // An answer is read while the fetch is under way.
+                        self.answer(pick, a)?;
+                    }
+                    let empty = found.rows.is_empty();
+                    match self.planner.offer(found, false, now) {
+                        Step::Send(b) => self.sent(b)?,
+                        _ if empty => return Ok(()),
+                        _ => return Ok(()),
+                    }
+                }
+                Step::Claim(part) => {
+                    let unclaim = self.planner.take_unclaimed();
+                    let present = self.store.claim(&part.ids(), &unclaim).unwrap();
+                    if let Some((pick, a)) = interleave.take() {
+                        self.answer(pick, a)?;
+                    }
+                    if let Some(b) = self.planner.claimed(part, &present, now) {
+                        self.sent(b)?;
+                    }
+                }
+                Step::Send(b) => self.sent(b)?,
+                Step::Record(settle) => {
+                    let unclaim = self.planner.take_unclaimed();
+                    self.store.unclaim(&unclaim);
+                    self.record(settle)?;
+                }
+                Step::Wait(_) => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
+    fn restart(&mut self) {
+        self.disk_full(false);
+        self.store = world_open(&self.dir);
+        self.planner = Planner::new(world_settings());
+        self.in_flight.clear();
+        self.pauses.clear();
+    }
+
+    fn disk_full(&mut self, on: bool) {
+        if on && self.disk_full.is_none() {
+            let db = rusqlite::Connection::open(Store::path_in(&self.dir)).unwrap();
+            db.execute_batch("CREATE TRIGGER full BEFORE DELETE ON pending BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;").unwrap();
+            self.disk_full = Some(db);
+        } else if !on {
+            if let Some(db) = self.disk_full.take() {
+                db.execute_batch("DROP TRIGGER full;").unwrap();
+            }
+        }
+    }
+
+    fn retry_dead(&mut self) {
+        if self.disk_full.is_some() {
+            return;
+        }
+        self.store.retry_dead_letters(None).unwrap();
+        for fate in self.fates.values_mut() {
+            if *fate == Fate::Dead {
+                *fate = Fate::Pending;
+            }
+        }
+    }
+
+    /// Counters, rows and claims agree with the model.
+    fn agrees(&self) -> Checked {
+        let count = |f: Fate| self.fates.values().filter(|x| **x == f).count() as u64;
+        let stats = self.store.stats().unwrap();
+        prop_assert_eq!(stats.admitted, self.fates.len() as u64);
+        prop_assert_eq!(stats.delivered, count(Fate::Delivered));
+        prop_assert_eq!(stats.dead_letters, count(Fate::Dead) + count(Fate::Purged));
+        prop_assert_eq!(stats.dead_letters_stored, count(Fate::Dead));
+        prop_assert_eq!(stats.evicted, count(Fate::Evicted));
+        prop_assert_eq!(stats.pending, count(Fate::Pending));
+        let mut rows: Vec<u64> = self
+            .store
+            .pending_captures()
+            .unwrap()
+            .iter()
+            .map(seq_of)
+            .collect();
+        rows.sort_unstable();
+        let mut want: Vec<u64> = self
+            .fates
+            .iter()
+            .filter(|(_, f)| **f == Fate::Pending)
+            .map(|(s, _)| *s)
+            .collect();
+        want.sort_unstable();
+        prop_assert_eq!(rows, want);
+        let held: HashSet<i64> = self.planner.claimed_rows().into_iter().collect();
+        let handing_back: HashSet<i64> = self.planner.to_unclaim().iter().copied().collect();
+        for id in self.store.claimed() {
+            prop_assert!(
+                held.contains(&id) || handing_back.contains(&id),
+                "row {} claimed by nobody",
+                id
+            );
+        }
+        let claimed: HashSet<i64> = self.store.claimed().into_iter().collect();
+        for id in held {
+            prop_assert!(
+                claimed.contains(&id),
+                "row {} in the planner's hands but not claimed",
+                id
+            );
+        }
+        Ok(())
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn planner_and_outbox_keep_every_delivery_promise(steps in prop::collection::vec(step2(), 1..80)) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = World::new(dir.path());
+        for step in steps {
+            match step {
+                Step2::Ingest(macs) => w.ingest(&macs)?,
+                Step2::Drive(interleave) => w.drive(interleave)?,
+                Step2::Answer(pick, a) => w.answer(pick, a)?,
+                Step2::Advance(ms) => w.now += Duration::from_millis(u64::from(ms)),
+                Step2::Restart => w.restart(),
+                Step2::DiskFull(on) => w.disk_full(on),
+                Step2::RetryDead => w.retry_dead(),
+                Step2::Purge => {
+                    w.store.purge_dead_letters(None).unwrap();
+                    for fate in w.fates.values_mut() {
+                        if *fate == Fate::Dead {
+                            *fate = Fate::Purged;
+                        }
+                    }
+                }
+            }
+            w.agrees()?;
         }
     }
 }

@@ -542,6 +542,12 @@ fn journal_fields_and_priorities(c: &Container, service: &MockHandle) {
         .unwrap();
     assert_eq!(field(refused, "PRIORITY"), "4", "{refused}");
     assert!(!field(refused, "CORRELATION_ID").is_empty(), "{refused}");
+    // What `journalctl -u tapegate` shows is the message: it names the tape and why.
+    let message = field(refused, "MESSAGE");
+    assert!(
+        message.contains(field(refused, "MAC")) && message.contains("Invalid ble_packet"),
+        "{refused}"
+    );
 }
 
 fn reload_tells_the_truth(c: &Container, pid: &str) {

@@ -142,13 +142,13 @@ fn usable_for(expires_in: Duration) -> Duration {
 fn remembered(error: &ApiError, left: Duration) -> ApiError {
     match error {
         ApiError::Transient {
-            cause,
+            endpoint,
+            kind,
             retry_after,
-            transport,
         } => ApiError::Transient {
-            cause: cause.clone(),
+            endpoint: *endpoint,
+            kind: kind.clone(),
             retry_after: Some(retry_after.map_or(left, |r| r.max(left))),
-            transport: transport.clone(),
         },
         other => other.clone(),
     }
@@ -431,7 +431,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_remembered_transient_failure_says_how_long_is_left() {
         let cache = TokenCache::with_backoff(Duration::from_secs(4), Duration::from_secs(60));
-        let unreachable = || async { Err(ApiError::transient("token endpoint unreachable", None)) };
+        let unreachable =
+            || async { Err(ApiError::status(crate::api::Endpoint::Token, 503, None)) };
         let first = cache.get(unreachable).await.unwrap_err();
         assert_eq!(first.retry_after(), Some(Duration::from_secs(4)));
         let second = cache.get(unreachable).await.unwrap_err();

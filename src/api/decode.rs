@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use url::Url;
 
 use super::error::truncate;
-use super::{join, Answer, ApiError, ServiceClient};
+use super::{join, Answer, ApiError, Endpoint, ServiceClient};
 
 /// One packet to decode, as sent in the bulk request body. The caller has already
 /// formatted `mac_id` (`mac_format`) and `scan_time` (epoch seconds).
@@ -118,7 +118,7 @@ impl ServiceClient {
         let started = Instant::now();
         let url = &self.inner.bulk_url;
         let answer = self
-            .send(correlation_id, |token| {
+            .send_decode(correlation_id, |token| {
                 self.request(url, token, correlation_id).body(body.clone())
             })
             .await;
@@ -168,7 +168,7 @@ impl ServiceClient {
             &["external", "v1", "devices", mac_id, "decode"],
         )?;
         let answer = self
-            .send(correlation_id, |token| {
+            .send_decode(correlation_id, |token| {
                 self.request(&url, token, correlation_id)
                     .header("product_id", product_id)
                     .header("ble_packet", ble_packet)
@@ -194,54 +194,28 @@ impl ServiceClient {
         }
     }
 
-    /// Maps a non-success decode answer to what the caller should do (spec 7).
+    /// Maps a non-success decode answer to what the caller should do (spec 7), by
+    /// status and structure alone. Every 400 is [`ApiError::Rejected`]: the spec gives
+    /// an invalid packet and missing headers the same body, so whether the request or
+    /// what it holds is at fault is for the evidence of a split to say (the flusher's
+    /// planner), never for the words of `message`.
     fn decode_error(answer: &Answer, single: bool) -> ApiError {
         let status = answer.status.as_u16();
         let message = answer.message.clone();
         match status {
-            400 if !single && refuses_the_request(&message) => {
-                ApiError::RequestRefused { status, message }
-            }
-            400 => ApiError::Rejected { status, message },
+            400 => ApiError::Rejected {
+                status,
+                message,
+                errors: answer.carries_errors(),
+            },
             404 if single => ApiError::NotFound { message },
             413 => ApiError::TooLarge { message },
-            429 => ApiError::transient("rate limited", answer.retry_after),
-            408 => ApiError::transient("timeout", answer.retry_after),
-            500..=599 => ApiError::transient(format!("server error {status}"), answer.retry_after),
+            408 | 429 | 500..=599 => {
+                ApiError::status(Endpoint::Service, status, answer.retry_after)
+            }
             _ => ApiError::UnexpectedStatus { status, message },
         }
     }
-}
-
-/// Whether a bulk 400's message refuses the request itself rather than what it holds
-/// (spec section 7). The spec gives no `error_code` for these, so this is read from
-/// the message, in this one place, as an assumption a real account's answers can
-/// correct: "Missing required headers/parameters" is the request's; "Validation
-/// failed" is the items' only when its `errors` (appended to the message) name an item
-/// or an item field; anything else (an invalid packet, a duplicate `mac_id`) is taken
-/// to be about an item, and the batch is split to find it.
-pub(crate) fn refuses_the_request(message: &str) -> bool {
-    let lower = message.to_ascii_lowercase();
-    if lower.starts_with("missing required") {
-        return true;
-    }
-    let Some(details) = lower.strip_prefix("validation failed") else {
-        return false;
-    };
-    const ITEM_WORDS: [&str; 6] = [
-        "item",
-        "mac_id",
-        "ble_packet",
-        "product_id",
-        "scan_time",
-        "index",
-    ];
-    let about_items = ITEM_WORDS.iter().any(|w| details.contains(w))
-        || details
-            .as_bytes()
-            .windows(2)
-            .any(|w| w[0] == b'[' && w[1].is_ascii_digit());
-    !about_items
 }
 
 /// Reads the bulk answer: a JSON array of items matched to the request by `mac_id`.
@@ -388,27 +362,6 @@ mod tests {
         assert_eq!(got.len(), 1, "{got:?}");
         assert_eq!(got[0].mac_id, "C0FFEE000001");
         assert!(got[0].result.is_ok());
-    }
-
-    #[test]
-    fn a_400_for_missing_headers_or_a_validation_failure_not_about_items_refuses_the_request() {
-        for m in [
-            "Missing required headers: customer_id or authorized_groups",
-            "Validation failed",
-            r#"Validation failed ["customer_id must not be empty"]"#,
-        ] {
-            assert!(refuses_the_request(m), "{m}");
-        }
-        for m in [
-            "Invalid ble_packet for C0FFEE000002",
-            "Duplicate mac_id C0FFEE000001 (items 0 and 1)",
-            "Validation failed: item 3: mac_id is required and must be a string",
-            r#"Validation failed [{"index":3,"field":"scan_time"}]"#,
-            r#"Validation failed ["[7] is not a string"]"#,
-            "Bad Request",
-        ] {
-            assert!(!refuses_the_request(m), "{m}");
-        }
     }
 
     #[test]

@@ -36,14 +36,23 @@ pub enum ApiError {
     #[error("the service refused a fresh token (credentials or permission): {message}")]
     Unauthorized { message: String },
 
-    /// The service refused the whole request (400): split the batch to find the items
-    /// it refuses; a single refused item is a dead letter.
+    /// The service refused the whole request (400). For bulk decode the spec gives two
+    /// bodies no structure tells apart (an invalid packet and missing headers both answer
+    /// `{message, code}`), so what it means is decided by evidence, not by `message`: the
+    /// flusher splits the batch, and a capture refused alone while the service takes
+    /// other requests of ours is a dead letter; halves that are all refused the same way
+    /// are the request's fault (see `flush::plan`). `errors`: the body carries an
+    /// `errors` array (spec 2.6, a validation failure). The message is for people.
     #[error("the service refused the request (HTTP {status}): {message}")]
-    Rejected { status: u16, message: String },
+    Rejected {
+        status: u16,
+        message: String,
+        errors: bool,
+    },
 
-    /// The service refused the request itself (400: missing required headers, a
-    /// validation failure not about the items), not anything it holds: back off and
-    /// report; nothing is refused, but someone has to look (a proxy dropping headers).
+    /// The service refused the request itself, not anything it holds, where the answer's
+    /// structure says so: back off and report; nothing is refused, but someone has to
+    /// look. (Bulk decode never gives such structure; see [`ApiError::Rejected`].)
     #[error("the service refused the request itself (HTTP {status}): {message}")]
     RequestRefused { status: u16, message: String },
 
@@ -56,17 +65,17 @@ pub enum ApiError {
     NotFound { message: String },
 
     /// Rate limited, server error, timeout, or the service (or its token endpoint) could
-    /// not be reached. Retry with backoff, not before `retry_after` when given.
-    #[error("{cause}{}", transport_suffix(.transport))]
+    /// not be reached. Retry with backoff, not before `retry_after` when given. What
+    /// happened is `kind`, at `endpoint`; the operator's words are derived from both
+    /// ([`ApiError::operator_cause`]), never the other way round.
+    #[error("{}{}", transient_cause(*.endpoint, .kind), transport_suffix(.kind))]
     Transient {
-        /// Short operator text: "service unreachable", "rate limited", "server error 503",
-        /// "timeout", "connection closed", "token endpoint unreachable", ...
-        cause: String,
-        /// What the service asked for (`Retry-After`), or how long the token cache still
-        /// holds back.
+        /// Which endpoint failed: the token endpoint or the service's own.
+        endpoint: Endpoint,
+        kind: TransientKind,
+        /// The endpoint's `Retry-After`, or (token endpoint) how long the token cache
+        /// still holds back after a failed grant.
         retry_after: Option<Duration>,
-        /// Set when no HTTP answer came at all.
-        transport: Option<Transport>,
     },
 
     /// An HTTP status the interface does not give for this call (a redirect, 403 or 404
@@ -79,6 +88,62 @@ pub enum ApiError {
     /// large, wrong shape). Retry later; nothing in the batch was settled.
     #[error("unreadable answer from the service: {0}")]
     BadAnswer(String),
+}
+
+/// Which endpoint a request went to, for decisions that depend on it: a failing token
+/// endpoint says nothing about the captures of a batch, nor asks the service to pause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// The token endpoint (`auth_url`).
+    Token,
+    /// The service's own endpoint (decode, the operator calls).
+    Service,
+}
+
+/// What went wrong, in a way that may pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransientKind {
+    /// 429: too many requests.
+    RateLimited,
+    /// A 5xx, or a 408 (the endpoint gave up waiting for the request).
+    Status(u16),
+    /// No HTTP answer came (see [`Transport`]).
+    NoAnswer(Transport),
+    /// The token endpoint answered success with something that is not a token.
+    Unreadable(String),
+}
+
+/// The operator's words for a transient failure (`status`, `last_error`, the log).
+fn transient_cause(endpoint: Endpoint, kind: &TransientKind) -> String {
+    let token = endpoint == Endpoint::Token;
+    match kind {
+        TransientKind::RateLimited if token => "token endpoint rate limited".into(),
+        TransientKind::RateLimited => "rate limited".into(),
+        TransientKind::Status(408) if token => "token endpoint timeout".into(),
+        TransientKind::Status(408) => "timeout".into(),
+        TransientKind::Status(s) if token => format!("token endpoint error {s}"),
+        TransientKind::Status(s) => format!("server error {s}"),
+        TransientKind::Unreadable(m) => format!("token endpoint answer unreadable: {m}"),
+        TransientKind::NoAnswer(t) => {
+            let unreachable = if token {
+                "token endpoint unreachable"
+            } else {
+                "service unreachable"
+            };
+            match t.kind {
+                TransportKind::Timeout if token => "token endpoint timeout".into(),
+                TransportKind::Timeout => "timeout".into(),
+                TransportKind::Closed => "connection closed".into(),
+                TransportKind::Other => "transport error".into(),
+                TransportKind::Tls => {
+                    format!("{unreachable}: TLS failure, {}", tls_reason(&t.detail))
+                }
+                TransportKind::Dns | TransportKind::ConnectionRefused | TransportKind::Connect => {
+                    format!("{unreachable}: {}", t.kind.describe())
+                }
+            }
+        }
+    }
 }
 
 /// Why no HTTP answer came, for `tapegate check` to tell an installer what to fix.
@@ -122,11 +187,11 @@ impl TransportKind {
     }
 }
 
-fn transport_suffix(t: &Option<Transport>) -> String {
-    match t {
-        Some(t) if t.detail.is_empty() => format!(" ({})", t.kind.describe()),
-        Some(t) => format!(" ({}: {})", t.kind.describe(), t.detail),
-        None => String::new(),
+fn transport_suffix(kind: &TransientKind) -> String {
+    match kind {
+        TransientKind::NoAnswer(t) if t.detail.is_empty() => format!(" ({})", t.kind.describe()),
+        TransientKind::NoAnswer(t) => format!(" ({}: {})", t.kind.describe(), t.detail),
+        _ => String::new(),
     }
 }
 
@@ -144,9 +209,77 @@ impl ApiError {
     pub fn transport_kind(&self) -> Option<TransportKind> {
         match self {
             ApiError::Transient {
-                transport: Some(t), ..
+                kind: TransientKind::NoAnswer(t),
+                ..
             } => Some(t.kind),
             _ => None,
+        }
+    }
+
+    /// Whether the service itself asked for a pause: a `Retry-After` on an answer of
+    /// the service's endpoint (429, 503...). Not the token endpoint's, not the token
+    /// cache's own backoff.
+    pub fn service_retry_after(&self) -> Option<Duration> {
+        match self {
+            ApiError::Transient {
+                endpoint: Endpoint::Service,
+                kind: TransientKind::RateLimited | TransientKind::Status(_),
+                retry_after,
+            } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// Whether the failure may be caused by what a batch of the service's endpoint held
+    /// (the service choking on a capture): a 5xx or 408 of that endpoint, no answer in
+    /// time or a connection closed after the request went out, or an answer that cannot
+    /// be read. Never a rate limit, a refused token, the token endpoint, or a connection
+    /// that never opened: retrying those alone would only blame a capture for the
+    /// service's state.
+    pub fn may_be_caused_by_the_request(&self) -> bool {
+        match self {
+            ApiError::BadAnswer(_) => true,
+            ApiError::Transient {
+                endpoint: Endpoint::Service,
+                kind,
+                ..
+            } => match kind {
+                TransientKind::Status(s) => *s == 408 || (500..=599).contains(s),
+                TransientKind::NoAnswer(t) => {
+                    matches!(t.kind, TransportKind::Timeout | TransportKind::Closed)
+                }
+                TransientKind::RateLimited | TransientKind::Unreadable(_) => false,
+            },
+            _ => false,
+        }
+    }
+
+    /// The failure as one of a small fixed set of words, for metric labels and the
+    /// health verdict: `http_400`, `http_401`, `http_404`, `http_413`, `http_429`,
+    /// `http_5xx`, `http_other`, `timeout`, `unreachable`, `connection_closed`,
+    /// `token_refused`, `bad_answer`, `invalid_request`, `http_400_request`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            ApiError::Rejected { .. } => "http_400",
+            ApiError::RequestRefused { .. } => "http_400_request",
+            ApiError::Unauthorized { .. } => "http_401",
+            ApiError::NotFound { .. } => "http_404",
+            ApiError::TooLarge { .. } => "http_413",
+            ApiError::UnexpectedStatus { .. } => "http_other",
+            ApiError::AuthRejected { .. } => "token_refused",
+            ApiError::BadAnswer(_) => "bad_answer",
+            ApiError::Setup(_) | ApiError::InvalidRequest(_) => "invalid_request",
+            ApiError::Transient { kind, .. } => match kind {
+                TransientKind::RateLimited => "http_429",
+                TransientKind::Status(408) => "timeout",
+                TransientKind::Status(_) => "http_5xx",
+                TransientKind::Unreadable(_) => "bad_answer",
+                TransientKind::NoAnswer(t) => match t.kind {
+                    TransportKind::Timeout => "timeout",
+                    TransportKind::Closed => "connection_closed",
+                    _ => "unreachable",
+                },
+            },
         }
     }
 
@@ -166,44 +299,40 @@ impl ApiError {
             }
             ApiError::TooLarge { .. } => "batch too large".to_string(),
             ApiError::NotFound { .. } => "device not found".to_string(),
-            ApiError::Transient { cause, .. } => cause.clone(),
+            ApiError::Transient { endpoint, kind, .. } => transient_cause(*endpoint, kind),
             ApiError::UnexpectedStatus { status, .. } => format!("unexpected answer {status}"),
             ApiError::BadAnswer(_) => "unreadable answer".to_string(),
         }
     }
 
-    pub(crate) fn transient(cause: impl Into<String>, retry_after: Option<Duration>) -> Self {
+    /// A transient failure of `endpoint` answered with an HTTP status (429, 5xx, 408).
+    pub(crate) fn status(endpoint: Endpoint, status: u16, retry_after: Option<Duration>) -> Self {
+        let kind = if status == 429 {
+            TransientKind::RateLimited
+        } else {
+            TransientKind::Status(status)
+        };
         ApiError::Transient {
-            cause: cause.into(),
+            endpoint,
+            kind,
             retry_after,
-            transport: None,
         }
     }
 
-    /// Maps an error of the HTTP stack (no answer came) to a transient error.
-    /// `unreachable` is the cause used for connect failures.
-    pub(crate) fn from_transport(err: &reqwest::Error, unreachable: &str, timeout: &str) -> Self {
+    /// Maps an error of the HTTP stack (no answer came from `endpoint`) to a transient
+    /// error, so that `status`, the log and `check` tell a DNS failure from a refused
+    /// connection, a TLS failure (and why) or a timeout.
+    pub(crate) fn from_transport(err: &reqwest::Error, endpoint: Endpoint) -> Self {
         if err.is_builder() {
             // A value cannot go on the wire; retrying the same request cannot help.
             return ApiError::InvalidRequest(chain_text(err));
         }
         let kind = classify(err);
         let detail = chain_text(err);
-        // The cause names what failed, so that `status`, the log and `check` tell a
-        // DNS failure from a refused connection, a TLS failure (and why) or a timeout.
-        let cause = match kind {
-            TransportKind::Timeout => timeout.to_string(),
-            TransportKind::Closed => "connection closed".to_string(),
-            TransportKind::Other => "transport error".to_string(),
-            TransportKind::Tls => format!("{unreachable}: TLS failure, {}", tls_reason(&detail)),
-            TransportKind::Dns | TransportKind::ConnectionRefused | TransportKind::Connect => {
-                format!("{unreachable}: {}", kind.describe())
-            }
-        };
         ApiError::Transient {
-            cause,
+            endpoint,
+            kind: TransientKind::NoAnswer(Transport { kind, detail }),
             retry_after: None,
-            transport: Some(Transport { kind, detail }),
         }
     }
 }
@@ -338,6 +467,16 @@ pub(crate) fn answer_message(body: &[u8]) -> String {
     }
 }
 
+/// Whether an error answer's body carries the spec's `errors` array (a validation
+/// failure, spec 2.6 and 7): structure, read once, so that no caller reads it from the
+/// words of `message`.
+pub(crate) fn carries_errors(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("errors").map(serde_json::Value::is_array))
+        .unwrap_or(false)
+}
+
 /// Parses a `Retry-After` value: delay-seconds or an HTTP date (relative to `now`; a
 /// past date is zero). Anything else is `None`.
 pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
@@ -414,6 +553,101 @@ mod tests {
     }
 
     #[test]
+    fn decisions_and_labels_follow_the_kind_whatever_the_words() {
+        let service = |s, ra| ApiError::status(Endpoint::Service, s, ra);
+        let token = |s| ApiError::status(Endpoint::Token, s, None);
+        let no_answer = |endpoint, kind| ApiError::Transient {
+            endpoint,
+            kind: TransientKind::NoAnswer(Transport {
+                kind,
+                detail: String::new(),
+            }),
+            retry_after: None,
+        };
+        for (e, blame, label) in [
+            (service(503, None), true, "http_5xx"),
+            (service(500, None), true, "http_5xx"),
+            (service(408, None), true, "timeout"),
+            (service(429, None), false, "http_429"),
+            (token(500), false, "http_5xx"),
+            (token(429), false, "http_429"),
+            (
+                no_answer(Endpoint::Service, TransportKind::Timeout),
+                true,
+                "timeout",
+            ),
+            (
+                no_answer(Endpoint::Service, TransportKind::Closed),
+                true,
+                "connection_closed",
+            ),
+            (
+                no_answer(Endpoint::Service, TransportKind::ConnectionRefused),
+                false,
+                "unreachable",
+            ),
+            (
+                no_answer(Endpoint::Token, TransportKind::Timeout),
+                false,
+                "timeout",
+            ),
+            (ApiError::BadAnswer("x".into()), true, "bad_answer"),
+            (
+                ApiError::Transient {
+                    endpoint: Endpoint::Token,
+                    kind: TransientKind::Unreadable("not JSON".into()),
+                    retry_after: None,
+                },
+                false,
+                "bad_answer",
+            ),
+            (
+                ApiError::Unauthorized {
+                    message: "server error 503".into(),
+                },
+                false,
+                "http_401",
+            ),
+            (
+                ApiError::Rejected {
+                    status: 400,
+                    message: "rate limited".into(),
+                    errors: false,
+                },
+                false,
+                "http_400",
+            ),
+        ] {
+            assert_eq!(e.may_be_caused_by_the_request(), blame, "{e:?}");
+            assert_eq!(e.label(), label, "{e:?}");
+        }
+        let ra = Some(Duration::from_secs(2));
+        assert_eq!(service(429, ra).service_retry_after(), ra);
+        assert_eq!(service(503, ra).service_retry_after(), ra);
+        let held_back = ApiError::status(Endpoint::Token, 503, ra);
+        assert_eq!(
+            held_back.service_retry_after(),
+            None,
+            "the token endpoint's own"
+        );
+    }
+
+    #[test]
+    fn an_errors_array_is_read_from_the_structure() {
+        assert!(carries_errors(
+            br#"{"message":"Bad","code":400,"errors":["item 1"]}"#
+        ));
+        assert!(carries_errors(br#"{"errors":[]}"#));
+        assert!(!carries_errors(
+            br#"{"message":"Validation failed [\"a\"]","code":400}"#
+        ));
+        assert!(!carries_errors(
+            br#"{"message":"x","errors":"not an array"}"#
+        ));
+        assert!(!carries_errors(b"<html>errors</html>"));
+    }
+
+    #[test]
     fn tls_failures_say_why_in_an_installers_words() {
         for (detail, want) in [
             ("invalid peer certificate: UnknownIssuer", "unknown issuer"),
@@ -437,8 +671,32 @@ mod tests {
             "credentials or permission"
         );
         assert_eq!(
-            ApiError::transient("server error 503", Some(Duration::from_secs(7))).operator_cause(),
+            ApiError::status(Endpoint::Service, 503, Some(Duration::from_secs(7))).operator_cause(),
             "server error 503"
+        );
+        assert_eq!(
+            ApiError::status(Endpoint::Token, 502, None).operator_cause(),
+            "token endpoint error 502"
+        );
+        assert_eq!(
+            ApiError::status(Endpoint::Token, 429, None).to_string(),
+            "token endpoint rate limited"
+        );
+        let refused = ApiError::Transient {
+            endpoint: Endpoint::Service,
+            kind: TransientKind::NoAnswer(Transport {
+                kind: TransportKind::ConnectionRefused,
+                detail: "tcp connect error".into(),
+            }),
+            retry_after: None,
+        };
+        assert_eq!(
+            refused.operator_cause(),
+            "service unreachable: connection refused"
+        );
+        assert_eq!(
+            refused.to_string(),
+            "service unreachable: connection refused (connection refused: tcp connect error)"
         );
         assert_eq!(
             ApiError::AuthRejected {

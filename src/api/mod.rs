@@ -6,7 +6,8 @@ and single decode (4.3), with answers mapped to errors that say what to do (sect
 This file is the client itself: its setup, the password grant, and the plumbing every
 call shares (the request headers, the one retry after a 401, reading an answer with a
 cap). Each group of endpoints is a file beside it (`decode` so far); `auth` is the
-token cache and `error` what can go wrong.
+token cache, `pause` the service's `Retry-After` held for every decode request, and
+`error` what can go wrong, by kind.
 
 Why it is built this way:
 - One [`ServiceClient`] is shared (it is an `Arc` inside) so that the flusher and
@@ -29,6 +30,7 @@ mod error;
 mod history;
 mod locate;
 mod messages;
+mod pause;
 pub mod rate;
 mod send;
 
@@ -51,7 +53,7 @@ pub use devices::{
     check_id, hint, AddDevice, AddOutcome, DeviceOp, DeviceOutcome, DeviceReport, DeviceRun,
     Operator, OperatorError, Progress, MAX_ID_CHARS,
 };
-pub use error::{parse_retry_after, ApiError, Transport, TransportKind};
+pub use error::{parse_retry_after, ApiError, Endpoint, TransientKind, Transport, TransportKind};
 pub use history::{
     merge, month_windows, HistoricalEvent, HistoryFilter, HistoryQuery, HistoryRead, HistoryWindow,
 };
@@ -60,7 +62,8 @@ pub use messages::{check_payload, MessageSent, MessageType};
 pub use send::Interrupt;
 
 use auth::{Grant, TokenCache};
-use error::answer_message;
+use error::{answer_message, carries_errors};
+use pause::DecodeGate;
 
 /// Largest success answer read; a bigger one is [`ApiError::BadAnswer`]. 250 decoded
 /// items are a few tens of KiB, so this only stops a broken or hostile server.
@@ -87,6 +90,8 @@ struct Inner {
     customer_id: HeaderValue,
     authorized_groups: HeaderValue,
     tokens: TokenCache,
+    /// The service's `Retry-After`, for every decode request (see `pause`).
+    decode_gate: DecodeGate,
     /// Server clock minus ours, in seconds, from the `Date` of the last token answer.
     clock_skew: std::sync::Mutex<Option<i64>>,
 }
@@ -124,8 +129,16 @@ struct Answer {
     /// from it; it is never logged or shown whole).
     body: Bytes,
     /// The message of an error answer, scrubbed of the token and password (empty on
-    /// success).
+    /// success). For people: no decision reads it.
     message: String,
+}
+
+impl Answer {
+    /// Whether this error answer's body carries the spec's `errors` array (a validation
+    /// failure, spec 2.6 and 7): its structure, for callers that must not read `message`.
+    fn carries_errors(&self) -> bool {
+        !self.status.is_success() && carries_errors(&self.body)
+    }
 }
 
 /// Whether a URL's scheme is one we can talk to.
@@ -237,6 +250,7 @@ impl ServiceClient {
                 customer_id,
                 authorized_groups,
                 tokens: TokenCache::new(),
+                decode_gate: DecodeGate::new(),
                 clock_skew: std::sync::Mutex::new(None),
             }),
             metrics: None,
@@ -341,7 +355,7 @@ impl ServiceClient {
         if let Some(b) = body {
             r = r.body(b);
         }
-        self.execute(r, token).await
+        self.execute(r, token, None).await
     }
 
     /// `{base_url}` with `segments` appended.
@@ -355,15 +369,26 @@ impl ServiceClient {
         (&e.customer_id, &e.authorized_groups)
     }
 
-    /// Sends a request built by `build` with the cached token; on 401 drops that
-    /// token, gets one new token and sends once more.
-    async fn send<F>(&self, correlation_id: &str, build: F) -> Result<Answer, ApiError>
+    /// Until when decode requests wait for the service's `Retry-After`, if they do.
+    pub fn decode_paused_until(&self) -> Option<tokio::time::Instant> {
+        self.inner.decode_gate.closed_until()
+    }
+
+    /// Sends a decode request built by `build` with the cached token; on 401 drops that
+    /// token, gets one new token and sends once more. Each time it goes on the wire it
+    /// first passes the decode gate, and an answer with `Retry-After` closes the gate
+    /// (see `pause`).
+    async fn send_decode<F>(&self, correlation_id: &str, build: F) -> Result<Answer, ApiError>
     where
         F: Fn(&Secret) -> RequestBuilder,
     {
+        let gate = &self.inner.decode_gate;
+        // Before the token is taken, so that a long pause does not leave it stale.
+        gate.wait_open().await;
+        let gate = Some((gate, correlation_id));
         let tokens = &self.inner.tokens;
         let token = tokens.get(|| self.grant()).await?;
-        let answer = self.execute(build(&token), &token).await?;
+        let answer = self.execute(build(&token), &token, gate).await?;
         if answer.status != StatusCode::UNAUTHORIZED {
             return Ok(answer);
         }
@@ -373,7 +398,7 @@ impl ServiceClient {
         );
         tokens.invalidate_if(&token);
         let token = tokens.get(|| self.grant()).await?;
-        let answer = self.execute(build(&token), &token).await?;
+        let answer = self.execute(build(&token), &token, gate).await?;
         if answer.status == StatusCode::UNAUTHORIZED {
             return Err(ApiError::Unauthorized {
                 message: answer.message,
@@ -384,12 +409,26 @@ impl ServiceClient {
 
     /// Sends and reads the answer (success bodies capped at [`MAX_ANSWER_BYTES`]; of an
     /// error answer only the message is kept).
-    async fn execute(&self, req: RequestBuilder, token: &Secret) -> Result<Answer, ApiError> {
-        let transport =
-            |e: reqwest::Error| ApiError::from_transport(&e, "service unreachable", "timeout");
+    /// With `gate`, the request passes it right before it goes on the wire, and an
+    /// answer that asks for a pause (429 or 5xx with `Retry-After`) closes it at once.
+    async fn execute(
+        &self,
+        req: RequestBuilder,
+        token: &Secret,
+        gate: Option<(&DecodeGate, &str)>,
+    ) -> Result<Answer, ApiError> {
+        let transport = |e: reqwest::Error| ApiError::from_transport(&e, Endpoint::Service);
+        if let Some((g, correlation_id)) = gate {
+            g.pass(correlation_id).await;
+        }
         let resp = req.send().await.map_err(transport)?;
         let status = resp.status();
         let retry_after = retry_after_of(&resp);
+        if let (Some((g, correlation_id)), Some(pause)) = (gate, retry_after) {
+            if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
+                g.hold(pause, correlation_id);
+            }
+        }
         if status.is_success() {
             let body = read_capped(resp, MAX_ANSWER_BYTES)
                 .await
@@ -445,9 +484,7 @@ impl ServiceClient {
             ("client_id", e.client_id.as_str()),
             ("audience", e.audience.as_str()),
         ];
-        let transport = |err: reqwest::Error| {
-            ApiError::from_transport(&err, "token endpoint unreachable", "token endpoint timeout")
-        };
+        let transport = |err: reqwest::Error| ApiError::from_transport(&err, Endpoint::Token);
         let resp = self
             .inner
             .http
@@ -479,7 +516,16 @@ impl ServiceClient {
             .unwrap_or_else(|| Bytes::from_static(b"(body too large)"));
         let code = status.as_u16();
         if status.is_success() {
-            let grant = parse_token_answer(&body)?;
+            // A success that is no token is the token endpoint's trouble, never the
+            // service's answer to a batch.
+            let grant = parse_token_answer(&body).map_err(|e| match e {
+                ApiError::BadAnswer(m) => ApiError::Transient {
+                    endpoint: Endpoint::Token,
+                    kind: TransientKind::Unreadable(m),
+                    retry_after: None,
+                },
+                other => other,
+            })?;
             if let Some(m) = &self.metrics {
                 m.token_granted();
             }
@@ -491,14 +537,7 @@ impl ServiceClient {
             return Ok(grant);
         }
         match code {
-            429 => Err(ApiError::transient(
-                "token endpoint rate limited",
-                retry_after,
-            )),
-            500..=599 => Err(ApiError::transient(
-                format!("token endpoint error {code}"),
-                retry_after,
-            )),
+            429 | 500..=599 => Err(ApiError::status(Endpoint::Token, code, retry_after)),
             _ => Err(ApiError::AuthRejected {
                 status: code,
                 message: auth::refusal(&body, e.password.expose()),

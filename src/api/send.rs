@@ -374,16 +374,16 @@ enum Attempt {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::Transport;
+    use crate::api::{Endpoint, TransientKind, Transport};
 
     fn transport(kind: TransportKind) -> ApiError {
         ApiError::Transient {
-            cause: "x".into(),
-            retry_after: None,
-            transport: Some(Transport {
+            endpoint: Endpoint::Service,
+            kind: TransientKind::NoAnswer(Transport {
                 kind,
                 detail: String::new(),
             }),
+            retry_after: None,
         }
     }
 

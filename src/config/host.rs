@@ -23,14 +23,26 @@ impl Host {
     /// This machine: its host name (`tapegate` when it cannot be read) and the credentials
     /// directory systemd gave this process, if any.
     pub fn from_system() -> Host {
-        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .ok()
+        Host::from_facts(
+            std::fs::read_to_string("/proc/sys/kernel/hostname").ok(),
+            std::env::var_os("CREDENTIALS_DIRECTORY"),
+        )
+    }
+
+    /// The host that these facts describe: the kernel's host name file as read (if it
+    /// could be) and `$CREDENTIALS_DIRECTORY` (if set). Pure, so tests give it any
+    /// machine instead of reading the one they run on.
+    pub fn from_facts(
+        hostname_file: Option<String>,
+        credentials_directory: Option<std::ffi::OsString>,
+    ) -> Host {
+        let hostname = hostname_file
             .map(|h| h.trim().to_string())
             .filter(|h| !h.is_empty())
             .unwrap_or_else(|| "tapegate".into());
         Host {
             hostname,
-            credentials_dir: std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from),
+            credentials_dir: credentials_directory.map(PathBuf::from),
         }
     }
 
@@ -197,7 +209,20 @@ mod tests {
     }
 
     #[test]
-    fn this_machine_always_has_a_name() {
-        assert!(!Host::from_system().hostname.is_empty());
+    fn a_machine_always_has_a_name_and_a_credentials_directory_only_when_systemd_gave_one() {
+        let host = Host::from_facts(
+            Some("dock-7\n".into()),
+            Some("/run/credentials/tapegate.service".into()),
+        );
+        assert_eq!(host.hostname, "dock-7");
+        assert_eq!(
+            host.credentials_dir.as_deref(),
+            Some(Path::new("/run/credentials/tapegate.service"))
+        );
+        for unreadable in [None, Some(String::new()), Some(" \n".into())] {
+            let host = Host::from_facts(unreadable.clone(), None);
+            assert_eq!(host.hostname, "tapegate", "{unreadable:?}");
+            assert_eq!(host.credentials_dir, None);
+        }
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::api::{ApiError, BulkAnswerItem, TransportKind};
+use crate::api::{ApiError, BulkAnswerItem};
 use crate::outbox::{Outcome, Reading};
 
 /// What to do with a batch after its answer.
@@ -13,25 +13,27 @@ pub enum Action {
     /// Settle each row by its index in the batch: delivered or dead letter. A row not
     /// in the list was left out of the answer.
     Settle(Vec<(usize, Outcome)>),
-    /// Refused whole because of what it holds (400): split it (a single item becomes a
-    /// dead letter with this message).
-    Split(String),
-    /// The request itself was refused (400 for missing headers, a validation failure
-    /// not about items): not the captures' fault. Back off and report; keep them.
+    /// Refused whole (400). Whether the request or a capture in it is at fault, the
+    /// answer cannot say (spec 7 gives both the same body); the planner splits the batch
+    /// and lets the evidence decide. The text is the service's message, for people.
     Refused(String),
     /// Too large (413): never send this many again.
     Shrink,
-    /// Back off and retry; the text is the operator-readable cause. `isolate`: the
-    /// failure may be caused by what the batch holds (see [`may_be_the_batchs_fault`]).
+    /// Back off and retry. `cause` is the operator-readable cause and `label` the same
+    /// as a metric label; `retry_after` the service's own `Retry-After` (a pause of the
+    /// whole gateway); `isolate`: the failure may be caused by what the batch holds
+    /// ([`ApiError::may_be_caused_by_the_request`]).
     Retry {
         cause: String,
+        label: &'static str,
         retry_after: Option<Duration>,
         isolate: bool,
     },
 }
 
-/// Maps the answer to a batch sent with `mac_ids` to an action. Items are matched by
-/// `mac_id`, not position; a row whose MAC is not in the answer is left out.
+/// Maps the answer to a batch sent with `mac_ids` to an action, by kind alone (status,
+/// endpoint, transport, structure): no decision reads the words of a message. Items are
+/// matched by `mac_id`, not position; a row whose MAC is not in the answer is left out.
 pub fn classify(mac_ids: &[String], answer: Result<Vec<BulkAnswerItem>, ApiError>) -> Action {
     match answer {
         Ok(items) => {
@@ -60,35 +62,14 @@ pub fn classify(mac_ids: &[String], answer: Result<Vec<BulkAnswerItem>, ApiError
                 .collect();
             Action::Settle(outcomes)
         }
-        Err(ApiError::Rejected { message, .. }) => Action::Split(message),
-        Err(ApiError::RequestRefused { message, .. }) => Action::Refused(message),
+        Err(ApiError::Rejected { message, .. }) => Action::Refused(message),
         Err(ApiError::TooLarge { .. }) => Action::Shrink,
         Err(e) => Action::Retry {
             cause: e.operator_cause(),
-            retry_after: e.retry_after(),
-            isolate: may_be_the_batchs_fault(&e),
+            label: e.label(),
+            retry_after: e.service_retry_after(),
+            isolate: e.may_be_caused_by_the_request(),
         },
-    }
-}
-
-/// Whether a failure may be caused by what the batch holds (the service choking on a
-/// capture): a 5xx, a timeout or a closed connection of the decode request itself, or
-/// an answer that cannot be read. Never a rate limit, a refused token, the token
-/// endpoint, or a connection that never opened: retrying those alone would only blame
-/// a capture for the service's state.
-pub fn may_be_the_batchs_fault(e: &ApiError) -> bool {
-    match e {
-        ApiError::BadAnswer(_) => true,
-        ApiError::Transient {
-            cause, transport, ..
-        } => {
-            !cause.starts_with("token endpoint")
-                && match transport {
-                    Some(t) => matches!(t.kind, TransportKind::Timeout | TransportKind::Closed),
-                    None => cause.starts_with("server error") || cause == "timeout",
-                }
-        }
-        _ => false,
     }
 }
 
@@ -96,7 +77,7 @@ pub fn may_be_the_batchs_fault(e: &ApiError) -> bool {
 mod tests {
     //! One test per row of the answer table in the module doc.
     use super::*;
-    use crate::api::Decoded;
+    use crate::api::{Decoded, Endpoint, TransientKind, Transport, TransportKind};
     use serde_json::json;
 
     fn macs() -> Vec<String> {
@@ -145,26 +126,39 @@ mod tests {
     }
 
     #[test]
-    fn a_400_for_what_the_batch_holds_splits_it() {
-        let e = ApiError::Rejected {
-            status: 400,
-            message: "invalid packet".into(),
-        };
-        assert_eq!(
-            classify(&macs(), Err(e)),
-            Action::Split("invalid packet".into())
-        );
+    fn a_400_is_refused_whatever_its_words_and_the_evidence_decides() {
+        for (message, errors) in [
+            ("invalid packet", false),
+            (
+                "Missing required headers: customer_id or authorized_groups",
+                false,
+            ),
+            ("Bad Request", false),
+            ("Validation failed", true),
+        ] {
+            let e = ApiError::Rejected {
+                status: 400,
+                message: message.into(),
+                errors,
+            };
+            assert_eq!(classify(&macs(), Err(e)), Action::Refused(message.into()));
+        }
     }
 
     #[test]
-    fn a_400_refusing_the_request_itself_is_not_the_captures_fault() {
+    fn a_request_refused_by_its_structure_backs_off_and_blames_nothing() {
         let e = ApiError::RequestRefused {
             status: 400,
             message: "Missing required headers".into(),
         };
         assert_eq!(
             classify(&macs(), Err(e)),
-            Action::Refused("Missing required headers".into())
+            Action::Retry {
+                cause: "request refused: Missing required headers".into(),
+                label: "http_400_request",
+                retry_after: None,
+                isolate: false
+            }
         );
     }
 
@@ -177,6 +171,7 @@ mod tests {
             classify(&macs(), Err(e)),
             Action::Retry {
                 cause: "credentials or permission".into(),
+                label: "http_401",
                 retry_after: None,
                 isolate: false
             }
@@ -193,11 +188,12 @@ mod tests {
 
     #[test]
     fn a_429_backs_off_no_less_than_retry_after() {
-        let e = ApiError::transient("rate limited", Some(Duration::from_secs(30)));
+        let e = ApiError::status(Endpoint::Service, 429, Some(Duration::from_secs(30)));
         assert_eq!(
             classify(&macs(), Err(e)),
             Action::Retry {
                 cause: "rate limited".into(),
+                label: "http_429",
                 retry_after: Some(Duration::from_secs(30)),
                 isolate: false
             }
@@ -206,21 +202,59 @@ mod tests {
 
     #[test]
     fn a_5xx_a_timeout_or_a_connection_error_backs_off() {
-        for (cause, isolate) in [
-            ("server error 503", true),
-            ("timeout", true),
-            ("token endpoint error 500", false),
+        let no_answer = |endpoint, kind| ApiError::Transient {
+            endpoint,
+            kind: TransientKind::NoAnswer(Transport {
+                kind,
+                detail: String::new(),
+            }),
+            retry_after: None,
+        };
+        for (e, cause, label, isolate) in [
+            (
+                ApiError::status(Endpoint::Service, 503, None),
+                "server error 503",
+                "http_5xx",
+                true,
+            ),
+            (
+                no_answer(Endpoint::Service, TransportKind::Timeout),
+                "timeout",
+                "timeout",
+                true,
+            ),
+            (
+                no_answer(Endpoint::Service, TransportKind::ConnectionRefused),
+                "service unreachable: connection refused",
+                "unreachable",
+                false,
+            ),
+            (
+                ApiError::status(Endpoint::Token, 500, None),
+                "token endpoint error 500",
+                "http_5xx",
+                false,
+            ),
         ] {
-            let e = ApiError::transient(cause, None);
             assert_eq!(
                 classify(&macs(), Err(e)),
                 Action::Retry {
                     cause: cause.into(),
+                    label,
                     retry_after: None,
                     isolate
                 }
             );
         }
+    }
+
+    #[test]
+    fn a_token_endpoints_retry_after_is_no_pause_of_the_service() {
+        let e = ApiError::status(Endpoint::Token, 429, Some(Duration::from_secs(30)));
+        let Action::Retry { retry_after, .. } = classify(&macs(), Err(e)) else {
+            panic!("retry")
+        };
+        assert_eq!(retry_after, None);
     }
 
     #[test]
@@ -230,6 +264,7 @@ mod tests {
             classify(&macs(), Err(e)),
             Action::Retry {
                 cause: "unreadable answer".into(),
+                label: "bad_answer",
                 retry_after: None,
                 isolate: true
             }

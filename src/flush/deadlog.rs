@@ -1,6 +1,7 @@
-//! Dead letters in the log: one WARN line per MAC per [`DEAD_LETTER_LOG_EVERY`], with
-//! the field `mac` (journald shows it as `MAC`), the reason, and how many were not
-//! logged since. Tapes of other customers pass every dock and are refused at every
+//! Dead letters in the log: one WARN line per MAC per [`DEAD_LETTER_LOG_EVERY`], whose
+//! message names the MAC and the service's reason (what `journalctl` shows), with the
+//! fields `mac` (journald shows it as `MAC`), `reason`, and how many were not logged
+//! since. Tapes of other customers pass every dock and are refused at every
 //! advert; a line each would drown the journal, none would hide a wrong setup.
 
 use std::collections::HashMap;
@@ -49,12 +50,16 @@ impl DeadLetterLog {
     /// Logs a dead letter of `mac` if its period allows.
     pub fn log(&mut self, mac: Mac, reason: &str, correlation_id: &str, now: Instant) {
         if let Some(suppressed) = self.admit(mac, now) {
+            // The message itself names the tape and the reason: `journalctl -u tapegate`
+            // shows the message, not the fields. The reason is the service's text, cut
+            // and made inert.
+            let said = crate::text::shown(reason, 200);
             tracing::warn!(
                 mac = %mac,
                 correlation_id,
                 reason,
                 suppressed,
-                "the service refused a capture; kept as a dead letter"
+                "the service refused a capture of {mac}: {said}; kept as a dead letter"
             );
         }
     }

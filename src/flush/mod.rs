@@ -14,11 +14,29 @@ the batches in flight and the concurrency limit.
 | 200, item decoded | reading stored, row removed |
 | 200, item with `error` | dead letter with the server's error, row removed |
 | 200, item missing (or with neither `qr_code` nor `error`) | row stays, retried; after `flush.max_attempts` such answers a dead letter |
-| 400 for what the batch holds | split in halves until the refused items are alone; a refused single item is a dead letter with the server's message |
-| 400 for the request itself (missing headers, a validation failure not about items) | back off and report; nothing is dead-lettered |
+| 400 on the whole batch | split in halves until the refused items are alone; a capture refused alone is a dead letter with the server's message once the service has taken a request of ours sent since its first refusal; until then (every half refused alike: the request is what it refuses, whatever the message says) it is kept, new sends pause and the cause is reported |
 | 401 (after the client's one fresh-token retry) | back off, "credentials or permission" |
 | 413 | halve the batch size for this run; that size is never sent again |
-| 429, 5xx, timeout, connection error, unreadable answer | back off (full jitter, `Retry-After` honoured even past `backoff_max`), fewer batches in flight; a batch that keeps failing while others are answered is split to isolate the capture, which becomes a dead letter after `flush.max_attempts` failures on its own |
+| 429, 5xx, timeout, connection error, unreadable answer | back off (full jitter, `Retry-After` honoured even past `backoff_max`, for the whole gateway: see below), fewer batches in flight; a batch that keeps failing while others are answered is split to isolate the capture, which becomes a dead letter after `flush.max_attempts` failures on its own |
+
+Every decision is taken by kind (status, endpoint, transport, the structure of the
+answer, the evidence of a split), never by the words of a message (spec 7).
+
+The promises, and what keeps each:
+- **`Retry-After` is a pause of the whole gateway.** The request task that reads a 429
+  (or a 503 with `Retry-After`) closes the client's decode gate at once (`api::pause`):
+  a request already launched but not yet on the wire waits there. The planner, once it
+  has the answer, launches nothing until then: no new batch, no parked or split part,
+  nothing a fetch under way found. Only requests already on the wire may land inside
+  the pause.
+- **One fate per capture.** A fetch claims the rows it returns in the outbox, and the
+  outbox never evicts a claimed row; claims end when the outcome is recorded or the
+  planner hands them back (carried by the next outbox call, so the normal path costs no
+  extra call). A parked or split part claims its rows again before it is sent, and
+  rows evicted while it waited are dropped, never sent.
+- **Health follows what the flusher decides**: an answer it backs off from is a
+  failure, one that settles captures is progress (`Metrics::delivery_failed`,
+  `Metrics::delivery_progressed`), whatever the service's words.
 
 Shutdown: `stop` ends new sends and waits for the answers of the batches in flight;
 `abandon` drops them (their rows stay pending and are sent again at the next start).
@@ -47,7 +65,7 @@ use crate::systemd::Beat;
 
 pub use answer::{classify, Action};
 pub use deadlog::{DeadLetterLog, DEAD_LETTER_LOG_EVERY};
-pub use plan::{Batch, BatchId, Note, Planner, Resolution, Step, MAX_REFUSED_IN_A_ROW};
+pub use plan::{Batch, BatchId, Note, Part, Planner, Resolution, Step};
 
 /// Rows looked at, at most, to fill one batch.
 const SCAN_LIMIT: usize = 20_000;
@@ -113,7 +131,27 @@ struct Shell {
     dead_log: DeadLetterLog,
     /// A failure was logged at WARN and no batch has been answered since.
     warned: bool,
+    /// Writes of the delivery error (for `status`) that failed in a row.
+    unnoted: FailedInARow,
     seq: u64,
+}
+
+/// A failure that repeats while a condition lasts (a full disk), logged once when it
+/// begins and once when it ends, with how many times it happened.
+#[derive(Debug, Default)]
+struct FailedInARow(u64);
+
+impl FailedInARow {
+    /// One more failure: `true` for the first of a run.
+    fn failed(&mut self) -> bool {
+        self.0 += 1;
+        self.0 == 1
+    }
+
+    /// It worked: how many failures the run that ended had, if one did.
+    fn worked(&mut self) -> Option<u64> {
+        Some(std::mem::take(&mut self.0)).filter(|n| *n > 0)
+    }
 }
 
 impl Flusher {
@@ -126,6 +164,7 @@ impl Flusher {
             tasks: HashMap::new(),
             dead_log: DeadLetterLog::default(),
             warned: false,
+            unnoted: FailedInARow::default(),
             seq: 0,
         };
         let mut ingest_done = false;
@@ -156,11 +195,32 @@ impl Flusher {
                     self.record(&mut sh, settle, "").await;
                     continue;
                 }
+                Step::Claim(part) => {
+                    let (ids, unclaim) = (part.ids(), sh.plan.take_unclaimed());
+                    match self.outbox.call(move |s| s.claim(&ids, &unclaim)).await {
+                        Ok(present) => {
+                            if let Some(batch) = sh.plan.claimed(part, &present, Instant::now()) {
+                                self.send(&mut sh, batch);
+                            }
+                        }
+                        Err(OutboxError::Closed) => {
+                            tracing::error!("the outbox has closed; flusher stops");
+                            break;
+                        }
+                        Err(e) => {
+                            let cause = format!("cannot read the outbox: {e}");
+                            let res = sh.plan.claim_failed(part, cause, now, fastrand::f64());
+                            self.carry_out(&mut sh, res, "").await;
+                        }
+                    }
+                    continue;
+                }
                 Step::Fetch { max } => {
                     let busy = sh.plan.busy().clone();
+                    let unclaim = sh.plan.take_unclaimed();
                     let fetched = self
                         .outbox
-                        .call(move |s| s.next_batch_excluding(max, SCAN_LIMIT, &busy))
+                        .call(move |s| s.claim_next_batch(max, SCAN_LIMIT, &busy, &unclaim))
                         .await;
                     let fetched = match fetched {
                         Ok(f) => f,
@@ -177,7 +237,9 @@ impl Flusher {
                         }
                     };
                     let empty = fetched.rows.is_empty();
-                    match sh.plan.offer(fetched, ingest_done, now) {
+                    // Time has passed (the fetch), and a pause may have begun: the
+                    // planner decides at the time it decides.
+                    match sh.plan.offer(fetched, ingest_done, Instant::now()) {
                         Step::Send(batch) => {
                             self.send(&mut sh, batch);
                             continue;
@@ -188,7 +250,7 @@ impl Flusher {
                             }
                             until
                         }
-                        Step::Fetch { .. } | Step::Record(_) => None,
+                        Step::Fetch { .. } | Step::Record(_) | Step::Claim(_) => None,
                     }
                 }
                 Step::Wait(until) => until,
@@ -270,7 +332,12 @@ impl Flusher {
             let started = Instant::now();
             let request = metrics.request();
             let answer = client.decode_bulk(&items, &correlation_id).await;
-            request.answered(&rows, &answer);
+            let failure = match &answer {
+                Ok(items) if items.is_empty() => Some("empty_answer"),
+                Ok(_) => None,
+                Err(e) => Some(e.label()),
+            };
+            request.answered(&rows, failure);
             Answered {
                 batch: id,
                 mac_ids,
@@ -310,6 +377,7 @@ impl Flusher {
                 let cause = "request task failed".to_string();
                 let action = Action::Retry {
                     cause,
+                    label: "task_failed",
                     retry_after: None,
                     isolate: false,
                 };
@@ -322,8 +390,14 @@ impl Flusher {
         self.carry_out(sh, res, &correlation_id).await;
     }
 
-    /// Logs the notes of a resolution and records its outcomes.
+    /// Logs the notes of a resolution, tells the metrics (and so `/healthz`) whether
+    /// delivery failed or progressed, and records its outcomes.
     async fn carry_out(&self, sh: &mut Shell, res: Resolution, correlation_id: &str) {
+        if let Some(label) = res.backoff() {
+            self.metrics.delivery_failed(label);
+        } else if res.progress {
+            self.metrics.delivery_progressed();
+        }
         for note in res.notes {
             self.note(sh, note, correlation_id).await;
         }
@@ -332,10 +406,11 @@ impl Flusher {
         }
     }
 
-    /// Records outcomes in the outbox (one transaction). If that fails, the planner
-    /// keeps them and pauses; they are recorded again, never sent again.
-    /// `correlation_id` names the request whose answer this is (empty for a retried
-    /// recording), for the dead-letter log lines.
+    /// Records outcomes in the outbox (one transaction), handing back the claims the
+    /// planner let go of in the same call. If that fails, the planner keeps them and
+    /// pauses; they are recorded again, never sent again. `correlation_id` names the
+    /// request whose answer this is (empty for a retried recording), for the
+    /// dead-letter log lines.
     async fn record(
         &self,
         sh: &mut Shell,
@@ -353,15 +428,22 @@ impl Flusher {
             in_flight: sh.plan.in_flight(),
             concurrency: sh.plan.window(),
         };
+        let unclaim = sh.plan.take_unclaimed();
         let written = self
             .outbox
-            .call(move |s| s.settle_noting(&rows, at, Some(&state)))
+            .call(move |s| {
+                s.unclaim(&unclaim);
+                s.settle_noting(&rows, at, Some(&state))
+            })
             .await;
         if let Err(e) = written {
             let cause = format!("could not record the service's answer: {e}");
             let res = sh
                 .plan
                 .record_failed(settle, cause, Instant::now(), fastrand::f64());
+            if let Some(label) = res.backoff() {
+                self.metrics.delivery_failed(label);
+            }
             for note in res.notes {
                 self.note(sh, note, "").await;
             }
@@ -386,7 +468,7 @@ impl Flusher {
                 correlation_id,
                 items,
                 reason,
-                "the service refused the batch; splitting it to find the refused captures"
+                "the service refused the batch (400); splitting it to find what it refuses"
             ),
             Note::Isolating { items, cause } => tracing::info!(
                 correlation_id,
@@ -421,6 +503,7 @@ impl Flusher {
                 cause,
                 delay,
                 server,
+                ..
             } => {
                 sh.report.failures += 1;
                 let cause = if server {
@@ -446,22 +529,60 @@ impl Flusher {
                     );
                 }
                 let at = now_ms();
+                self.metrics
+                    .set_paused_until(at + delay.as_millis() as i64);
                 let state = FlusherState {
                     ok_at: None,
                     in_flight,
                     concurrency: window,
                 };
+                let unclaim = sh.plan.take_unclaimed();
                 let written = self
                     .outbox
                     .call(move |s| {
+                        s.unclaim(&unclaim);
                         s.note_error(&cause, at)?;
                         s.note_flusher(&state)
                     })
                     .await;
-                if let Err(e) = written {
-                    tracing::warn!(error = %e, "could not record the delivery error");
+                // Logged when it starts failing and when it works again, not at every
+                // backoff while the disk stays full.
+                match written {
+                    Err(e) => {
+                        if sh.unnoted.failed() {
+                            tracing::warn!(
+                                error = %e,
+                                "could not record the delivery error for status; not logged again until it can be"
+                            );
+                        }
+                    }
+                    Ok(()) => {
+                        if let Some(failed) = sh.unnoted.worked() {
+                            tracing::info!(
+                                failed,
+                                "the delivery error is recorded for status again, after {failed} failed attempts"
+                            );
+                        }
+                    }
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repeating_failure_is_told_when_it_begins_and_when_it_ends_with_its_count() {
+        let mut f = FailedInARow::default();
+        assert_eq!(f.worked(), None, "nothing to tell");
+        assert!(f.failed(), "the first failure is logged");
+        assert!(!f.failed());
+        assert!(!f.failed());
+        assert_eq!(f.worked(), Some(3));
+        assert_eq!(f.worked(), None);
+        assert!(f.failed(), "a new run is logged again");
     }
 }

@@ -13,6 +13,11 @@ The rules, in the order a batch meets them:
   holds every MAC with a capture pending and some MAC has more behind it: waiting
   cannot make it fuller, only a new tape could). A part-full batch waits for more, up
   to `max_delay` from when it was first seen.
+- **Pauses hold everything.** While new sends pause (a backoff, or the service's
+  `Retry-After`), nothing is launched: not a queued part, not what a fetch already under
+  way finds ([`Planner::offer`] and [`Planner::claimed`] check, as [`Planner::next`]
+  does). (The service client holds the same pause for requests already launched, from
+  the instant a task reads the answer: see `api::pause`.)
 - **Concurrency window** (AIMD, after vector's adaptive request concurrency): at most
   `window` batches in flight, `1..=max_in_flight`. It starts at 1, grows by one on a
   clean answer no slower than twice the usual while the window was in use, and halves
@@ -21,28 +26,38 @@ The rules, in the order a batch meets them:
   with full jitter, capped at `backoff_max`, but never shorter than the server's
   `Retry-After` (honoured beyond the cap, up to [`RETRY_AFTER_MAX`]). A clean answer
   ends the streak.
-- **400 for what the batch holds**: split into halves, sent before anything new; a
-  single refused capture is a dead letter with the server's message. After
-  [`MAX_REFUSED_IN_A_ROW`] single refusals with no answered batch between them the
-  refusal is taken to be of the request: back off and report, refuse nothing more.
-- **400 for the request itself** (missing headers...): back off and report; nothing
-  is dead-lettered.
+- **Evidence.** The service is known to take our requests, as far as a capture is
+  concerned, once a batch *sent after* that capture first failed has been answered
+  (with items). Only that evidence turns a failure into the capture's fault; an answer
+  never does by its words.
+- **400**: the batch is split into halves, sent before anything new. A capture refused
+  alone is a dead letter with the service's message when there is evidence; without it
+  (every half refused the same way, down to single captures: a request the service
+  refuses whatever it holds, say headers a proxy drops), nothing is refused: the capture
+  is parked, new sends pause and the cause is reported, and the next refusal alone with
+  evidence decides.
 - **413**: the batch size limit halves for this run; that size is never sent again.
 - **Isolation.** A batch that fails transiently is parked on its own schedule
   (exponential from `backoff_initial`), its MACs held, so that other captures go
   first. If it fails again it is split in halves (as a 400 is), down to the capture
-  alone. When other batches were answered since its captures first failed, it holds a
-  capture the service chokes on: the others are not paused, and the capture alone,
-  after `max_attempts` such failures on its own, becomes a dead letter with the cause.
-  Without that evidence (an outage) every failure pauses new sends and nothing is
-  counted against a capture. Parked rows are bounded; past the bound a failed batch
-  is left to the outbox.
+  alone. With evidence, it holds a capture the service chokes on: the others are not
+  paused, and the capture alone, after `max_attempts` such failures on its own, becomes
+  a dead letter with the cause. Without it (an outage) every failure pauses new sends
+  and nothing is counted against a capture. Parked rows are bounded; past the bound a
+  failed batch is left to the outbox.
 - **Left out.** A capture a 200 answer leaves out (or answers with neither a reading
   nor an error) while it answers others is retried in a later batch; after
   `max_attempts` such answers it is a dead letter, and its MAC's later captures go on.
   An answer that answers nothing at all is a transient failure, unless it is to a
   capture alone that an earlier answer (answering others) already left out: then it
   is left out again.
+- **Claims: one fate per capture.** The outbox never evicts a row the flusher has
+  claimed, and a row it no longer holds is never sent. A fetch claims what it finds; a
+  batch in flight, and outcomes waiting to be recorded, keep their claims; everything
+  else is handed back ([`Planner::take_unclaimed`], carried by the next outbox call).
+  A parked or split part holds its rows without a claim (so that a long outage cannot
+  pin them against eviction) and claims them again just before it is sent
+  ([`Step::Claim`]): rows evicted meanwhile are dropped, never sent.
 - **Recording.** What an answer settled is kept here until the outbox has recorded it;
   if that fails (disk full), new sends pause (backoff) and the same outcomes are
   recorded again, never re-sent.
@@ -59,10 +74,6 @@ use crate::config::FlushSettings;
 use crate::outbox::{Fetched, Outcome, PendingCapture};
 use crate::record::Mac;
 
-/// Single captures refused whole (400) in a row, with no answered batch between them,
-/// after which the refusal is taken to be of the request, not of the captures.
-pub const MAX_REFUSED_IN_A_ROW: u32 = 10;
-
 /// Captures whose attempts are remembered at most; past it those not held here are
 /// forgotten (they start counting again), so memory stays bounded in any outage.
 const ATTEMPTS_MAX: usize = 100_000;
@@ -72,7 +83,8 @@ const ATTEMPTS_MAX: usize = 100_000;
 /// of few tapes passes every row. (Rows re-queued from the CLI are no commit of ours.)
 const EXHAUSTED_RECHECK: Duration = Duration::from_secs(5);
 
-/// Identifies a batch in flight.
+/// Identifies a batch launched (in flight). Increasing: a batch with a higher id was
+/// launched later.
 pub type BatchId = u64;
 
 /// A batch to send.
@@ -82,16 +94,34 @@ pub struct Batch {
     pub rows: Vec<PendingCapture>,
 }
 
+/// A parked or split part due to be sent: its rows are claimed again first (rows the
+/// outbox no longer holds are dropped), then [`Planner::claimed`] launches the rest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Part {
+    rows: Vec<PendingCapture>,
+    origin: Origin,
+}
+
+impl Part {
+    /// The row ids to claim.
+    pub fn ids(&self) -> Vec<i64> {
+        self.rows.iter().map(|r| r.id).collect()
+    }
+}
+
 /// What the loop should do next.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
-    /// Send this batch now.
+    /// Send this batch now (its rows are claimed).
     Send(Batch),
+    /// Claim the rows of this part in the outbox (those still pending), then call
+    /// [`Planner::claimed`].
+    Claim(Part),
     /// Record these outcomes again (the last try failed); then call
     /// [`Planner::recorded`] or [`Planner::record_failed`].
     Record(Vec<(PendingCapture, Outcome)>),
-    /// Fetch up to `max` captures of MACs not in [`Planner::busy`], then call
-    /// [`Planner::offer`].
+    /// Fetch (and claim) up to `max` captures of MACs not in [`Planner::busy`], then
+    /// call [`Planner::offer`].
     Fetch { max: usize },
     /// Nothing to send before `until` (`None`: before an answer, a commit, or a
     /// while). An answer or a commit may change that sooner.
@@ -101,16 +131,18 @@ pub enum Step {
 /// What the planner asks the loop to log and count, beyond the outcomes.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Note {
-    /// A 400 for what the batch held: split in halves.
+    /// A 400 for the batch: split in halves.
     Split { items: usize, reason: String },
-    /// A batch failing again while others are answered: split to isolate the capture.
+    /// A batch failing again: split to isolate the capture.
     Isolating { items: usize, cause: String },
     /// A 413: batches are at most `limit` from now on.
     Shrunk { sent: usize, limit: usize },
-    /// New sends pause for `delay`; `cause` for `status`. `server` when the delay is the
-    /// server's `Retry-After`.
+    /// New sends pause for `delay`; `cause` for `status`, `label` the same as a metric
+    /// label (`http_5xx`, `http_400`, `outbox_write`...). `server` when the delay is the
+    /// service's `Retry-After`.
     BackOff {
         cause: String,
+        label: &'static str,
         delay: Duration,
         server: bool,
     },
@@ -125,11 +157,25 @@ pub enum Note {
 pub struct Resolution {
     pub settle: Vec<(PendingCapture, Outcome)>,
     pub notes: Vec<Note>,
+    /// The service answered for captures (decoded or refused them): delivery makes
+    /// progress.
+    pub progress: bool,
+}
+
+impl Resolution {
+    /// The label of the backoff this resolution starts, if it starts one.
+    pub fn backoff(&self) -> Option<&'static str> {
+        self.notes.iter().find_map(|n| match n {
+            Note::BackOff { label, .. } => Some(*label),
+            _ => None,
+        })
+    }
 }
 
 /// A transient failure of a batch.
 struct Failure {
     cause: String,
+    label: &'static str,
     retry_after: Option<Duration>,
     /// It may be caused by what the batch holds (a 5xx, a timeout...), so the batch may
     /// be split to isolate a capture.
@@ -141,9 +187,9 @@ struct Failure {
 enum Origin {
     /// Fetched from the outbox.
     Fresh,
-    /// A part of a batch refused (400) for what it held.
+    /// A part of a batch refused (400).
     Split,
-    /// A part of a batch that keeps failing while others are answered.
+    /// A part of a batch that keeps failing.
     Isolate,
 }
 
@@ -166,11 +212,11 @@ struct Queued {
 /// What one capture has been through in this run (by row id).
 #[derive(Debug, Clone, Default)]
 struct Attempts {
-    /// Transient failures of batches holding it.
+    /// Transient failures and refusals of batches holding it.
     failures: u32,
-    /// [`Planner::answered_ok`] at its first failure: an answered batch since is
-    /// evidence that the service works for others.
-    ok_at_first: u64,
+    /// The last batch id launched when it first failed: an answered batch with a
+    /// higher id (sent after) is evidence that the service takes our requests.
+    failed_after: BatchId,
     /// Transient failures on its own.
     alone: u32,
     /// 200 answers that left it out.
@@ -199,10 +245,11 @@ pub struct Planner {
     unrecorded: Option<Vec<(PendingCapture, Outcome)>>,
     /// The MACs of every row held here (in flight, queued, unrecorded).
     busy: HashSet<Mac>,
+    /// Claims to hand back to the outbox with its next call.
+    unclaimed: Vec<i64>,
     attempts: HashMap<i64, Attempts>,
-    /// Batches answered with at least one item so far.
-    answered_ok: u64,
-    refused_in_a_row: u32,
+    /// The highest id of a batch answered with at least one item.
+    answered_ok: BatchId,
     next_id: BatchId,
     /// When a part-full batch was first seen.
     waiting_since: Option<Instant>,
@@ -225,9 +272,9 @@ impl Planner {
             in_flight: HashMap::new(),
             unrecorded: None,
             busy: HashSet::new(),
+            unclaimed: Vec::new(),
             attempts: HashMap::new(),
             answered_ok: 0,
-            refused_in_a_row: 0,
             next_id: 0,
             waiting_since: None,
             exhausted_until: None,
@@ -238,6 +285,32 @@ impl Planner {
     /// The MACs a fetch must skip.
     pub fn busy(&self) -> &HashSet<Mac> {
         &self.busy
+    }
+
+    /// The claims to hand back to the outbox (rows parked, left to the outbox, or found
+    /// and not sent); the caller passes them with its next outbox call.
+    pub fn take_unclaimed(&mut self) -> Vec<i64> {
+        std::mem::take(&mut self.unclaimed)
+    }
+
+    /// The claims waiting to be handed back (what [`Planner::take_unclaimed`] would
+    /// take), for checks.
+    pub fn to_unclaim(&self) -> &[i64] {
+        &self.unclaimed
+    }
+
+    /// The rows whose claims the outbox must keep: in flight, or settled and not yet
+    /// recorded. (For checks: the outbox's claims are exactly these, once the handed
+    /// back ones are passed on.)
+    pub fn claimed_rows(&self) -> Vec<i64> {
+        let mut ids: Vec<i64> = self
+            .in_flight
+            .values()
+            .flat_map(|b| b.rows.iter().map(|r| r.id))
+            .chain(self.unrecorded.iter().flatten().map(|(r, _)| r.id))
+            .collect();
+        ids.sort_unstable();
+        ids
     }
 
     /// Batches in flight now.
@@ -278,7 +351,10 @@ impl Planner {
         }
         if let Some(i) = self.queue.iter().position(|q| q.not_before <= now) {
             if let Some(q) = self.queue.remove(i) {
-                return Step::Send(self.launch(q.rows, q.origin, now));
+                return Step::Claim(Part {
+                    rows: q.rows,
+                    origin: q.origin,
+                });
             }
         }
         if let Some(until) = self.exhausted_until.filter(|t| *t > now) {
@@ -298,14 +374,19 @@ impl Planner {
         self.queue.iter().map(|q| q.not_before).min()
     }
 
-    /// What a fetch found: send it, or wait for it to fill. `ingest_done`: no more
-    /// captures will come, so waiting cannot fill it.
+    /// What a fetch found (and claimed): send it, or wait for it to fill (its claims are
+    /// handed back). `ingest_done`: no more captures will come, so waiting cannot fill
+    /// it. A pause that began while the fetch was under way holds it too.
     pub fn offer(&mut self, fetched: Fetched, ingest_done: bool, now: Instant) -> Step {
         let Fetched {
             rows,
             complete,
             backlog,
         } = fetched;
+        if let Some(until) = self.paused_until(now) {
+            self.unclaimed.extend(rows.iter().map(|r| r.id));
+            return Step::Wait(Some(until));
+        }
         if complete {
             self.exhausted_until = Some(now + EXHAUSTED_RECHECK);
         }
@@ -320,12 +401,60 @@ impl Planner {
             let since = *self.waiting_since.get_or_insert(now);
             let due = since + self.settings.max_delay;
             if now < due {
+                self.unclaimed.extend(rows.iter().map(|r| r.id));
                 let until = self.next_queued().map_or(due, |q| q.min(due));
                 return Step::Wait(Some(until));
             }
         }
         self.waiting_since = None;
         Step::Send(self.launch(rows, Origin::Fresh, now))
+    }
+
+    /// The outbox claimed the rows of `part` it still holds (`present`, by id): the rest
+    /// were evicted (or deleted) while the part waited here, and are never sent. Returns
+    /// the batch to send, if anything is left. A pause that began meanwhile holds the
+    /// part again (its claims are handed back).
+    pub fn claimed(&mut self, part: Part, present: &[i64], now: Instant) -> Option<Batch> {
+        let present: HashSet<i64> = present.iter().copied().collect();
+        let (rows, gone): (Vec<PendingCapture>, Vec<PendingCapture>) =
+            part.rows.into_iter().partition(|r| present.contains(&r.id));
+        for r in &gone {
+            self.busy.remove(&r.capture.mac);
+            self.attempts.remove(&r.id);
+        }
+        if !gone.is_empty() {
+            self.exhausted_until = None;
+        }
+        if rows.is_empty() {
+            return None;
+        }
+        if let Some(until) = self.paused_until(now) {
+            self.unclaimed.extend(rows.iter().map(|r| r.id));
+            self.queue.push_front(Queued {
+                rows,
+                origin: part.origin,
+                not_before: until,
+            });
+            return None;
+        }
+        Some(self.launch(rows, part.origin, now))
+    }
+
+    /// Claiming the rows of `part` failed (the outbox could not be read): it waits
+    /// here again, and new sends pause.
+    pub fn claim_failed(
+        &mut self,
+        part: Part,
+        cause: String,
+        now: Instant,
+        jitter: f64,
+    ) -> Resolution {
+        self.queue.push_front(Queued {
+            rows: part.rows,
+            origin: part.origin,
+            not_before: now,
+        });
+        self.read_failed(cause, now, jitter)
     }
 
     fn launch(&mut self, rows: Vec<PendingCapture>, origin: Origin, now: Instant) -> Batch {
@@ -352,13 +481,14 @@ impl Planner {
         for (_, b) in self.in_flight.drain() {
             for r in &b.rows {
                 self.busy.remove(&r.capture.mac);
+                self.unclaimed.push(r.id);
             }
         }
     }
 
-    /// The answer to batch `id`, `latency` after it was sent. Rows not in the
-    /// returned `settle` are released (retried later) or queued here; the settled ones
-    /// stay busy until [`Planner::recorded`] (or [`Planner::record_failed`]).
+    /// The answer to batch `id`. Rows not in the returned `settle` are released
+    /// (retried later) or queued here; the settled ones stay busy (and claimed) until
+    /// [`Planner::recorded`] (or [`Planner::record_failed`]).
     pub fn answered(
         &mut self,
         id: BatchId,
@@ -373,21 +503,18 @@ impl Planner {
         self.exhausted_until = None;
         let mut res = Resolution::default();
         match action {
-            Action::Settle(outcomes) => self.settle(batch, outcomes, now, &mut res),
-            Action::Split(reason) => self.split(batch, reason, now, jitter, &mut res),
-            Action::Refused(reason) => {
-                let cause = format!("the service refused the request itself (400: {reason}); no capture is at fault: check customer_id, authorized_groups and any proxy between");
-                self.release(batch.rows);
-                self.pause(cause, None, now, jitter, &mut res);
-            }
+            Action::Settle(outcomes) => self.settle(id, batch, outcomes, now, &mut res),
+            Action::Refused(reason) => self.refused(batch, reason, now, jitter, &mut res),
             Action::Shrink => self.shrink(batch, now, jitter, &mut res),
             Action::Retry {
                 cause,
+                label,
                 retry_after,
                 isolate,
             } => {
                 let failure = Failure {
                     cause,
+                    label,
                     retry_after,
                     // An answer that says when to come back (429, 503 with Retry-After)
                     // is about the service, never about a capture.
@@ -399,8 +526,32 @@ impl Planner {
         res
     }
 
+    /// Whether a batch sent after `row` first failed has been answered.
+    fn evidence(&self, row: &PendingCapture) -> bool {
+        self.attempts
+            .get(&row.id)
+            .is_some_and(|a| a.failures > 0 && self.answered_ok > a.failed_after)
+    }
+
+    /// Counts a failure (or refusal) of each of `rows`; returns the most any has had.
+    fn count_failures(&mut self, rows: &[PendingCapture]) -> u32 {
+        let launched = self.next_id;
+        let mut most = 0;
+        for r in rows {
+            let a = self.attempts.entry(r.id).or_default();
+            if a.failures == 0 {
+                a.failed_after = launched;
+            }
+            a.failures += 1;
+            most = most.max(a.failures);
+        }
+        self.bound_attempts();
+        most
+    }
+
     fn settle(
         &mut self,
+        id: BatchId,
         batch: InFlight,
         outcomes: Vec<(usize, Outcome)>,
         now: Instant,
@@ -419,6 +570,7 @@ impl Planner {
             let cause = "the service answered none of the items".to_string();
             let failure = Failure {
                 cause,
+                label: "empty_answer",
                 retry_after: None,
                 blame: true,
             };
@@ -444,15 +596,15 @@ impl Planner {
                 );
                 res.settle.push((row, Outcome::DeadLetter(reason)));
             } else {
-                self.busy.remove(&row.capture.mac);
+                self.release(vec![row]);
             }
         }
+        res.progress = !res.settle.is_empty();
         if outcomes_answered == 0 {
             // Not evidence that the service works; not a failure either.
             return;
         }
-        self.answered_ok += 1;
-        self.refused_in_a_row = 0;
+        self.answered_ok = self.answered_ok.max(id);
         // A pause already set stays: the server's Retry-After holds even when a batch
         // sent before it is answered after it.
         self.backoff.reset();
@@ -473,7 +625,9 @@ impl Planner {
         }
     }
 
-    fn split(
+    /// A 400 for the whole batch: split it; a capture refused alone is a dead letter
+    /// with evidence, or parked (and new sends pause) without.
+    fn refused(
         &mut self,
         batch: InFlight,
         reason: String,
@@ -482,30 +636,33 @@ impl Planner {
         res: &mut Resolution,
     ) {
         let rows = batch.rows;
+        self.count_failures(&rows);
         if rows.len() > 1 {
             res.notes.push(Note::Split {
                 items: rows.len(),
                 reason,
             });
+            self.unclaimed.extend(rows.iter().map(|r| r.id));
             return self.bisect(rows, Origin::Split, now);
         }
-        self.refused_in_a_row += 1;
-        if self.refused_in_a_row > MAX_REFUSED_IN_A_ROW {
-            // Every capture refused, one after another: the request is what the
-            // service refuses, not the captures. Keep them all.
-            let split_parts: Vec<Queued> = self.take_queued(Origin::Split);
-            for q in split_parts {
-                self.release(q.rows);
-            }
-            self.release(rows);
-            let cause = format!("the service refuses every capture (400: {reason}); check customer_id, authorized_groups and the products");
-            self.pause(cause, None, now, jitter, res);
+        let Some(row) = rows.first() else { return };
+        if self.evidence(row) {
+            res.progress = true;
+            res.settle.extend(
+                rows.into_iter()
+                    .map(|r| (r, Outcome::DeadLetter(reason.clone()))),
+            );
             return;
         }
-        res.settle.extend(
-            rows.into_iter()
-                .map(|r| (r, Outcome::DeadLetter(reason.clone()))),
-        );
+        // Refused alone, and the service has taken no request of ours since: the
+        // request may be what it refuses (the same answer whatever the batch holds).
+        // Keep the capture, pause, and let the next answer bring the evidence.
+        let cause = format!("the service refuses the request (400: {reason}) and has taken none since; no capture is known to be at fault: check customer_id, authorized_groups and any proxy between");
+        self.pause(cause, "http_400", None, now, jitter, res);
+        // Its own schedule, so that other captures go first and can bring the evidence.
+        let failures = self.attempts.get(&row.id).map_or(1, |a| a.failures);
+        let due = (now + self.park_delay(failures, jitter)).max(self.paused_until.unwrap_or(now));
+        self.park(rows, Origin::Split, due);
     }
 
     fn shrink(&mut self, batch: InFlight, now: Instant, jitter: f64, res: &mut Resolution) {
@@ -513,13 +670,14 @@ impl Planner {
         if sent <= 1 {
             self.release(batch.rows);
             let cause = "the service refuses even one item as too large (413)".to_string();
-            return self.pause(cause, None, now, jitter, res);
+            return self.pause(cause, "http_413", None, now, jitter, res);
         }
         self.limit = self.limit.min(sent / 2).max(1);
         res.notes.push(Note::Shrunk {
             sent,
             limit: self.limit,
         });
+        self.unclaimed.extend(batch.rows.iter().map(|r| r.id));
         // Re-cut this batch and what was queued to the new limit, keeping the order.
         let mut parts = vec![Queued {
             rows: batch.rows,
@@ -548,20 +706,15 @@ impl Planner {
     ) {
         let Failure {
             cause,
+            label,
             retry_after,
             blame,
         } = failure;
-        let ok_now = self.answered_ok;
         // Evidence that this batch, not the service, is the trouble: its captures
-        // failed before, and other batches were answered since the first time. Only
-        // then does a capture alone count an attempt towards its dead letter (an
-        // outage is nobody's fault), and a larger batch get split at once.
-        let suspect = blame
-            && batch.rows.iter().any(|r| {
-                self.attempts
-                    .get(&r.id)
-                    .is_some_and(|a| a.failures > 0 && a.ok_at_first < ok_now)
-            });
+        // failed before, and a batch sent since was answered. Only then does a capture
+        // alone count an attempt towards its dead letter (an outage is nobody's fault),
+        // and a larger batch get split at once.
+        let suspect = blame && batch.rows.iter().any(|r| self.evidence(r));
         let counts_alone = suspect && batch.rows.len() == 1;
         // A batch that fails again is split even without that evidence (after the pause):
         // if nothing else is pending, only its own halves can bring the evidence.
@@ -570,19 +723,10 @@ impl Planner {
                 .rows
                 .iter()
                 .any(|r| self.attempts.get(&r.id).is_some_and(|a| a.failures > 0));
-        let mut failures = 0;
-        for r in &batch.rows {
-            let a = self.attempts.entry(r.id).or_default();
-            if a.failures == 0 {
-                a.ok_at_first = ok_now;
-            }
-            a.failures += 1;
-            failures = failures.max(a.failures);
-        }
-        self.bound_attempts();
+        let failures = self.count_failures(&batch.rows);
         if !suspect {
             self.decrease_window(batch.sent_at, now, res);
-            self.pause(cause.clone(), retry_after, now, jitter, res);
+            self.pause(cause.clone(), label, retry_after, now, jitter, res);
         }
         let rows = batch.rows;
         if failed_before && rows.len() > 1 {
@@ -590,6 +734,7 @@ impl Planner {
                 items: rows.len(),
                 cause,
             });
+            self.unclaimed.extend(rows.iter().map(|r| r.id));
             return self.bisect(rows, Origin::Isolate, now);
         }
         if counts_alone {
@@ -598,6 +743,7 @@ impl Planner {
             a.alone += 1;
             if a.alone >= self.settings.max_attempts {
                 let reason = format!("gave up after {} attempts on its own: {cause}", a.alone);
+                res.progress = true;
                 res.settle.extend(
                     rows.into_iter()
                         .map(|r| (r, Outcome::DeadLetter(reason.clone()))),
@@ -605,24 +751,35 @@ impl Planner {
                 return;
             }
         }
-        // Parked on its own schedule, its MACs held, so that other captures go first:
-        // either they are answered (and this batch is then known to be the trouble) or
-        // the service is down for everyone. Past the bound, left to the outbox instead.
-        if self.held_rows() + rows.len() > self.park_max() {
-            return self.release(rows);
-        }
+        let delay_floor = retry_after.unwrap_or_default().min(RETRY_AFTER_MAX);
+        let delay = self.park_delay(failures, jitter).max(delay_floor);
+        self.park(rows, batch.origin, now + delay);
+    }
+
+    /// The delay of a parked batch after `failures` failures: half fixed, half jitter,
+    /// never a tight loop, never in step with the others.
+    fn park_delay(&self, failures: u32, jitter: f64) -> Duration {
         let exp = self
             .settings
             .backoff_initial
             .saturating_mul(1u32 << failures.min(20))
             .min(self.settings.backoff_max);
-        // Half fixed, half jitter: never a tight loop, never in step with the others.
-        let delay = (exp / 2 + exp.mul_f64(jitter.clamp(0.0, 1.0)) / 2)
-            .max(retry_after.unwrap_or_default().min(RETRY_AFTER_MAX));
+        exp / 2 + exp.mul_f64(jitter.clamp(0.0, 1.0)) / 2
+    }
+
+    /// Parks `rows` until `not_before`, their MACs held and their claims handed back,
+    /// so that other captures go first: either they are answered (and the parked ones
+    /// then know where they stand) or the service is down for everyone. Past the bound,
+    /// left to the outbox instead.
+    fn park(&mut self, rows: Vec<PendingCapture>, origin: Origin, not_before: Instant) {
+        if self.held_rows() + rows.len() > self.park_max() {
+            return self.release(rows);
+        }
+        self.unclaimed.extend(rows.iter().map(|r| r.id));
         self.queue.push_back(Queued {
             rows,
-            origin: batch.origin,
-            not_before: now + delay,
+            origin,
+            not_before,
         });
     }
 
@@ -637,7 +794,8 @@ impl Planner {
         2 * self.settings.max_in_flight.max(1) * self.settings.max_batch.max(1)
     }
 
-    /// The outcomes of `settle` are recorded: their MACs are free again.
+    /// The outcomes of `settle` are recorded (the outbox let go of their claims in the
+    /// same call): their MACs are free again.
     pub fn recorded(&mut self, settle: &[(PendingCapture, Outcome)]) {
         self.exhausted_until = None;
         for (row, _) in settle {
@@ -646,8 +804,8 @@ impl Planner {
         }
     }
 
-    /// Recording `settle` failed: keep it (its MACs stay busy), pause new sends, and
-    /// record it again after the pause instead of sending anything again.
+    /// Recording `settle` failed: keep it (its MACs stay busy, its rows claimed), pause
+    /// new sends, and record it again after the pause instead of sending anything again.
     pub fn record_failed(
         &mut self,
         settle: Vec<(PendingCapture, Outcome)>,
@@ -660,20 +818,21 @@ impl Planner {
             Some(held) => held.extend(settle),
             None => self.unrecorded = Some(settle),
         }
-        self.pause(cause, None, now, jitter, &mut res);
+        self.pause(cause, "outbox_write", None, now, jitter, &mut res);
         res
     }
 
     /// Reading the outbox failed: pause new sends (backoff).
     pub fn read_failed(&mut self, cause: String, now: Instant, jitter: f64) -> Resolution {
         let mut res = Resolution::default();
-        self.pause(cause, None, now, jitter, &mut res);
+        self.pause(cause, "outbox_read", None, now, jitter, &mut res);
         res
     }
 
     fn pause(
         &mut self,
         cause: String,
+        label: &'static str,
         retry_after: Option<Duration>,
         now: Instant,
         jitter: f64,
@@ -686,6 +845,7 @@ impl Planner {
         self.failing = true;
         res.notes.push(Note::BackOff {
             cause,
+            label,
             delay,
             server,
         });
@@ -723,17 +883,11 @@ impl Planner {
         });
     }
 
-    fn take_queued(&mut self, origin: Origin) -> Vec<Queued> {
-        let (taken, kept): (Vec<Queued>, Vec<Queued>) =
-            self.queue.drain(..).partition(|q| q.origin == origin);
-        self.queue = kept.into();
-        taken
-    }
-
     /// Rows go back to the outbox's care: a later fetch takes them again.
     fn release(&mut self, rows: Vec<PendingCapture>) {
         for r in rows {
             self.busy.remove(&r.capture.mac);
+            self.unclaimed.push(r.id);
         }
     }
 

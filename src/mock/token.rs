@@ -178,4 +178,16 @@ impl MockHandle {
     pub fn revoke_all_tokens(&self) {
         self.shared.with(|s| s.tokens.clear());
     }
+
+    /// Tokens granted for `env` that the service would still take now: a test waits
+    /// for this to reach 0 instead of sleeping through a token's lifetime.
+    pub fn live_tokens(&self, env: &str) -> usize {
+        let now = Instant::now();
+        self.shared.with(|s| {
+            s.tokens
+                .values()
+                .filter(|t| t.env == env && t.expires_at > now)
+                .count()
+        })
+    }
 }

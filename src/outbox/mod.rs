@@ -28,7 +28,17 @@ never held. `counters` also has `clock_repaired` and `clock_estimated`.
 
 A row's life: admitted → `pending` (held while the clock is not trusted) → delivered (row deleted, reading stored) | dead
 letter (row moved to `dead_letters`) | evicted (deleted when `max_pending` is exceeded,
-oldest first). `tapegate dead-letters retry` moves dead letters back to `pending`.
+oldest first, never while the flusher has it claimed). `tapegate dead-letters retry`
+moves dead letters back to `pending`.
+
+**Claims** (in memory, on the owner thread; no write): the rows the flusher has in a
+batch in flight, or settled and not yet recorded. A fetch claims the rows it returns
+([`Store::claim_next_batch`]); [`Store::settle`] lets go of what it records; the flusher
+hands back the rest with its next call ([`Store::unclaim`]), and claims a parked batch's
+rows again just before it sends it ([`Store::claim`], which returns only the rows still
+pending). So a row the outbox evicted is never sent, and a row on its way to the service
+is never counted evicted: one fate per capture, by construction, at no extra call or
+write on the normal path.
 
 # Guarantees
 - **Accepted means committed.** Captures are committed in groups, every
@@ -42,9 +52,16 @@ oldest first). `tapegate dead-letters retry` moves dead letters back to `pending
   count, so at every commit `admitted = delivered + dead_lettered + evicted + pending`
   holds, where `pending` is the number of rows in `pending`. Purging stored dead letters
   does not change `dead_lettered` (they were still refused).
-- **Bounded.** At most `outbox.max_pending` rows pending; past it the oldest are evicted
-  (the newest state of a tape matters most) and counted. Stored dead letters are capped
-  at [`MAX_DEAD_LETTERS`] (oldest dropped and counted); readings by retention.
+- **Bounded.** At most `outbox.max_pending` rows pending; past it the oldest rows not
+  claimed are evicted (the newest state of a tape matters most) and counted; when every
+  older row is claimed, the newest go (the bound holds whatever the flusher holds).
+  Re-queued dead letters can push past the bound until the next commit evicts. Stored
+  dead letters are capped at [`MAX_DEAD_LETTERS`] (oldest dropped and counted);
+  readings by retention.
+- **One fate per capture.** Every admitted capture is pending, delivered, a dead letter
+  or evicted; a claimed row is never evicted, and only a row still pending can be
+  claimed. A settle for a row already gone (its database replaced under the daemon)
+  changes no counter.
 - **One owner.** One thread owns the connection ([`Outbox`] is its handle); the CLI
   (`status`, `dead-letters`) opens its own short-lived connection, which WAL allows
   while the daemon runs.

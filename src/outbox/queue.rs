@@ -54,7 +54,11 @@ pub enum Outcome {
 
 impl Store {
     /// Commits one group of captures, evicting the oldest pending rows past
-    /// `max_pending`. Returns how many were evicted. On error nothing changed.
+    /// `max_pending`, never a row the flusher has claimed ([`Store::claim`]): those are
+    /// being delivered, and a capture the service gets is never counted evicted. (The
+    /// new rows are unclaimed, so the bound always holds; only when every older row is
+    /// claimed are new ones evicted.) Returns how many were evicted. On error nothing
+    /// changed.
     pub fn enqueue(&mut self, group: &[Capture]) -> Result<u64, OutboxError> {
         if group.is_empty() {
             return Ok(0);
@@ -86,13 +90,15 @@ impl Store {
             note_heard(&tx, group)?;
             next.admitted += group.len() as u64;
             let excess = next.pending().saturating_sub(self.options.max_pending);
-            let evicted = if excess > 0 {
+            let evicted = if excess == 0 {
+                0
+            } else if self.claimed.is_empty() {
                 tx.execute(
                     "DELETE FROM pending WHERE id IN (SELECT id FROM pending ORDER BY id LIMIT ?1)",
                     [excess as i64],
                 )? as u64
             } else {
-                0
+                evict_unclaimed(&tx, excess, &self.claimed)?
             };
             next.evicted += evicted;
             if evicted > 0 && held_from.is_some() {
@@ -194,9 +200,61 @@ impl Store {
         })
     }
 
+    /// [`Store::next_batch_excluding`], after letting go of the claims in `unclaim`,
+    /// and claiming the rows it returns (see [`Store::claim`]).
+    pub fn claim_next_batch(
+        &mut self,
+        max: usize,
+        scan_limit: usize,
+        busy: &HashSet<Mac>,
+        unclaim: &[i64],
+    ) -> Result<Fetched, OutboxError> {
+        self.unclaim(unclaim);
+        let fetched = self.next_batch_excluding(max, scan_limit, busy)?;
+        self.claimed.extend(fetched.rows.iter().map(|r| r.id));
+        Ok(fetched)
+    }
+
+    /// Claims the rows `ids` that are still pending, after letting go of the claims in
+    /// `unclaim`, and returns them. A claimed row is never evicted, until its outcome is
+    /// recorded ([`Store::settle`]) or its claim let go ([`Store::unclaim`]): so the
+    /// flusher sends only rows the outbox holds, and a row it sent is never counted
+    /// evicted. In memory: no write.
+    pub fn claim(&mut self, ids: &[i64], unclaim: &[i64]) -> Result<Vec<i64>, OutboxError> {
+        self.unclaim(unclaim);
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT id FROM pending WHERE id IN ({}) ORDER BY id",
+            vec!["?"; ids.len()].join(",")
+        );
+        let mut stmt = self.conn.prepare_cached(&sql)?;
+        let present: Vec<i64> = stmt
+            .query_map(rusqlite::params_from_iter(ids.iter()), |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        self.claimed.extend(present.iter().copied());
+        Ok(present)
+    }
+
+    /// Lets go of the claims on `ids`: those rows may be evicted again.
+    pub fn unclaim(&mut self, ids: &[i64]) {
+        for id in ids {
+            self.claimed.remove(id);
+        }
+    }
+
+    /// The rows claimed now, in id order (for checks).
+    pub fn claimed(&self) -> Vec<i64> {
+        let mut ids: Vec<i64> = self.claimed.iter().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
     /// Records what became of pending captures, in one transaction: a row leaves
-    /// `pending` only here, together with its reading or dead letter. A row already
-    /// gone (evicted while in flight) changes no counter. Returns how many rows left.
+    /// `pending` only here, together with its reading or dead letter, and its claim is
+    /// let go. A row already gone (its database replaced, say: a claimed row is never
+    /// evicted) changes no counter. Returns how many rows left.
     pub fn settle(
         &mut self,
         outcomes: &[(PendingCapture, Outcome)],
@@ -270,6 +328,9 @@ impl Store {
         .map_err(OutboxError::WriteFailed)?;
         tx.commit().map_err(OutboxError::WriteFailed)?;
         self.counters = next;
+        for (p, _) in outcomes {
+            self.claimed.remove(&p.id);
+        }
         Ok(removed)
     }
 
@@ -313,6 +374,32 @@ fn refused_as_unknown(error: &str) -> bool {
     error.to_ascii_lowercase().contains("not found")
 }
 
+/// Deletes the `excess` oldest pending rows that are not in `claimed`; returns how many.
+fn evict_unclaimed(
+    tx: &Transaction<'_>,
+    excess: u64,
+    claimed: &HashSet<i64>,
+) -> rusqlite::Result<u64> {
+    let mut ids = Vec::with_capacity(excess.min(4096) as usize);
+    {
+        let mut oldest = tx.prepare_cached("SELECT id FROM pending ORDER BY id")?;
+        let mut rows = oldest.query([])?;
+        while (ids.len() as u64) < excess {
+            let Some(r) = rows.next()? else { break };
+            let id: i64 = r.get(0)?;
+            if !claimed.contains(&id) {
+                ids.push(id);
+            }
+        }
+    }
+    let mut delete = tx.prepare_cached("DELETE FROM pending WHERE id = ?1")?;
+    let mut evicted = 0;
+    for id in ids {
+        evicted += delete.execute([id])? as u64;
+    }
+    Ok(evicted)
+}
+
 fn cap_dead_letters(tx: &Transaction<'_>, max: u64) -> rusqlite::Result<u64> {
     let stored: i64 = tx.query_row("SELECT COUNT(*) FROM dead_letters", [], |r| r.get(0))?;
     let excess = (stored as u64).saturating_sub(max);
@@ -323,4 +410,111 @@ fn cap_dead_letters(tx: &Transaction<'_>, max: u64) -> rusqlite::Result<u64> {
         "DELETE FROM dead_letters WHERE id IN (SELECT id FROM dead_letters ORDER BY id LIMIT ?1)",
         [excess as i64],
     )? as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outbox::StoreOptions;
+
+    fn capture(i: u8) -> Capture {
+        Capture {
+            mac: Mac::new([0xC0, 0xFF, 0xEE, 0, 0, i]),
+            ts_ms: 1_763_719_200_000 + i64::from(i),
+            product_id: "tape".into(),
+            packet: format!("{i:02X}"),
+            rssi: None,
+            boot_ms: None,
+        }
+    }
+
+    fn open(dir: &tempfile::TempDir, max_pending: u64) -> Store {
+        let options = StoreOptions {
+            max_pending,
+            ..StoreOptions::default()
+        };
+        Store::open(dir.path(), options).unwrap().0
+    }
+
+    fn pending_ids(s: &Store) -> Vec<i64> {
+        s.pending_captures().unwrap().iter().map(|p| p.id).collect()
+    }
+
+    #[test]
+    fn a_claimed_row_is_never_evicted_and_the_bound_still_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = open(&dir, 4);
+        s.enqueue(&(1..=4).map(capture).collect::<Vec<_>>())
+            .unwrap();
+        let f = s.claim_next_batch(2, 100, &HashSet::new(), &[]).unwrap();
+        let taken: Vec<i64> = f.rows.iter().map(|r| r.id).collect();
+        assert_eq!(taken, [1, 2]);
+        assert_eq!(s.claimed(), [1, 2]);
+        // Two more: the oldest rows not claimed go instead (3 and 4).
+        assert_eq!(s.enqueue(&[capture(5), capture(6)]).unwrap(), 2);
+        assert_eq!(pending_ids(&s), [1, 2, 5, 6]);
+        // Every older row claimed: the bound holds all the same, with the new ones.
+        s.claim(&[5, 6], &[]).unwrap();
+        assert_eq!(s.enqueue(&[capture(7)]).unwrap(), 1);
+        assert_eq!(pending_ids(&s), [1, 2, 5, 6]);
+        let stats = s.stats().unwrap();
+        assert_eq!((stats.pending, stats.evicted, stats.admitted), (4, 3, 7));
+    }
+
+    #[test]
+    fn recording_an_outcome_or_letting_go_ends_a_claim_and_only_rows_still_held_are_claimed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = open(&dir, 3);
+        s.enqueue(&(1..=3).map(capture).collect::<Vec<_>>())
+            .unwrap();
+        let f = s.claim_next_batch(3, 100, &HashSet::new(), &[]).unwrap();
+        let row = f.rows[0].clone();
+        s.settle(&[(row, Outcome::DeadLetter("refused".into()))], 0)
+            .unwrap();
+        assert_eq!(s.claimed(), [2, 3]);
+        // Letting go (a part parked by the flusher): row 2 may go now.
+        s.unclaim(&[2]);
+        s.enqueue(&[capture(4), capture(5)]).unwrap();
+        assert_eq!(pending_ids(&s), [3, 4, 5]);
+        // Claiming again before a send: only what the outbox still holds.
+        assert_eq!(s.claim(&[2, 3, 4], &[3]).unwrap(), [3, 4]);
+        assert_eq!(s.claimed(), [3, 4]);
+    }
+
+    #[test]
+    fn an_answer_for_rows_already_gone_changes_no_count_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = open(&dir, 10);
+        s.enqueue(&[capture(1), capture(2)]).unwrap();
+        let rows = s
+            .claim_next_batch(2, 100, &HashSet::new(), &[])
+            .unwrap()
+            .rows;
+        let delivered = Outcome::Delivered(Reading {
+            qr_code: Some("TT".into()),
+            temp: None,
+            bat: None,
+            raw: "{}".into(),
+        });
+        let settle = vec![
+            (rows[0].clone(), delivered),
+            (rows[1].clone(), Outcome::DeadLetter("refused".into())),
+        ];
+        assert_eq!(s.settle(&settle, 0).unwrap(), 2);
+        // The same answer recorded again (or an answer for rows a replaced database no
+        // longer holds): nothing left, nothing counted.
+        assert_eq!(s.settle(&settle, 0).unwrap(), 0);
+        let stats = s.stats().unwrap();
+        assert_eq!(
+            (
+                stats.admitted,
+                stats.delivered,
+                stats.dead_letters,
+                stats.evicted,
+                stats.pending
+            ),
+            (2, 1, 1, 0, 0)
+        );
+        assert_eq!(stats.dead_letters_stored, 1);
+    }
 }

@@ -7,6 +7,7 @@
 //! Synchronous, one connection: the daemon drives it from one owner thread
 //! ([`super::Outbox`]); the CLI opens its own for `status` and `dead-letters`.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -193,6 +194,9 @@ pub struct Store {
     /// After a reopen, the first id of the fresh database's `pending` rows: ids of the
     /// old file may still be in flight, and must not name new rows when they settle.
     pub(super) id_floor: i64,
+    /// The rows the flusher has claimed (in a batch in flight, or settled and not yet
+    /// recorded): never evicted. In memory only: nothing is claimed at a start.
+    pub(super) claimed: HashSet<i64>,
 }
 
 /// The `mac` column holds the 48-bit address as an integer.
@@ -312,6 +316,7 @@ impl Store {
             path: path.to_path_buf(),
             identity: file_identity(path),
             id_floor: 0,
+            claimed: HashSet::new(),
         })
     }
 
@@ -403,6 +408,7 @@ impl Store {
             path,
             identity: None,
             id_floor: 0,
+            claimed: HashSet::new(),
         }))
     }
 
@@ -461,6 +467,8 @@ impl Store {
         };
         drop(std::mem::replace(&mut self.conn, placeholder));
         self.identity = None;
+        // Ids of the old file name no row of the new one.
+        self.claimed.clear();
         self.id_floor = floor.max(1);
         if let Some(dir) = self.path.parent() {
             let _ = create_state_dir(dir);

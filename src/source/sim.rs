@@ -526,7 +526,11 @@ mod tests {
             duration_ms: None,
             ..settings()
         };
-        let report = Sim::new(s).run(tx, CancellationToken::new()).await.unwrap();
+        let run = Sim::new(s).run(tx, CancellationToken::new());
+        let report = tokio::time::timeout(Duration::from_secs(5), run)
+            .await
+            .expect("the simulation ends when nobody listens")
+            .unwrap();
         assert_eq!(report.adverts, 0);
     }
 }

@@ -64,6 +64,7 @@ fn all_ok(b: &Batch) -> Action {
 fn retry(cause: &str, retry_after: Option<Duration>) -> Action {
     Action::Retry {
         cause: cause.into(),
+        label: "http_5xx",
         retry_after,
         isolate: true,
     }
@@ -76,14 +77,38 @@ fn sent(step: Step) -> Batch {
     }
 }
 
-/// Fetches (as the outbox would) from `pending` and offers what it finds.
+/// Fetches (as the outbox would) from `pending` and offers what it finds; claims a
+/// queued part's rows that are still in `pending` and launches them.
 fn fetch_and_offer(p: &mut Planner, pending: &[PendingCapture], now: Instant) -> Step {
-    match p.next(now) {
-        Step::Fetch { max } => {
-            let f = fetch(pending, p.busy(), max);
-            p.offer(f, false, now)
+    loop {
+        match p.next(now) {
+            Step::Fetch { max } => {
+                let f = fetch(pending, p.busy(), max);
+                return p.offer(f, false, now);
+            }
+            Step::Claim(part) => {
+                let present: Vec<i64> = part
+                    .ids()
+                    .into_iter()
+                    .filter(|id| pending.iter().any(|r| r.id == *id))
+                    .collect();
+                if let Some(b) = p.claimed(part, &present, now) {
+                    return Step::Send(b);
+                }
+            }
+            other => return other,
         }
-        other => other,
+    }
+}
+
+/// The next step, which must be a queued part sent whole.
+fn next_sent(p: &mut Planner, now: Instant) -> Batch {
+    match p.next(now) {
+        Step::Claim(part) => {
+            let ids = part.ids();
+            p.claimed(part, &ids, now).expect("a batch to send")
+        }
+        other => panic!("expected a queued part to send, got {other:?}"),
     }
 }
 
@@ -261,6 +286,7 @@ fn a_transient_failure_pauses_new_sends_with_backoff_and_a_clean_answer_ends_the
         res.notes,
         [Note::BackOff {
             cause: "server error 500".into(),
+            label: "http_5xx",
             delay: Duration::from_millis(500),
             server: false
         }]
@@ -275,7 +301,7 @@ fn a_transient_failure_pauses_new_sends_with_backoff_and_a_clean_answer_ends_the
         matches!(res.notes[..], [Note::BackOff { delay, .. }] if delay == Duration::from_secs(1))
     );
     let t2 = t1 + Duration::from_secs(1);
-    let again = sent(p.next(t2));
+    let again = next_sent(&mut p, t2);
     assert_eq!(ids(&again), [0, 1, 2, 3], "the first batch is due again");
     let res = p.answered(again.id, all_ok(&again), t2, 1.0);
     assert!(res.notes.contains(&Note::Recovered));
@@ -297,6 +323,7 @@ fn retry_after_is_honoured_beyond_backoff_max() {
         res.notes,
         [Note::BackOff {
             cause: "server error 503".into(),
+            label: "http_5xx",
             delay: Duration::from_secs(600),
             server: true
         }]
@@ -323,69 +350,215 @@ fn a_retry_after_pause_holds_even_when_a_batch_sent_before_it_succeeds() {
 }
 
 #[test]
-fn a_400_splits_the_batch_and_a_single_refused_capture_is_a_dead_letter() {
+fn a_pause_that_begins_while_a_fetch_is_under_way_holds_what_the_fetch_found() {
+    let mut p = Planner::new(settings());
+    p.window = 2;
+    let pending = rows(0..8, 8);
+    let t = Instant::now();
+    let a = sent(fetch_and_offer(&mut p, &pending, t));
+    // A fetch starts; while it is under way, a 429 with Retry-After: 2 is answered.
+    let Step::Fetch { max } = p.next(t) else {
+        panic!("a fetch")
+    };
+    let found = fetch(&pending, p.busy(), max);
+    let found_ids: Vec<i64> = found.rows.iter().map(|r| r.id).collect();
+    assert_eq!(found_ids, [4, 5, 6, 7]);
+    p.answered(
+        a.id,
+        retry("rate limited", Some(Duration::from_secs(2))),
+        t,
+        1.0,
+    );
+    p.take_unclaimed();
+    let t1 = t + Duration::from_millis(1);
+    assert_eq!(
+        p.offer(found, false, t1),
+        Step::Wait(Some(t + Duration::from_secs(2))),
+        "nothing is launched inside the pause"
+    );
+    assert_eq!(p.take_unclaimed(), found_ids, "its claims are handed back");
+    assert!(p.claimed_rows().is_empty());
+    assert!(found_ids.iter().all(|&i| !p.busy().contains(&mac(i as u8))));
+}
+
+#[test]
+fn a_part_due_inside_a_pause_waits_and_rows_evicted_while_parked_are_never_sent() {
+    let mut p = Planner::new(settings());
+    let pending = rows(0..4, 4);
+    let t = Instant::now();
+    let b = sent(fetch_and_offer(&mut p, &pending, t));
+    assert_eq!(p.claimed_rows(), [0, 1, 2, 3]);
+    p.answered(b.id, retry("server error 503", None), t, 1.0);
+    // Parked: its MACs held, its rows no longer claimed (the outbox may evict them).
+    assert_eq!(p.take_unclaimed(), [0, 1, 2, 3]);
+    assert!(p.claimed_rows().is_empty());
+    assert_eq!(p.busy().len(), 4);
+    let due = t + Duration::from_secs(60);
+    let Step::Claim(part) = p.next(due) else {
+        panic!("the parked part is due")
+    };
+    assert_eq!(part.ids(), [0, 1, 2, 3]);
+    // The outbox evicted rows 0 and 2 meanwhile: they are dropped, their MACs freed.
+    let batch = p.claimed(part, &[1, 3], due).expect("what is left goes");
+    assert_eq!(ids(&batch), [1, 3]);
+    assert_eq!(p.claimed_rows(), [1, 3]);
+    assert_eq!(p.busy().len(), 2);
+    assert!(!p.busy().contains(&mac(0)) && !p.busy().contains(&mac(2)));
+
+    // A part claimed just as a pause began (an answer came in between) waits again.
+    let res = p.answered(batch.id, retry("server error 503", None), due, 1.0);
+    assert!(res.backoff().is_some());
+    p.take_unclaimed();
+    let later = due + Duration::from_secs(60);
+    let Step::Claim(part) = p.next(later) else {
+        panic!("due again")
+    };
+    assert_eq!(part.ids(), [1], "failed twice: split to isolate");
+    p.paused_until = Some(later + Duration::from_secs(2));
+    assert_eq!(p.claimed(part, &[1], later), None);
+    assert_eq!(p.take_unclaimed(), [1]);
+    assert_eq!(
+        p.next(later),
+        Step::Wait(Some(later + Duration::from_secs(2)))
+    );
+}
+
+#[test]
+fn rows_found_but_not_sent_are_handed_back_and_only_rows_in_flight_or_unrecorded_stay_claimed() {
     let mut p = Planner::new(settings());
     let t = Instant::now();
+    // Two captures of two tapes: part-full, it waits, and lets go of them meanwhile.
+    let pending = rows(0..2, 10);
+    assert!(matches!(
+        fetch_and_offer(&mut p, &pending, t),
+        Step::Wait(_)
+    ));
+    assert_eq!(p.take_unclaimed(), [0, 1]);
+    let due = t + Duration::from_secs(5);
+    let b = sent(fetch_and_offer(&mut p, &pending, due));
+    assert_eq!(p.claimed_rows(), [0, 1]);
+    let res = p.answered(b.id, all_ok(&b), due, 1.0);
+    assert_eq!(
+        p.claimed_rows(),
+        Vec::<i64>::new(),
+        "settled, not yet in flight"
+    );
+    p.record_failed(res.settle.clone(), "disk full".into(), due, 1.0);
+    assert_eq!(p.claimed_rows(), [0, 1], "kept until recorded");
+    p.recorded(&res.settle);
+    assert!(
+        p.take_unclaimed().is_empty(),
+        "the outbox lets go as it records"
+    );
+}
+
+#[test]
+fn a_400_splits_the_batch_and_a_capture_refused_alone_is_a_dead_letter_once_others_are_taken() {
+    let mut p = Planner::new(settings());
+    let t = Instant::now();
+    let refused = || Action::Refused("Invalid ble_packet".into());
     let b = sent(fetch_and_offer(&mut p, &rows(0..4, 4), t));
-    let res = p.answered(b.id, Action::Split("Invalid ble_packet".into()), t, 1.0);
+    let res = p.answered(b.id, refused(), t, 1.0);
     assert!(res.settle.is_empty());
     assert!(matches!(res.notes[..], [Note::Split { items: 4, .. }]));
+    assert_eq!(res.backoff(), None, "a split is sent at once");
     // The halves go before anything new, first half first.
-    let h1 = sent(p.next(t));
+    let h1 = next_sent(&mut p, t);
     assert_eq!(ids(&h1), [0, 1]);
-    p.answered(h1.id, Action::Split("Invalid ble_packet".into()), t, 1.0);
-    let q1 = sent(p.next(t));
+    p.answered(h1.id, refused(), t, 1.0);
+    let q1 = next_sent(&mut p, t);
     assert_eq!(ids(&q1), [0]);
-    let res = p.answered(q1.id, Action::Split("Invalid ble_packet".into()), t, 1.0);
+    // Refused alone, and the service has taken nothing since: no evidence against the
+    // capture yet. It is kept, and new sends pause.
+    let res = p.answered(q1.id, refused(), t, 1.0);
+    assert!(res.settle.is_empty(), "{:?}", res.settle);
+    assert_eq!(res.backoff(), Some("http_400"));
+    let t1 = p.paused_until(t).expect("paused");
+    // Its sibling goes first, and is taken: that is the evidence.
+    let q2 = next_sent(&mut p, t1);
+    assert_eq!(ids(&q2), [1]);
+    let res = p.answered(q2.id, all_ok(&q2), t1, 1.0);
+    assert!(res.progress);
+    p.recorded(&res.settle);
+    let h2 = next_sent(&mut p, t1);
+    assert_eq!(ids(&h2), [2, 3]);
+    p.answered(h2.id, all_ok(&h2), t1, 1.0);
+    // Capture 0 is due again on its own schedule, refused again: now a dead letter.
+    let t2 = t1 + Duration::from_secs(5);
+    let again = next_sent(&mut p, t2);
+    assert_eq!(ids(&again), [0]);
+    let res = p.answered(again.id, refused(), t2, 1.0);
     assert_eq!(
         res.settle,
         [(row(0, 0), Outcome::DeadLetter("Invalid ble_packet".into()))]
     );
-    p.recorded(&res.settle);
-    let q2 = sent(p.next(t));
-    assert_eq!(ids(&q2), [1]);
-    p.answered(q2.id, all_ok(&q2), t, 1.0);
-    let h2 = sent(p.next(t));
-    assert_eq!(ids(&h2), [2, 3]);
+    assert!(res.progress);
+    assert_eq!(res.backoff(), None);
 }
 
 #[test]
-fn single_refusals_past_the_limit_are_the_requests_fault_not_the_captures() {
-    let mut p = Planner::new(FlushSettings {
-        max_batch: 1,
-        ..settings()
-    });
-    let pending = rows(0..20, 20);
-    let mut t = Instant::now();
-    let mut dead = 0;
-    for _ in 0..=MAX_REFUSED_IN_A_ROW {
-        let b = sent(fetch_and_offer(&mut p, &pending[dead..], t));
-        let res = p.answered(b.id, Action::Split("Bad Request".into()), t, 1.0);
-        p.recorded(&res.settle);
-        dead += res.settle.len();
-        t = p.paused_until(t).unwrap_or(t);
-    }
-    assert_eq!(dead, MAX_REFUSED_IN_A_ROW as usize);
-    assert!(p.failing, "the last refusal backs off instead");
-}
-
-#[test]
-fn a_request_level_400_backs_off_and_dead_letters_nothing() {
+fn a_poisoned_capture_is_dead_lettered_at_once_when_its_sibling_half_is_answered_first() {
     let mut p = Planner::new(settings());
+    p.window = 2;
     let t = Instant::now();
-    let b = sent(fetch_and_offer(&mut p, &rows(0..4, 4), t));
-    let res = p.answered(
-        b.id,
-        Action::Refused("Missing required headers".into()),
-        t,
-        1.0,
-    );
-    assert!(res.settle.is_empty());
-    assert!(
-        matches!(&res.notes[..], [Note::BackOff { cause, .. }] if cause.contains("Missing required headers"))
-    );
-    assert!(p.busy().is_empty());
-    assert!(p.paused_until(t).is_some());
+    let refused = || Action::Refused("Invalid ble_packet".into());
+    // Two tapes with more behind: the batch is as full as it gets.
+    let b = sent(fetch_and_offer(&mut p, &rows(0..4, 2), t));
+    assert_eq!(ids(&b), [0, 1]);
+    p.answered(b.id, refused(), t, 1.0);
+    let poison = next_sent(&mut p, t);
+    let good = next_sent(&mut p, t);
+    p.answered(good.id, all_ok(&good), t, 1.0);
+    let res = p.answered(poison.id, refused(), t, 1.0);
+    assert!(matches!(&res.settle[..], [(r, Outcome::DeadLetter(_))] if r.id == 0));
+    assert_eq!(p.paused_until(t), None, "nothing paused");
+}
+
+#[test]
+fn a_service_refusing_every_request_whatever_it_holds_gets_no_dead_letter_and_a_growing_pause() {
+    // Every request refused (400) alike: missing headers, a proxy, a wrong account. The
+    // message is no help (spec 7 gives an invalid packet the same body); the evidence is:
+    // no half is ever taken.
+    for message in [
+        "Missing required headers",
+        "Bad Request",
+        "Invalid ble_packet",
+    ] {
+        let mut p = Planner::new(settings());
+        let pending = rows(0..16, 16);
+        let mut t = Instant::now();
+        let mut pauses = Vec::new();
+        let mut requests = 0;
+        while pauses.len() < 6 {
+            match fetch_and_offer(&mut p, &pending, t) {
+                Step::Send(b) => {
+                    requests += 1;
+                    let res = p.answered(b.id, Action::Refused(message.into()), t, 1.0);
+                    assert!(
+                        res.settle.is_empty(),
+                        "{message}: dead-lettered {:?}",
+                        res.settle
+                    );
+                    assert!(!res.progress);
+                    if let Some(label) = res.backoff() {
+                        assert_eq!(label, "http_400");
+                        pauses.push(p.paused_until(t).expect("paused") - t);
+                    }
+                }
+                Step::Wait(u) => t = u.unwrap_or(t + Duration::from_secs(1)).max(t),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(
+            pauses.windows(2).all(|w| w[1] >= w[0]) && pauses[5] > pauses[0],
+            "{message}: pauses {pauses:?}"
+        );
+        assert!(
+            requests < 60,
+            "{message}: {requests} requests for six pauses"
+        );
+        assert!(p.failing);
+    }
 }
 
 #[test]
@@ -397,10 +570,10 @@ fn a_413_halves_the_limit_and_that_size_is_never_sent_again() {
     let res = p.answered(b.id, Action::Shrink, t, 1.0);
     assert_eq!(res.notes, [Note::Shrunk { sent: 4, limit: 2 }]);
     assert_eq!(p.limit(), 2);
-    let a = sent(p.next(t));
+    let a = next_sent(&mut p, t);
     assert_eq!(ids(&a), [0, 1]);
     p.answered(a.id, all_ok(&a), t, 1.0);
-    let b = sent(p.next(t));
+    let b = next_sent(&mut p, t);
     assert_eq!(ids(&b), [2, 3]);
     assert_eq!(p.next(t), Step::Fetch { max: 2 });
 }
@@ -520,6 +693,7 @@ fn a_rate_limit_or_a_refused_token_never_isolates_or_dead_letters_a_capture() {
     let poison = 0;
     let not_the_batchs = Action::Retry {
         cause: "rate limited".into(),
+        label: "http_429",
         retry_after: None,
         isolate: false,
     };
@@ -737,7 +911,7 @@ mod model {
                         }
                         Step::Record(s) => p.recorded(&s),
                         Step::Wait(u) => { t = u.unwrap_or(t).max(t + Duration::from_millis(1)); break; }
-                        Step::Fetch { .. } => break,
+                        Step::Fetch { .. } | Step::Claim(_) => break,
                     }
                 }
                 if in_flight.is_empty() { continue; }
@@ -746,7 +920,7 @@ mod model {
                     Answer::Ok => all_ok(&b),
                     Answer::LeaveOutFirst => Action::Settle((1..b.rows.len()).map(|i| (i, delivered())).collect()),
                     Answer::Fail => retry("server error 503", None),
-                    Answer::Split => Action::Split("Invalid ble_packet".into()),
+                    Answer::Split => Action::Refused("Invalid ble_packet".into()),
                     Answer::Shrink => Action::Shrink,
                 };
                 let res = p.answered(b.id, action, t, 0.5);
