@@ -17,7 +17,7 @@ first 16 hex digits of the SHA-256 of the document's compact JSON.
 
 use serde_json::{json, Map, Value};
 
-use super::{Config, MacFormat, SourceKind, TelemetryAuth};
+use super::{AdvertsPath, Config, MacFormat, ScanMode, SourceKind, TelemetryAuth};
 use crate::clock::ClockPolicy;
 use crate::outbox::Durability;
 use crate::products::{PacketEncoding, PacketSource};
@@ -134,6 +134,15 @@ pub fn document(c: &Config) -> Value {
             SourceKind::Ble => "ble",
             SourceKind::Replay => "replay",
             SourceKind::Sim => "sim",
+        },
+        "adverts": match sc.adverts {
+            AdvertsPath::Auto => "auto",
+            AdvertsPath::Mgmt => "mgmt",
+            AdvertsPath::Dbus => "dbus",
+        },
+        "scan": match sc.scan {
+            ScanMode::Active => "active",
+            ScanMode::Passive => "passive",
         },
         "silence_secs": sc.silence.map_or(0.0, |d| d.as_secs_f64()),
         "give_up_secs": sc.give_up.as_secs_f64(),
