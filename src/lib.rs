@@ -27,7 +27,9 @@ tapes into decoded readings in the tracking service.
   `operator.rs` the reads and changes of `status`, `tapes`, `dead-letters`; `clock.rs`
   boots and held rows; `dock.rs` the rate window and the tapes heard; `lock.rs` one
   daemon per state directory; `access.rs` who may create and write the state, and why
-  a database cannot be written); its module doc is the design document.
+  a database cannot be written; `retention.rs` the count, age and size bounds and the
+  one eviction; `fleet.rs` the inventory, dead-letter summary and boots for the fleet's
+  tools); its module doc is the design document.
 - [`flush`]: delivery to the bulk decode endpoint: `plan.rs` the pure planner (batches,
   splits, isolation, attempt bounds, backoff, the concurrency window), `answer.rs` what
   an answer means, `mod.rs` the loop with several batches in flight; [`backoff`] is the
@@ -61,7 +63,8 @@ tapes into decoded readings in the tracking service.
 - [`cmd`]: the commands a person runs beside the daemon: `status`, `tapes`,
   `dead-letters` (`state.rs`), `decode`, `check` (for installers), `scan` (the live
   view and recorder), `demo`, and the operator's `device`, `locate`, `history` and
-  `message` (`manifest.rs` the strict CSV of `--csv`). [`cli`] is the command line.
+  `message` (`manifest.rs` the strict CSV of `--csv`), and `support-bundle`
+  (`support_bundle.rs`, its tar.gz by `archive.rs`). [`cli`] is the command line.
 - [`clock`]: time on a gateway without a real-time clock: wall and boot time and the
   kernel's sync state behind one trait (`source.rs`; in debug builds a test clock
   driven by a file, `fake.rs`), the pure hold policy and repair
