@@ -28,6 +28,31 @@ pub const PREVIOUS: &str = "75ba28bd3532350f4e905134dca56158ca7a11d2";
 /// Its package version: below this tree's `0.1.0-1`.
 const PREVIOUS_VERSION: &str = "0.1.0-0+75ba28b";
 
+/// Makes [`PREVIOUS`] readable in a shallow clone (a CI that clones with `--depth`):
+/// deepens the history from the clone's origin when the commit is not there.
+fn ensure_commit(repo: &Path) {
+    let has = |repo: &Path| {
+        Command::new("git")
+            .arg("-C")
+            .arg(repo)
+            .args(["cat-file", "-e", &format!("{PREVIOUS}^{{commit}}")])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if has(repo) {
+        return;
+    }
+    for args in [
+        &["fetch", "--quiet", "--unshallow"][..],
+        &["fetch", "--quiet", "origin", PREVIOUS][..],
+    ] {
+        let _ = Command::new("git").arg("-C").arg(repo).args(args).status();
+        if has(repo) {
+            return;
+        }
+    }
+}
+
 /// The package of [`PREVIOUS`] (cached under `work` by commit).
 pub fn build_previous_deb(work: &Path) -> PathBuf {
     let deb = work.join(format!("tapegate-{}.deb", &PREVIOUS[..12]));
@@ -38,6 +63,7 @@ pub fn build_previous_deb(work: &Path) -> PathBuf {
     let _ = std::fs::remove_dir_all(&src);
     std::fs::create_dir_all(&src).unwrap();
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    ensure_commit(manifest);
     let archive = Command::new("git")
         .arg("-C")
         .arg(manifest)
