@@ -73,6 +73,14 @@ pub enum Command {
     /// Inspect and re-queue what the service refused.
     #[command(subcommand)]
     DeadLetters(DeadLetters),
+    /// One .tar.gz to mail to support: status, the effective config (secrets redacted),
+    /// the last 24 h of WARN+ journal records, scanner counts, versions, dead letters,
+    /// clock repairs. No secret is in it.
+    SupportBundle {
+        /// Where to write it (default: tapegate-support-<gateway>-<time>.tar.gz here).
+        #[arg(long)]
+        output: Option<PathBuf>,
+    },
     /// Activate, label, look up, deactivate and configure tapes (spec 4.6, 4.7).
     #[command(subcommand)]
     Device(Device),
@@ -132,6 +140,11 @@ pub enum Command {
         #[arg(long)]
         http: Option<std::net::SocketAddr>,
     },
+    /// The unit's privileged start step (`ExecStartPre=+`): opens the kernel's Bluetooth
+    /// management socket and hands it to systemd for the daemon (README, "The side
+    /// channel"). Always exits 0: without Bluetooth the daemon reads adverts over D-Bus.
+    #[command(hide = true)]
+    SideChannel,
     /// Run the mock tracking service on its own (to try a gateway without an account).
     #[cfg(feature = "mock")]
     Mock {

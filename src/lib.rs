@@ -14,9 +14,11 @@ tapes into decoded readings in the tracking service.
 - [`record`]: the shared domain types ([`record::Mac`], [`record::Advertisement`],
   [`record::Capture`]) and the JSON Lines advertisement record.
 - [`source`]: the [`source::Source`] trait, one factory ([`source::from_settings`]),
-  and the `ble` (BlueZ: `ble/mod.rs` the source, `ble/devices.rs` the bounded device
-  memory, `ble/ladder.rs` the pure liveness ladder, `ble/bluez.rs` the watcher),
-  `replay` and `sim` sources.
+  and the `ble` (BlueZ: `ble/mod.rs` the source, `ble/signals.rs` the D-Bus path's
+  advert signals, `ble/mgmt/` the side channel: the kernel's management socket, its
+  pure frame and AD parsers and the socket opener, `ble/passive.rs` passive scanning,
+  `ble/devices.rs` the bounded device memory, `ble/ladder.rs` the pure liveness
+  ladder, `ble/bluez.rs` the watcher), `replay` and `sim` sources.
 - [`products`]: which advertisements are tapes, and the `ble_packet` sent for them.
 - [`dedup`]: per-MAC deduplication on capture time (pure, time passed in).
 - [`ingest`]: the stage from advertisements to committed groups in the outbox.
@@ -25,7 +27,9 @@ tapes into decoded readings in the tracking service.
   `operator.rs` the reads and changes of `status`, `tapes`, `dead-letters`; `clock.rs`
   boots and held rows; `dock.rs` the rate window and the tapes heard; `lock.rs` one
   daemon per state directory; `access.rs` who may create and write the state, and why
-  a database cannot be written); its module doc is the design document.
+  a database cannot be written; `retention.rs` the count, age and size bounds and the
+  one eviction; `fleet.rs` the inventory, dead-letter summary and boots for the fleet's
+  tools); its module doc is the design document.
 - [`flush`]: delivery to the bulk decode endpoint: `plan.rs` the pure planner (batches,
   splits, isolation, attempt bounds, backoff, the concurrency window), `answer.rs` what
   an answer means, `mod.rs` the loop with several batches in flight; [`backoff`] is the
@@ -46,14 +50,21 @@ tapes into decoded readings in the tracking service.
   `/healthz` its verdict (stages turning, commits succeeding, requests answered);
   [`systemd`] is sd_notify, the watchdog that pings only while every stage makes
   progress, and the stop signals.
+- [`reload`]: SIGHUP applies what changed, restarting the delivery stage, the HTTP
+  server or the pusher in-process where needed, and names what needs a restart.
 - [`http`]: the read-only HTTP server of `[http] listen`: `/metrics` (every metric
   defined in [`metrics`]), `/healthz` ([`health::verdict`]) and the status page
   (`http/page.rs`), which joins the tapes the ingest stage heard ([`heard_now`]) with
   what the state database knows of them.
+- [`inventory`]: version, commit, config hash, boot, kernel, BlueZ, adapter: recorded by
+  the daemon for `status --json`, `/metrics` and the pushed telemetry.
+- [`telemetry`]: `[telemetry]`, the metrics of `/metrics` pushed to a Prometheus
+  remote-write receiver (`remote_write.rs` the protobuf by hand), kept through outages.
 - [`cmd`]: the commands a person runs beside the daemon: `status`, `tapes`,
   `dead-letters` (`state.rs`), `decode`, `check` (for installers), `scan` (the live
   view and recorder), `demo`, and the operator's `device`, `locate`, `history` and
-  `message` (`manifest.rs` the strict CSV of `--csv`). [`cli`] is the command line.
+  `message` (`manifest.rs` the strict CSV of `--csv`), and `support-bundle`
+  (`support_bundle.rs`, its tar.gz by `archive.rs`). [`cli`] is the command line.
 - [`clock`]: time on a gateway without a real-time clock: wall and boot time and the
   kernel's sync state behind one trait (`source.rs`; in debug builds a test clock
   driven by a file, `fake.rs`), the pure hold policy and repair
@@ -80,6 +91,7 @@ pub mod health;
 pub mod heard_now;
 pub mod http;
 pub mod ingest;
+pub mod inventory;
 pub mod metrics;
 #[cfg(feature = "mock")]
 pub mod mock;
@@ -87,8 +99,10 @@ pub mod outbox;
 pub mod pipeline;
 pub mod products;
 pub mod record;
+pub mod reload;
 pub mod secret;
 pub mod source;
 pub mod systemd;
 pub mod tape;
+pub mod telemetry;
 pub mod text;

@@ -24,6 +24,10 @@ pub struct StatusJson {
     pub dead_letters: u64,
     pub dead_letters_stored: u64,
     pub evicted: u64,
+    /// `evicted` by the bound that evicted: `max_pending`, `max_age`, `max_bytes`.
+    pub evicted_by: crate::outbox::Evictions,
+    /// Bytes of the state database's pages in use (bounded by `outbox.max_bytes`).
+    pub database_bytes: u64,
     pub admitted: u64,
     /// Seconds since the capture time of the oldest pending capture.
     pub oldest_pending_age_secs: Option<u64>,
@@ -41,6 +45,13 @@ pub struct StatusJson {
     /// Why the scanner's ladder last started.
     pub scanner_last_trouble: Option<String>,
     pub scanner_last_trouble_at: Option<String>,
+    /// Where the BLE source reads adverts: `mgmt` (the kernel's management socket,
+    /// beside bluetoothd) or `dbus` (BlueZ's signals), as it last said.
+    pub scanner_adverts: Option<String>,
+    /// Advertising reports per second heard by the BLE source, over the minute to
+    /// `scanner_reports_at` (RFC 3339).
+    pub scanner_reports_per_sec: Option<f64>,
+    pub scanner_reports_at: Option<String>,
     /// The clock as the daemon judged it, e.g. "unsynchronised, no time service: trusted".
     pub clock: Option<String>,
     /// Pending captures held from delivery until the clock is trusted.
@@ -50,6 +61,31 @@ pub struct StatusJson {
     /// Captures sent with their best estimate (an earlier boot that never synced, or
     /// the maximum hold passed).
     pub clock_estimated: u64,
+    /// What the daemon that last ran on this state directory is and runs (version,
+    /// commit, config hash, boot, kernel, BlueZ, adapter), with its uptime while it runs.
+    pub inventory: Option<InventoryStatus>,
+}
+
+/// The recorded inventory and whether its daemon still runs.
+#[derive(Debug, Serialize)]
+pub struct InventoryStatus {
+    #[serde(flatten)]
+    pub inventory: crate::inventory::Inventory,
+    /// Whether that daemon still runs (same boot, process alive).
+    pub running: bool,
+    /// Seconds since it started, while it runs.
+    pub uptime_secs: Option<u64>,
+}
+
+impl InventoryStatus {
+    pub fn new(inventory: crate::inventory::Inventory, now: EpochMillis) -> InventoryStatus {
+        let running = inventory.daemon_running();
+        InventoryStatus {
+            running,
+            uptime_secs: running.then(|| ((now - inventory.started_at_ms).max(0) / 1000) as u64),
+            inventory,
+        }
+    }
 }
 
 impl StatusJson {
@@ -66,6 +102,8 @@ impl StatusJson {
             dead_letters: s.dead_letters,
             dead_letters_stored: s.dead_letters_stored,
             evicted: s.evicted,
+            evicted_by: s.evicted_by,
+            database_bytes: s.database_bytes,
             admitted: s.admitted,
             oldest_pending_age_secs: s
                 .oldest_pending_at
@@ -79,10 +117,14 @@ impl StatusJson {
             scanner: s.scanner,
             scanner_last_trouble: s.scanner_last_trouble,
             scanner_last_trouble_at: s.scanner_last_trouble_at.map(rfc3339),
+            scanner_adverts: s.scanner_adverts,
+            scanner_reports_per_sec: s.scanner_reports_per_sec,
+            scanner_reports_at: s.scanner_reports_at.map(rfc3339),
             clock: s.clock.state,
             held: s.clock.held,
             clock_repaired: s.clock.repaired,
             clock_estimated: s.clock.estimated,
+            inventory: None,
         }
     }
 }
@@ -104,7 +146,9 @@ pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), Cm
     let store = Store::open_existing_read_only(&config.gateway.state_dir)?;
     let stats = store.as_ref().map(Store::stats).transpose()?;
     let now = now_ms();
-    let s = StatusJson::new(config, stats.as_ref(), now);
+    let mut s = StatusJson::new(config, stats.as_ref(), now);
+    let inventory = store.as_ref().map(Store::inventory).transpose()?.flatten();
+    s.inventory = inventory.map(|i| InventoryStatus::new(i, now));
     if json {
         writeln!(
             out,
@@ -138,7 +182,18 @@ pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), Cm
             s.dead_letters, s.dead_letters_stored
         ),
     ));
-    lines.push(("evicted", s.evicted.to_string()));
+    lines.push((
+        "evicted",
+        if s.evicted > 0 {
+            format!("{} ({})", s.evicted, s.evicted_by.describe())
+        } else {
+            "0".into()
+        },
+    ));
+    lines.push((
+        "database",
+        format!("{:.1} MiB in use", s.database_bytes as f64 / 1_048_576.0),
+    ));
     lines.push((
         "clock",
         format!(
@@ -168,6 +223,18 @@ pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), Cm
             _ => "none".into(),
         },
     ));
+    if let Some(path) = &st.scanner_adverts {
+        let rate = match (st.scanner_reports_per_sec, st.scanner_reports_at) {
+            (Some(r), Some(at)) => format!(", {r:.1} reports/s (the minute to {})", ago(at, now)),
+            _ => String::new(),
+        };
+        let how = match path.as_str() {
+            "mgmt" => "the kernel's management socket (side channel)",
+            "dbus" => "BlueZ over D-Bus",
+            other => other,
+        };
+        lines.push(("adverts", format!("read from {how}{rate}")));
+    }
     let sc = st.scanner;
     if sc != ScannerCounts::default() || st.scanner_last_trouble.is_some() {
         let trouble = match (&st.scanner_last_trouble, st.scanner_last_trouble_at) {
@@ -179,6 +246,24 @@ pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), Cm
             format!(
                 "{} scan restarts, {} adapter re-acquisitions, {} adverts dropped, {} devices forgotten{trouble}",
                 sc.restarts, sc.reacquires, sc.dropped, sc.forgotten
+            ),
+        ));
+    }
+    if let Some(i) = &s.inventory {
+        let run = match i.uptime_secs {
+            Some(up) => format!("running for {}", age(up)),
+            None => format!("not running (last started {})", i.inventory.started_at),
+        };
+        lines.push((
+            "daemon",
+            format!(
+                "{} ({}), config {}, {run}; kernel {}, BlueZ {}, adapter {}",
+                i.inventory.version,
+                i.inventory.commit,
+                i.inventory.config_hash,
+                i.inventory.kernel,
+                i.inventory.bluez,
+                i.inventory.adapter
             ),
         ));
     }
