@@ -1,6 +1,6 @@
 //! Tests of what a reload applies and what needs a restart.
 
-use super::*;
+use super::changes::{changed_keys, how, in_force, Apply};
 use crate::config::test_support::{parse, SERVICE};
 
 #[test]
