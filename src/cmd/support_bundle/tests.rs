@@ -1,6 +1,6 @@
 //! Tests of the support bundle's scrubbing: secrets out in every form.
 
-use super::*;
+use super::secrets::{forms_of, redact};
 
 #[test]
 fn every_form_of_a_secret_is_scrubbed() {
