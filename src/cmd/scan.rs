@@ -21,6 +21,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::CmdError;
 use crate::config::Config;
 use crate::products::Products;
 use crate::record::{hex_upper, Advertisement, EpochMillis, Mac};
@@ -35,6 +36,34 @@ pub struct ScanOptions {
     pub duration: Option<Duration>,
     /// Show (and record) every advert, not only those matching a product.
     pub all: bool,
+}
+
+impl ScanOptions {
+    /// From the command line: `duration_secs` (a negative one is none) as a duration.
+    pub fn new(
+        record: Option<PathBuf>,
+        duration_secs: Option<f64>,
+        all: bool,
+    ) -> Result<ScanOptions, CmdError> {
+        let duration = duration_secs
+            .map(|d| Duration::try_from_secs_f64(d.max(0.0)))
+            .transpose()
+            .map_err(|e| CmdError::Failed(e.to_string()))?;
+        Ok(ScanOptions {
+            record,
+            duration,
+            all,
+        })
+    }
+}
+
+/// `tapegate scan` on a runtime of its own, the view on stdout, until stopped (SIGTERM,
+/// SIGINT), the duration is over or the source ends.
+pub fn watch(config: &Config, options: ScanOptions) -> Result<ScanReport, CmdError> {
+    let mut out = std::io::stdout();
+    let scanned = super::until_stopped(|stop| run(config, options, stop, &mut out))
+        .map_err(CmdError::Runtime)?;
+    Ok(scanned?)
 }
 
 /// What a scan saw.
