@@ -51,8 +51,7 @@ pub enum CmdError {
     /// The command's runtime or its stop signals cannot be had.
     #[error(transparent)]
     Runtime(std::io::Error),
-    #[error(transparent)]
-    Scan(#[from] scan::ScanError),
+
     /// The command line or its input cannot be used as given (exit 2).
     #[error("{0}")]
     Usage(String),

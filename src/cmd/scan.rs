@@ -21,7 +21,6 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::CmdError;
 use crate::config::Config;
 use crate::products::Products;
 use crate::record::{hex_upper, Advertisement, EpochMillis, Mac};
@@ -44,11 +43,10 @@ impl ScanOptions {
         record: Option<PathBuf>,
         duration_secs: Option<f64>,
         all: bool,
-    ) -> Result<ScanOptions, CmdError> {
+    ) -> Result<ScanOptions, ScanError> {
         let duration = duration_secs
             .map(|d| Duration::try_from_secs_f64(d.max(0.0)))
-            .transpose()
-            .map_err(|e| CmdError::Failed(e.to_string()))?;
+            .transpose()?;
         Ok(ScanOptions {
             record,
             duration,
@@ -59,11 +57,9 @@ impl ScanOptions {
 
 /// `tapegate scan` on a runtime of its own, the view on stdout, until stopped (SIGTERM,
 /// SIGINT), the duration is over or the source ends.
-pub fn watch(config: &Config, options: ScanOptions) -> Result<ScanReport, CmdError> {
+pub fn watch(config: &Config, options: ScanOptions) -> Result<ScanReport, ScanError> {
     let mut out = std::io::stdout();
-    let scanned = super::until_stopped(|stop| run(config, options, stop, &mut out))
-        .map_err(CmdError::Runtime)?;
-    Ok(scanned?)
+    super::until_stopped(|stop| run(config, options, stop, &mut out)).map_err(ScanError::Runtime)?
 }
 
 /// What a scan saw.
@@ -92,6 +88,12 @@ pub enum ScanError {
     Output(std::io::Error),
     #[error("the source task failed: {0}")]
     Task(String),
+    /// `--duration` cannot be a duration (too large).
+    #[error(transparent)]
+    Duration(#[from] std::time::TryFromFloatSecsError),
+    /// The command's runtime or its stop signals cannot be had.
+    #[error(transparent)]
+    Runtime(std::io::Error),
 }
 
 /// Adverts in flight between the source and the view.
