@@ -26,7 +26,7 @@ use crate::products::Products;
 pub struct Config {
     pub gateway: GatewaySettings,
     /// `None`: no `[service]` section (captures accumulate in the outbox), or loaded
-    /// with [`Password::Skip`].
+    /// with [`Password::Skip`](super::Password::Skip).
     pub service: Option<ServiceSettings>,
     pub products: Products,
     pub scanner: ScannerSettings,
