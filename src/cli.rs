@@ -1,4 +1,5 @@
-//! The command line (clap derive).
+//! The command line (clap derive): what a person may type, and nothing else. It touches
+//! the config's default path and the types its arguments parse into.
 
 use std::path::PathBuf;
 

@@ -2,6 +2,7 @@
 Per-MAC deduplication on capture time. Pure and synchronous: time is passed in, and it
 is capture time, so replaying the same input gives the same admissions. For a live
 capture that time is its boot time ([`Capture::order_ms`]), which never steps back.
+It touches the records only.
 
 A tape adverts several times a second and its packet changes far less often; the
 service wants each state of a tape, not each advert. Per MAC, [`Dedup`] keeps the last

@@ -1,5 +1,6 @@
 /*!
 Which advertisements are tapes, and what is sent for them.
+Pure: it touches the records only.
 
 A `[[products]]` entry both filters and labels: an advertisement matches a product when
 every criterion the product names matches; the first matching product wins; an

@@ -1,7 +1,9 @@
 /*!
 Reload (SIGHUP, `systemctl reload`) that applies what changed, and the stages it can
 restart in-process. Kept apart from [`crate::pipeline`], which creates the stages: this
-module says what a new config changes in a running daemon and how.
+module says what a new config changes in a running daemon and how. It touches the
+config, the stages it restarts (delivery, the HTTP server, the pusher) and the outbox's
+settings.
 
 | what changed | how it is applied |
 |---|---|

@@ -7,6 +7,8 @@ be a per-item array holding an item for the MAC sent, or the endpoint is not the
 decode the spec describes and the check fails. Warnings (`warn`) do not fail the check: a `base_url` that looks doubled
 (`/external/external`), a password readable by every user, an `[http] listen` beyond
 loopback (the page and `/metrics` have no password).
+It touches the config, the service client, the clock and the state database
+(read-only).
 */
 
 use std::io::Write;

@@ -1,5 +1,6 @@
 //! The devices CSV of the operator commands (a "manifest"): RFC 4180, read strictly so
 //! that a slip in the file can never send a request a person did not mean.
+//! Pure: it touches text only.
 //!
 //! - A header row names the columns; a column named twice, or one that no command
 //!   knows, stops the command before anything is sent (naming it and its line). A known

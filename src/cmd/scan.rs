@@ -1,5 +1,6 @@
 /*!
 `tapegate scan`: the live view for installers, and the recorder.
+It touches the source, the products and the config; no outbox.
 
 It runs the configured source (normally `ble`; `sim` and `replay` work too) without the
 outbox and prints one line per advertisement: time (UTC), MAC, RSSI, product and

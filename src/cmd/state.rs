@@ -1,6 +1,7 @@
 //! The operator commands that read or change the state database while the daemon
 //! runs: `status`, `tapes` and `dead-letters`. Each opens its own short-lived
 //! connection (WAL lets it read beside the daemon) and prints for a person or as JSON.
+//! They touch the state database and the config.
 
 use std::io::Write;
 

@@ -1,7 +1,7 @@
 /*!
 The effective configuration: the validated [`Config`] written back as a document in the
 file's own sections and key names, every default filled in and every secret replaced
-by `<redacted>`, and its hash.
+by `<redacted>`, and its hash. It touches the typed config only.
 
 Built from the typed values, not from the file's text, so that two files that mean the
 same (keys in another order, other formatting, `0x0EF7` or `3831`, a default written out

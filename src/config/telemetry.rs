@@ -1,9 +1,10 @@
 /*!
-`[telemetry]`: raw to typed. Off unless `url`
-is set; every other key is checked all the same, so that a mistake shows before the
-day someone turns it on. The receiver's credential (a basic-auth password or a bearer
-token, inline or in a file) is handled as the service password: never in a problem,
-read only when the caller reads secrets ([`Password::Read`]).
+`[telemetry]`: where the metrics of `/metrics` are pushed and how the receiver is told
+who pushes; raw to typed. It touches its raw section and the files as read. Off unless
+`url` is set; every other key is checked all the same, so that a mistake shows before
+the day someone turns it on. The receiver's credential (a basic-auth password or a
+bearer token, inline or in a file) is handled as the service password: never in a
+problem, read only when the caller reads secrets ([`Password::Read`]).
 */
 
 use std::time::Duration;

@@ -1,5 +1,6 @@
 /*!
 The `sim` source: a simulated fleet of tapes, for the demo, benchmarks and tests.
+It touches the tape's packet layout, the records and the clock.
 
 The fleet is a pure function of the seed: the same settings give the same MACs, the same
 schedule and the same packets, so a non-real-time run is a deterministic input for the

@@ -1,6 +1,7 @@
 /*!
 Plain D-Bus calls to BlueZ beside the scan's session: whether BlueZ runs and who owns its
 name, whether the adapter is powered and discovering, and forgetting a device.
+It touches BlueZ over D-Bus only.
 
 - [`preflight`] runs once before the scan and turns every way of not being able to scan
   into a [`SourceError`] that says what to do.

@@ -5,7 +5,7 @@ answers with the step to take, and when it must be asked again if nothing happen
 ([`Ladder::next_check`]), so that the source arms one deadline instead of ticking. The
 source makes the D-Bus calls and writes the log; the rules (what is trouble, what judges
 a step, when the next step is due, when to give up) are all here, tested with the time
-passed in.
+passed in. It touches nothing but what it is given.
 
 Field gateways stop hearing adverts while looking alive (btleplug #332), adapters get
 powered off or vanish, bluetoothd restarts. Trouble is one of: the system bus or
