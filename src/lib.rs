@@ -7,18 +7,37 @@ tapes into decoded readings in the tracking service.
 ```
 
 # Layout
+The floors of the house, bottom first; a room may import its own floor and those below,
+never above, and no import goes round in a circle (`tests/layout.rs` holds both, and no
+file in `src/` over 500 lines nor function over 80): leaves ([`record`], [`text`],
+[`secret`], [`backoff`], [`tape`], [`systemd`], the clock's readings) < the pure core
+([`products`], [`dedup`], the clock's hold policy) < [`config`] < stores, shared state
+and clients ([`outbox`], [`inventory`], [`metrics`], [`heard_now`], [`api`]) < stages
+([`source`], [`ingest`], the clock keeper, [`flush`], [`telemetry`], [`health`]) < the
+daemon ([`pipeline`], [`reload`], [`http`]) < the mock < commands ([`cmd`], [`cli`]) <
+`main.rs`.
+
 - [`config`]: raw (serde) config layered from file and `TAPEGATE_*` environment
   (`config/raw.rs`, `config/env.rs`), validated purely into typed [`config::Config`]
-  in one step that reports every problem (`config/validate.rs`), defaults in one table
-  (`config/defaults.rs`), the machine's facts read by the shell (`config/host.rs`).
+  in one step that reports every problem (`config/validate.rs`), each section read by
+  its own file with its typed settings (`gateway.rs`, `service.rs`, `products.rs`,
+  `scanner.rs`, `dedup.rs`, `outbox.rs`, `flush.rs`, `readings.rs`, `log.rs`,
+  `http.rs`, `telemetry.rs`); `load.rs` the shell that reads, `problem.rs` the one
+  error, `files.rs` the files a config points to as read, defaults in one table
+  (`config/defaults.rs`), the machine's facts read by the shell (`config/host.rs`), the
+  effective config and its hash (`effective.rs`).
 - [`record`]: the shared domain types ([`record::Mac`], [`record::Advertisement`],
   [`record::Capture`]) and the JSON Lines advertisement record.
-- [`source`]: the [`source::Source`] trait, one factory ([`source::from_settings`]),
-  and the `ble` (BlueZ: `ble/mod.rs` the source, `ble/signals.rs` the D-Bus path's
-  advert signals, `ble/mgmt/` the side channel: the kernel's management socket, its
-  pure frame and AD parsers and the socket opener, `ble/passive.rs` passive scanning,
-  `ble/devices.rs` the bounded device memory, `ble/ladder.rs` the pure liveness
-  ladder, `ble/bluez.rs` the watcher), `replay` and `sim` sources.
+- [`source`]: the [`source::Source`] trait and what it sends (`stream.rs`), one factory
+  ([`source::from_settings`], `configured.rs`), what a live source shares of its
+  trouble (`health.rs`), and the `ble` (BlueZ: `ble/start.rs` the source,
+  `ble/scanner.rs` its one loop, `ble/adverts.rs` what an advert does, `ble/steps.rs`
+  the ladder's steps taken, `ble/session.rs` the D-Bus session, `ble/side.rs` the side
+  channel and a passive scan's monitor, `ble/signals.rs` the D-Bus path's advert
+  signals, `ble/mgmt/` the kernel's management socket, its pure frame and AD parsers
+  and the socket opener, `ble/passive.rs` passive scanning, `ble/devices.rs` the
+  bounded device memory, `ble/ladder.rs` the pure liveness ladder, `ble/bluez.rs` the
+  watcher), `replay` and `sim` sources.
 - [`products`]: which advertisements are tapes, and the `ble_packet` sent for them.
 - [`dedup`]: per-MAC deduplication on capture time (pure, time passed in).
 - [`ingest`]: the stage from advertisements to committed groups in the outbox.
@@ -50,8 +69,9 @@ tapes into decoded readings in the tracking service.
   `/healthz` its verdict (stages turning, commits succeeding, requests answered);
   [`systemd`] is sd_notify, the watchdog that pings only while every stage makes
   progress, and the stop signals.
-- [`reload`]: SIGHUP applies what changed, restarting the delivery stage, the HTTP
-  server or the pusher in-process where needed, and names what needs a restart.
+- [`reload`]: SIGHUP applies what changed (`reload/changes.rs`, pure), restarting the
+  delivery stage (`reload/delivery.rs`), the HTTP server or the pusher
+  (`reload/services.rs`) in-process where needed, and names what needs a restart.
 - [`http`]: the read-only HTTP server of `[http] listen`: `/metrics` (every metric
   defined in [`metrics`]), `/healthz` ([`health::verdict`]) and the status page
   (`http/page.rs`), which joins the tapes the ingest stage heard ([`heard_now`]) with
@@ -60,11 +80,15 @@ tapes into decoded readings in the tracking service.
   the daemon for `status --json`, `/metrics` and the pushed telemetry.
 - [`telemetry`]: `[telemetry]`, the metrics of `/metrics` pushed to a Prometheus
   remote-write receiver (`remote_write.rs` the protobuf by hand), kept through outages.
-- [`cmd`]: the commands a person runs beside the daemon: `status`, `tapes`,
-  `dead-letters` (`state.rs`), `decode`, `check` (for installers), `scan` (the live
-  view and recorder), `demo`, and the operator's `device`, `locate`, `history` and
-  `message` (`manifest.rs` the strict CSV of `--csv`), and `support-bundle`
-  (`support_bundle.rs`, its tar.gz by `archive.rs`). [`cli`] is the command line.
+- [`cmd`]: one file per command, each thin over the library: `run` (the daemon),
+  `status`, `tapes`, `dead-letters` (`state.rs`), `decode`, `check` (for installers),
+  `scan` (the live view and recorder), `side-channel`, `demo`, and the operator's
+  `device`, `locate`, `history` and `message` (`manifest.rs` the strict CSV of
+  `--csv`), and `support-bundle` (`support_bundle.rs`; its secrets found and scrubbed
+  by `support_bundle/secrets.rs`, the journal by `support_bundle/journal.rs`, its
+  tar.gz by `archive.rs`); `cmd::block_on` and `cmd::until_stopped` give a command its
+  runtime. [`cli`] is the command line; `main.rs` only starts logging, loads the config
+  a command needs, picks the command and maps errors to exit codes.
 - [`clock`]: time on a gateway without a real-time clock: wall and boot time and the
   kernel's sync state behind one trait (`source.rs`; in debug builds a test clock
   driven by a file, `fake.rs`), the pure hold policy and repair

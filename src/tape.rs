@@ -1,6 +1,7 @@
 /*!
 The simulated tape's packet: one layout, written by the `sim` source and read back by
 the mock service, so that the two cannot drift apart.
+A leaf: it imports nothing of the crate.
 
 The real tapes' packet format is not public, so the simulated fleet and the mock agree
 on this one. It is shaped like the one observed advert (DESIGN.md:

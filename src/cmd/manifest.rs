@@ -1,5 +1,6 @@
 //! The devices CSV of the operator commands (a "manifest"): RFC 4180, read strictly so
 //! that a slip in the file can never send a request a person did not mean.
+//! Pure: it touches text only.
 //!
 //! - A header row names the columns; a column named twice, or one that no command
 //!   knows, stops the command before anything is sent (naming it and its line). A known
@@ -60,100 +61,132 @@ struct Record {
 /// Splits `text` into records (RFC 4180). `Err` for a quote never closed.
 fn records(text: &str) -> Result<Vec<Record>, String> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut reader = Reader {
+        chars: text.chars().peekable(),
+        line: 1,
+    };
     let mut out = Vec::new();
-    let mut chars = text.chars().peekable();
-    let mut line: u64 = 1;
-    while chars.peek().is_some() {
-        let start = line;
-        let mut fields = Vec::new();
-        let mut problem = None;
-        loop {
-            // One field.
-            let mut field = String::new();
-            let mut quoted = false;
-            while matches!(chars.peek(), Some(' ' | '\t')) {
-                chars.next();
-            }
-            if chars.peek() == Some(&'"') {
-                chars.next();
-                quoted = true;
-                let opened = line;
-                loop {
-                    match chars.next() {
-                        None => {
-                            return Err(format!(
-                                "line {opened}: a quoted field opened here is never closed (a missing \")"
-                            ))
-                        }
-                        Some('"') if chars.peek() == Some(&'"') => {
-                            chars.next();
-                            field.push('"');
-                        }
-                        Some('"') => break,
-                        Some(c) => {
-                            if c == '\n' {
-                                line += 1;
-                            }
-                            field.push(c);
-                        }
-                    }
-                }
-                // After the closing quote: space, then a comma or the end of the line.
-                while matches!(chars.peek(), Some(' ' | '\t')) {
-                    chars.next();
-                }
-                if !matches!(chars.peek(), None | Some(',' | '\n' | '\r')) {
-                    problem.get_or_insert_with(|| "text after a closing quote".to_string());
-                    while !matches!(chars.peek(), None | Some(',' | '\n' | '\r')) {
-                        chars.next();
-                    }
-                }
-            } else {
-                while let Some(&c) = chars.peek() {
-                    if matches!(c, ',' | '\n' | '\r') {
-                        break;
-                    }
-                    if c == '"' {
-                        problem.get_or_insert_with(|| {
-                            "a quote inside an unquoted field (quote the whole field and double the quotes in it)".to_string()
-                        });
-                    }
-                    field.push(c);
-                    chars.next();
-                }
-            }
-            fields.push(if quoted {
-                field
-            } else {
-                field.trim().to_string()
-            });
-            // A field ends at a comma, a line end or the end of the text.
-            match chars.next() {
-                Some(',') => continue,
-                Some('\r') => {
-                    if chars.peek() == Some(&'\n') {
-                        chars.next();
-                    }
-                    line += 1;
-                    break;
-                }
-                Some(_) => {
-                    line += 1;
-                    break;
-                }
-                None => break,
-            }
-        }
-        let blank = fields.len() == 1 && fields[0].is_empty() && problem.is_none();
+    while reader.chars.peek().is_some() {
+        let record = reader.record()?;
+        let blank =
+            record.fields.len() == 1 && record.fields[0].is_empty() && record.problem.is_none();
         if !blank {
-            out.push(Record {
-                line: start,
-                fields,
-                problem,
-            });
+            out.push(record);
         }
     }
     Ok(out)
+}
+
+/// The tokenizer: the text still to read and the line it is on.
+struct Reader<'a> {
+    chars: std::iter::Peekable<std::str::Chars<'a>>,
+    line: u64,
+}
+
+impl Reader<'_> {
+    /// One record, up to and including its line end.
+    fn record(&mut self) -> Result<Record, String> {
+        let start = self.line;
+        let mut fields = Vec::new();
+        let mut problem = None;
+        loop {
+            self.skip_blanks();
+            let field = if self.chars.peek() == Some(&'"') {
+                self.chars.next();
+                self.quoted(&mut problem)?
+            } else {
+                self.unquoted(&mut problem).trim().to_string()
+            };
+            fields.push(field);
+            if !self.field_end() {
+                break;
+            }
+        }
+        Ok(Record {
+            line: start,
+            fields,
+            problem,
+        })
+    }
+
+    fn skip_blanks(&mut self) {
+        while matches!(self.chars.peek(), Some(' ' | '\t')) {
+            self.chars.next();
+        }
+    }
+
+    /// A quoted field, after its opening quote, up to the comma or line end after it.
+    fn quoted(&mut self, problem: &mut Option<String>) -> Result<String, String> {
+        let mut field = String::new();
+        let opened = self.line;
+        loop {
+            match self.chars.next() {
+                None => {
+                    return Err(format!(
+                        "line {opened}: a quoted field opened here is never closed (a missing \")"
+                    ))
+                }
+                Some('"') if self.chars.peek() == Some(&'"') => {
+                    self.chars.next();
+                    field.push('"');
+                }
+                Some('"') => break,
+                Some(c) => {
+                    if c == '\n' {
+                        self.line += 1;
+                    }
+                    field.push(c);
+                }
+            }
+        }
+        // After the closing quote: space, then a comma or the end of the line.
+        self.skip_blanks();
+        if !matches!(self.chars.peek(), None | Some(',' | '\n' | '\r')) {
+            problem.get_or_insert_with(|| "text after a closing quote".to_string());
+            while !matches!(self.chars.peek(), None | Some(',' | '\n' | '\r')) {
+                self.chars.next();
+            }
+        }
+        Ok(field)
+    }
+
+    /// An unquoted field, up to a comma or a line end (untrimmed).
+    fn unquoted(&mut self, problem: &mut Option<String>) -> String {
+        let mut field = String::new();
+        while let Some(&c) = self.chars.peek() {
+            if matches!(c, ',' | '\n' | '\r') {
+                break;
+            }
+            if c == '"' {
+                problem.get_or_insert_with(|| {
+                    "a quote inside an unquoted field (quote the whole field and double the quotes in it)".to_string()
+                });
+            }
+            field.push(c);
+            self.chars.next();
+        }
+        field
+    }
+
+    /// Ends a field at a comma, a line end or the end of the text; `true` when the
+    /// record goes on (a comma).
+    fn field_end(&mut self) -> bool {
+        match self.chars.next() {
+            Some(',') => true,
+            Some('\r') => {
+                if self.chars.peek() == Some(&'\n') {
+                    self.chars.next();
+                }
+                self.line += 1;
+                false
+            }
+            Some(_) => {
+                self.line += 1;
+                false
+            }
+            None => false,
+        }
+    }
 }
 
 /// Reads a manifest whose columns must be among `known` (`qrcode` required). `Err` when
