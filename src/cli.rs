@@ -109,7 +109,7 @@ pub enum Command {
     /// Send an integration message (spec 4.5); FILE holds the `data` object (`-`: stdin).
     Message {
         #[arg(value_enum)]
-        message_type: crate::api::MessageType,
+        message_type: crate::operator::MessageType,
         file: PathBuf,
         /// One JSON document on stdout.
         #[arg(long)]

@@ -30,16 +30,18 @@ tapes into decoded readings in the tracking service.
   splits, isolation, attempt bounds, backoff, the concurrency window), `answer.rs` what
   an answer means, `mod.rs` the loop with several batches in flight; [`backoff`] is the
   one retry delay (flusher, token cache, ingest).
-- [`api`]: the tracking service client (`auth.rs` the token cache and its lifetime
-  bounds, `decode.rs` bulk and single decode, `pause.rs` the service's `Retry-After`
-  held for every decode request from the instant it is read, `error.rs` answers and
-  transport failures mapped to typed kinds that say what to do) and the operator's client (`devices.rs` add, label, relabel,
-  show, deactivate, configure with their rules; `locate.rs`, `history.rs`,
-  `messages.rs`; `send.rs` the one send every operator call goes through, with the
-  retry policy declared per call; `rate.rs` the shared, sliding rate window kept in the
-  state database; `assumed.rs` the request shapes the spec does not show and how both
-  readings of its open points are read). [`secret`] keeps the
-  password and token out of every text.
+- [`api`]: the transport shared by the daemon and the operator room (`auth.rs` the
+  token cache and its lifetime bounds, `decode.rs` bulk and single decode, `pause.rs`
+  the service's `Retry-After` held for every decode request from the instant it is
+  read, `error.rs` answers and transport failures mapped to typed kinds that say what
+  to do). [`secret`] keeps the password and token out of every text.
+- [`operator`]: the operator room, the client of the rest of the service, one file per
+  capability (`add.rs`, `label.rs` label and relabel, `show.rs`, `deactivate.rs`,
+  `configure.rs`, with `devices.rs` the multi-device run they share; `locate.rs`,
+  `history.rs`, `messages.rs`), `send.rs` the one send every call goes through with
+  its retry policy declared per call, `rate.rs` the shared, sliding rate window kept
+  in the state database, `assumed.rs` the request shapes the spec does not show and
+  how both readings of its open points are read.
 - [`pipeline`]: the only place that creates channels, spawns stages, watches them all
   at once (a stage that dies ends the daemon non-zero), wires SIGHUP and orders
   shutdown. [`health`] keeps `STATUS=` and the scanner's counts current and gives
@@ -83,6 +85,7 @@ pub mod ingest;
 pub mod metrics;
 #[cfg(feature = "mock")]
 pub mod mock;
+pub mod operator;
 pub mod outbox;
 pub mod pipeline;
 pub mod products;

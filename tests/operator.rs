@@ -520,7 +520,7 @@ async fn sensor_mode_prints_six_readings_with_units_and_no_reading_exits_1() {
     let out = g.run(&["locate", seed::SENSOR_ASSET, "--sensor"]);
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
-    for (kind, units) in tapegate::api::SENSORS {
+    for (kind, units) in tapegate::operator::SENSORS {
         assert!(
             stdout
                 .lines()

@@ -1,13 +1,15 @@
 /*!
-The tracking service client: password-grant token (spec section 5), bulk decode (4.4)
-and single decode (4.3), with answers mapped to errors that say what to do (section 7,
-[`ApiError`]).
+The transport shared by the daemon and the operator room: the password-grant token
+(spec section 5), bulk decode (4.4) and single decode (4.3), and the one request every
+operator call is sent as, with answers mapped to errors that say what to do (section 7,
+[`ApiError`]). It may touch the configuration's service settings and nothing above it;
+the operator's calls, their retry policy and the rate window are `crate::operator`'s.
 
 This file is the client itself: its setup, the password grant, and the plumbing every
-call shares (the request headers, the one retry after a 401, reading an answer with a
-cap). Each group of endpoints is a file beside it (`decode` so far); `auth` is the
-token cache, `pause` the service's `Retry-After` held for every decode request, and
-`error` what can go wrong, by kind.
+call shares (the request headers, the one retry after a 401 of a decode, reading an
+answer with a cap, `call` for the operator room). `auth` is the token
+cache, `decode` the decode calls, `pause` the service's `Retry-After` held for every
+decode request, and `error` what can go wrong, by kind.
 
 Why it is built this way:
 - One [`ServiceClient`] is shared (it is an `Arc` inside) so that the flusher and
@@ -22,17 +24,10 @@ Why it is built this way:
   output, and answer text is scrubbed of both before it goes into an error.
 */
 
-mod assumed;
 mod auth;
 mod decode;
-mod devices;
 mod error;
-mod history;
-mod locate;
-mod messages;
 mod pause;
-pub mod rate;
-mod send;
 
 use std::fmt;
 use std::sync::Arc;
@@ -47,19 +42,8 @@ use url::Url;
 use crate::config::{EnvironmentSettings, ServiceSettings};
 use crate::secret::{scrub, Secret};
 
-pub use assumed::{ConfigChange, DeviceEntry, LabelDevice, LabelRecord, LabelState};
 pub use decode::{BulkAnswerItem, BulkItem, Decoded};
-pub use devices::{
-    check_id, hint, AddDevice, AddOutcome, DeviceOp, DeviceOutcome, DeviceReport, DeviceRun,
-    Operator, OperatorError, Progress, MAX_ID_CHARS,
-};
 pub use error::{parse_retry_after, ApiError, Endpoint, TransientKind, Transport, TransportKind};
-pub use history::{
-    merge, month_windows, HistoricalEvent, HistoryFilter, HistoryQuery, HistoryRead, HistoryWindow,
-};
-pub use locate::{Asset, LocationEvent, ReadingMark, SensorReading, SENSORS};
-pub use messages::{check_payload, MessageSent, MessageType};
-pub use send::Interrupt;
 
 use auth::{Grant, TokenCache};
 use error::{answer_message, carries_errors};
@@ -112,7 +96,7 @@ impl fmt::Debug for ServiceClient {
 
 /// Where an operator call's account comes from (spec 5.8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Account {
+pub(crate) enum Account {
     /// The `customer_id` and `authorized_groups` headers: decode, locations, messages,
     /// history, add-device.
     Headers,
@@ -121,16 +105,16 @@ enum Account {
 }
 
 /// An HTTP answer, read (capped) into memory.
-struct Answer {
-    status: StatusCode,
-    retry_after: Option<Duration>,
+pub(crate) struct Answer {
+    pub(crate) status: StatusCode,
+    pub(crate) retry_after: Option<Duration>,
     /// The body of a success answer; of an error answer, its first
     /// [`MAX_ERROR_BYTES`] (the operator calls read 207-shaped and validation bodies
     /// from it; it is never logged or shown whole).
-    body: Bytes,
+    pub(crate) body: Bytes,
     /// The message of an error answer, scrubbed of the token and password (empty on
     /// success). For people: no decision reads it.
-    message: String,
+    pub(crate) message: String,
 }
 
 impl Answer {
@@ -177,7 +161,7 @@ fn header_value(name: &str, value: &str) -> Result<HeaderValue, ApiError> {
 
 /// `base` with `segments` appended to its path (a trailing slash of `base` is not
 /// doubled; segments are percent-encoded as needed).
-fn join(base: &Url, segments: &[&str]) -> Result<Url, ApiError> {
+pub(crate) fn join(base: &Url, segments: &[&str]) -> Result<Url, ApiError> {
     let mut url = base.clone();
     url.path_segments_mut()
         .map_err(|()| ApiError::Setup("base_url cannot have a path".into()))?
@@ -312,12 +296,12 @@ impl ServiceClient {
 
     /// The token for an operator call: the cached one, or a new grant. A failure here
     /// means nothing was sent to the service.
-    async fn operator_token(&self) -> Result<Secret, ApiError> {
+    pub(crate) async fn operator_token(&self) -> Result<Secret, ApiError> {
         self.inner.tokens.get(|| self.grant()).await
     }
 
     /// The service refused `token` (401): drop it if it is still the cached one.
-    fn token_refused(&self, token: &Secret) {
+    pub(crate) fn token_refused(&self, token: &Secret) {
         self.inner.tokens.invalidate_if(token);
     }
 
@@ -326,7 +310,7 @@ impl ServiceClient {
     /// `headers` given, and `body` as JSON. No retry of any kind, not even after a 401:
     /// the operator's send decides, by the policy of each call (`send.rs`).
     #[allow(clippy::too_many_arguments)]
-    async fn call(
+    pub(crate) async fn call(
         &self,
         token: &Secret,
         method: reqwest::Method,
@@ -359,12 +343,12 @@ impl ServiceClient {
     }
 
     /// `{base_url}` with `segments` appended.
-    fn url(&self, segments: &[&str]) -> Result<Url, ApiError> {
+    pub(crate) fn url(&self, segments: &[&str]) -> Result<Url, ApiError> {
         join(&self.inner.endpoint.base_url, segments)
     }
 
     /// The account the client's configuration names, for bodies that carry it (4.2).
-    fn account_ids(&self) -> (&str, &str) {
+    pub(crate) fn account_ids(&self) -> (&str, &str) {
         let e = &self.inner.endpoint;
         (&e.customer_id, &e.authorized_groups)
     }

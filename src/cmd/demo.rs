@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::api::{AddDevice, HistoryFilter, HistoryQuery};
 use crate::clock::{age, now_ms, rfc3339};
 use crate::config;
 use crate::mock::{self, MockConfig, Storm};
+use crate::operator::{AddDevice, HistoryFilter, HistoryQuery};
 use crate::outbox::Store;
 use crate::pipeline::{self, RunError, RunOptions};
 use crate::record::Mac;
@@ -344,7 +344,7 @@ async fn at_the_dock(
     };
     let _ = writeln!(out, "--- tapegate history --qr {tape} (the last day) ---");
     match operator.history(&query, now).await {
-        Ok(crate::api::HistoryRead {
+        Ok(crate::operator::HistoryRead {
             events, requests, ..
         }) => {
             let temps: Vec<f64> = events

@@ -26,13 +26,14 @@ use serde_json::Value;
 
 use super::manifest::{self, BadRow, Row};
 use super::CmdError;
-use crate::api::rate::{self, open_state, RateGate};
-use crate::api::{
-    check_id, AddDevice, AddOutcome, DeviceEntry, DeviceOp, DeviceOutcome, DeviceReport, Interrupt,
-    Operator, OperatorError, Progress, ServiceClient,
-};
+use crate::api::ServiceClient;
 use crate::clock::now_ms;
 use crate::config::Config;
+use crate::operator::rate::{self, open_state, RateGate};
+use crate::operator::{
+    check_id, AddDevice, AddOutcome, DeviceEntry, DeviceOp, DeviceOutcome, DeviceReport, Interrupt,
+    Operator, OperatorError, Progress,
+};
 use crate::outbox::{HeardTape, OutboxError, Store};
 use crate::record::Mac;
 use crate::text::shown;
@@ -480,7 +481,7 @@ pub async fn run_devices(
             ));
         }));
     let mut run = if devices.entries.is_empty() {
-        crate::api::DeviceRun {
+        crate::operator::DeviceRun {
             report: DeviceReport {
                 operation: op_name,
                 ..DeviceReport::default()

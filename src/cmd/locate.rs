@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use super::device::{interrupts, operator_on, Console};
 use super::CmdError;
-use crate::api::{LocationEvent, ReadingMark, SensorReading};
 use crate::config::Config;
+use crate::operator::{LocationEvent, ReadingMark, SensorReading};
 use crate::text::shown;
 
 const CELL: usize = 60;

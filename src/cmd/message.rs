@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use super::device::{interrupts, operator_on, Console};
 use super::CmdError;
-use crate::api::MessageType;
 use crate::config::Config;
+use crate::operator::MessageType;
 
 pub async fn run(
     config: &Config,

@@ -30,7 +30,7 @@ use super::assumed;
 use super::devices::{Operator, OperatorError};
 use super::locate::SensorReading;
 use super::send::{Call, Policy, Sent};
-use super::{join, Account, ApiError};
+use crate::api::{join, Account, ApiError};
 
 /// Events one request returns at most (spec 4.2).
 pub const MAX_EVENTS_PER_REQUEST: usize = 1000;

@@ -27,8 +27,8 @@ use tokio_util::sync::CancellationToken;
 use url::Url;
 
 use super::devices::{Operator, OperatorError};
-use super::error::TransportKind;
-use super::{Account, Answer, ApiError};
+use crate::api::TransportKind;
+use crate::api::{Account, Answer, ApiError};
 use crate::backoff::Backoff;
 
 /// First wait after a failed attempt, doubling with full jitter...

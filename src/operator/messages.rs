@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::devices::{Operator, OperatorError};
 use super::send::{Call, Policy, Sent};
-use super::Account;
+use crate::api::Account;
 
 /// The three message types of spec 4.5.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

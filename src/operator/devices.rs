@@ -38,7 +38,7 @@ use serde_json::Value;
 use super::assumed::{self, ConfigChange, DeviceEntry, LabelRecord, LabelState};
 use super::rate::RateGate;
 use super::send::{Call, Interrupt, Policy, Sent};
-use super::{Account, Answer, ApiError, ServiceClient};
+use crate::api::{Account, Answer, ApiError, ServiceClient};
 use crate::clock::now_ms;
 use crate::config::OperatorSettings;
 use crate::outbox::OutboxError;

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::devices::{check_id, Operator, OperatorError};
 use super::send::{Call, Policy, Sent};
-use super::{Account, ApiError};
+use crate::api::{Account, ApiError};
 
 /// The location event of spec 2.1.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
