@@ -54,8 +54,11 @@ tapes into decoded readings in the tracking service.
   what the state database knows of them.
 - [`cmd`]: the commands a person runs beside the daemon: `status`, `tapes`,
   `dead-letters` (`state.rs`), `decode`, `check` (for installers), `scan` (the live
-  view and recorder), `demo`, and the operator's `device`, `locate`, `history` and
-  `message` (`manifest.rs` the strict CSV of `--csv`). [`cli`] is the command line.
+  view and recorder), `demo`, and the operator's `device` (`device/`: `add.rs`,
+  `nearest.rs`, `many.rs` the multi-device calls, `input.rs` and `manifest.rs` the
+  checks of `--qr` and the strict CSV of `--csv`), `locate`, `history` and `message`,
+  over `client.rs`, the operator's client as every operator command makes it (waits
+  told on stderr, Ctrl-C). [`cli`] is the command line.
 - [`clock`]: time on a gateway without a real-time clock: wall and boot time and the
   kernel's sync state behind one trait (`source.rs`; in debug builds a test clock
   driven by a file, `fake.rs`), the pure hold policy and repair

@@ -23,7 +23,7 @@ use crate::outbox::Store;
 use crate::pipeline::{self, RunError, RunOptions};
 use crate::record::Mac;
 
-use super::{device, CmdError};
+use super::{client, CmdError};
 
 /// What the demo runs.
 #[derive(Debug, Clone)]
@@ -252,7 +252,7 @@ async fn at_the_dock(
     state_dir: &Path,
     out: &mut (dyn Write + Send),
 ) -> Result<Vec<Mac>, CmdError> {
-    let operator = device::operator(config)?;
+    let operator = client::operator(config)?;
     // The tapes the daemon heard and the service refused as unknown, as `--nearest`
     // sees them (the demo activates them all rather than the nearest).
     let unknown: BTreeSet<Mac> = match Store::open_existing(state_dir)? {
@@ -288,7 +288,7 @@ async fn at_the_dock(
                 );
             }
             Ok(o) => {
-                let requeued = device::state(config)?.retry_dead_letters(Some(mac))?;
+                let requeued = client::state(config)?.retry_dead_letters(Some(mac))?;
                 let _ = writeln!(
                     out,
                     "  tapegate device add --qr {} --tape-id {}: HTTP {} {}; {requeued} dead letter(s) re-queued",

@@ -8,7 +8,7 @@ use std::io::Write;
 use jiff::tz::TimeZone;
 use jiff::Timestamp;
 
-use super::device::{interrupts, operator_on, Console};
+use super::client::{interrupts, operator_on, Console};
 use super::CmdError;
 use crate::config::Config;
 use crate::operator::{

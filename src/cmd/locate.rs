@@ -6,7 +6,7 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use super::device::{interrupts, operator_on, Console};
+use super::client::{interrupts, operator_on, Console};
 use super::CmdError;
 use crate::config::Config;
 use crate::operator::{LocationEvent, ReadingMark, SensorReading};

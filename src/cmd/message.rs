@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::device::{interrupts, operator_on, Console};
+use super::client::{interrupts, operator_on, Console};
 use super::CmdError;
 use crate::config::Config;
 use crate::operator::MessageType;

@@ -5,13 +5,13 @@
 //! as JSON.
 
 pub mod check;
+pub mod client;
 pub mod decode;
 #[cfg(feature = "mock")]
 pub mod demo;
 pub mod device;
 pub mod history;
 pub mod locate;
-pub mod manifest;
 pub mod message;
 pub mod scan;
 pub mod state;

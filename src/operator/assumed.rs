@@ -3,7 +3,7 @@ The request and answer shapes the spec does not show, in one place (spec 4.7: "R
 and response field shapes of the label calls (all three methods): not shown", and the
 same of the status and config calls). Each is our assumption, agreed with the mock
 service; a real account's first answer corrects them here, in one edit, and nowhere
-else. The README lists them.
+else. The README lists them. Pure: it touches nothing but JSON.
 
 What the spec does show is kept as it says: the per-device result of 2.5
 (`{errors: [{qrcode, error_code}], successful, failed}`) as the answer of every

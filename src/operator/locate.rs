@@ -2,7 +2,8 @@
 //! or sensor mode, with the rules of each. A temporary fault reads as "nothing found"
 //! in both modes (AWB rule 5: `404 AWB not found`; sensor rule 4: `assets: []`), so
 //! each is asked once more after a backoff and only then means not found / no current
-//! reading. Other failures (429, 5xx, no answer) are the send's (`send.rs`).
+//! reading. Other failures (429, 5xx, no answer) are the send's (`send.rs`). It may
+//! touch only the send.
 //!
 //! The asset id is checked ([`super::check_id`]) and percent-encoded byte for byte
 //! into its path segment: never changed, never a dot segment that a URL library would
@@ -13,8 +14,8 @@ use std::time::Duration;
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use super::devices::{check_id, Operator, OperatorError};
 use super::send::{Call, Policy, Sent};
+use super::{check_id, Operator, OperatorError};
 use crate::api::{Account, ApiError};
 
 /// The location event of spec 2.1.

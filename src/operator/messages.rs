@@ -3,15 +3,15 @@
 //! other rule), and `message_type` goes both as a header and in the body. A message is
 //! not idempotent and nothing marks a repeat, so it is sent again only when it cannot
 //! have been applied (429, no connection); after a 5xx or a lost answer it is reported
-//! as "may or may not have arrived", never sent twice.
+//! as "may or may not have arrived", never sent twice. It may touch only the send.
 
 use bytes::Bytes;
 use reqwest::Method;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::devices::{Operator, OperatorError};
 use super::send::{Call, Policy, Sent};
+use super::{Operator, OperatorError};
 use crate::api::Account;
 
 /// The three message types of spec 4.5.

@@ -23,7 +23,8 @@
 //! from now: the service's window ends within a window length of any request it refused.
 //!
 //! The rule is pure ([`take`], [`finish`], [`after_refusal`]: the stamps and `now` in, the
-//! stamps and the decision out); [`RateGate`] is its shell around the database.
+//! stamps and the decision out); [`RateGate`] is its shell around the database, the
+//! one thing here that touches the state database (its `rate_sends` table).
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;

@@ -3,7 +3,8 @@ The one send of the operator's client: every call (add, label, relabel, show,
 deactivate, configure, locate, history, message) goes through [`Operator::send`] with
 a retry [`Policy`] declared for it, so that what spec 7 asks ("retry 429, 500, 503 and
 timeouts with exponential backoff") holds for every call by construction, and what
-differs between calls is data.
+differs between calls is data. It may touch the transport's one request
+(`api::ServiceClient::call`), the token cache and the rate window (`rate.rs`).
 
 What a send does with each outcome of an attempt:
 
@@ -26,7 +27,7 @@ use reqwest::{Method, StatusCode};
 use tokio_util::sync::CancellationToken;
 use url::Url;
 
-use super::devices::{Operator, OperatorError};
+use super::{Operator, OperatorError};
 use crate::api::TransportKind;
 use crate::api::{Account, Answer, ApiError};
 use crate::backoff::Backoff;
@@ -172,6 +173,16 @@ fn server_error(status: StatusCode) -> bool {
     status.is_server_error() || status == StatusCode::REQUEST_TIMEOUT
 }
 
+/// What a send does after an attempt.
+enum Next {
+    /// The send is over.
+    Done(Sent),
+    /// Send again at once, not counted as an attempt (the resend after a 401).
+    Resend,
+    /// Wait (the backoff, at least `Retry-After`) and try again: why, for the operator.
+    Retry(String, Option<Duration>),
+}
+
 impl Operator {
     /// Sends `call` under `policy` to the end: retried, repeated or returned as the
     /// table in the module doc says. `Err` only for what no retry fixes (a fresh token
@@ -190,66 +201,16 @@ impl Operator {
                 });
             }
             attempt += 1;
-            let (reason, retry_after) = match self.attempt(policy, call, lost_before).await? {
-                Attempt::Answer(a) if a.status == StatusCode::UNAUTHORIZED => {
-                    if refreshed {
-                        return Err(ApiError::Unauthorized { message: a.message }.into());
+            let tried = self.attempt(policy, call, lost_before).await?;
+            let (reason, retry_after) =
+                match self.next(policy, call, tried, &mut lost_before, &mut refreshed)? {
+                    Next::Done(sent) => return Ok(sent),
+                    Next::Resend => {
+                        attempt -= 1;
+                        continue;
                     }
-                    // Spec 5.5: a new token after a 401, and once more; it takes a
-                    // slot of the window like any send (it counts, spec 8).
-                    refreshed = true;
-                    attempt -= 1;
-                    tracing::debug!(
-                        correlation_id = %call.correlation_id,
-                        "the service refused the token; retrying once with a new one"
-                    );
-                    continue;
-                }
-                Attempt::Answer(a) if a.status == StatusCode::TOO_MANY_REQUESTS => {
-                    if policy.rate_limited {
-                        self.gate.refused()?;
-                    }
-                    let why = if policy.rate_limited {
-                        "the service's rate window was full (429)".to_string()
-                    } else {
-                        "the service is rate limiting (429)".to_string()
-                    };
-                    (why, a.retry_after)
-                }
-                Attempt::Answer(a) if server_error(a.status) => {
-                    let why = format!("the service answered {}", a.status.as_u16());
-                    match self.lost(policy, &mut lost_before, &why) {
-                        Some(lost) => return Ok(lost),
-                        None => (why, a.retry_after),
-                    }
-                }
-                Attempt::Answer(answer) => {
-                    return Ok(Sent::Answered {
-                        answer,
-                        lost_before,
-                    })
-                }
-                Attempt::Failed(e, Reach::NotSent) => (e.operator_cause(), e.retry_after()),
-                Attempt::Failed(e, Reach::MaybeApplied) => {
-                    let why = e.operator_cause();
-                    match self.lost(policy, &mut lost_before, &why) {
-                        Some(lost) => return Ok(lost),
-                        None => (why, e.retry_after()),
-                    }
-                }
-                Attempt::Interrupted => {
-                    return Ok(Sent::Interrupted {
-                        in_flight: true,
-                        lost_before,
-                    })
-                }
-                Attempt::NotStarted => {
-                    return Ok(Sent::Interrupted {
-                        in_flight: false,
-                        lost_before,
-                    })
-                }
-            };
+                    Next::Retry(reason, retry_after) => (reason, retry_after),
+                };
             if attempt >= policy.attempts {
                 return Ok(Sent::NoAnswer {
                     cause: format!("{reason} ({attempt} attempts)"),
@@ -267,6 +228,69 @@ impl Operator {
                 () = stop.cancelled() => {}
             }
         }
+    }
+
+    /// What follows an attempt that went as `tried`, by the table in the module doc.
+    fn next(
+        &self,
+        policy: Policy,
+        call: &Call,
+        tried: Attempt,
+        lost_before: &mut bool,
+        refreshed: &mut bool,
+    ) -> Result<Next, OperatorError> {
+        let interrupted = |in_flight| {
+            Ok(Next::Done(Sent::Interrupted {
+                in_flight,
+                lost_before: *lost_before,
+            }))
+        };
+        let (why, retry_after, maybe_applied) = match tried {
+            Attempt::Answer(a) if a.status == StatusCode::UNAUTHORIZED => {
+                if *refreshed {
+                    return Err(ApiError::Unauthorized { message: a.message }.into());
+                }
+                // Spec 5.5: a new token after a 401, and once more; it takes a
+                // slot of the window like any send (it counts, spec 8).
+                *refreshed = true;
+                tracing::debug!(
+                    correlation_id = %call.correlation_id,
+                    "the service refused the token; retrying once with a new one"
+                );
+                return Ok(Next::Resend);
+            }
+            Attempt::Answer(a) if a.status == StatusCode::TOO_MANY_REQUESTS => {
+                if policy.rate_limited {
+                    self.gate.refused()?;
+                }
+                let why = if policy.rate_limited {
+                    "the service's rate window was full (429)".to_string()
+                } else {
+                    "the service is rate limiting (429)".to_string()
+                };
+                (why, a.retry_after, false)
+            }
+            Attempt::Answer(a) if server_error(a.status) => {
+                let why = format!("the service answered {}", a.status.as_u16());
+                (why, a.retry_after, true)
+            }
+            Attempt::Answer(answer) => {
+                return Ok(Next::Done(Sent::Answered {
+                    answer,
+                    lost_before: *lost_before,
+                }))
+            }
+            Attempt::Failed(e, Reach::NotSent) => (e.operator_cause(), e.retry_after(), false),
+            Attempt::Failed(e, Reach::MaybeApplied) => (e.operator_cause(), e.retry_after(), true),
+            Attempt::Interrupted => return interrupted(true),
+            Attempt::NotStarted => return interrupted(false),
+        };
+        if maybe_applied {
+            if let Some(lost) = self.lost(policy, lost_before, &why) {
+                return Ok(Next::Done(lost));
+            }
+        }
+        Ok(Next::Retry(why, retry_after))
     }
 
     /// An attempt that may have been applied: `Some` ends the send (the policy does

@@ -15,6 +15,8 @@
 //!   unquoted fields are trimmed; blank lines are skipped.
 
 use std::collections::HashMap;
+use std::iter::Peekable;
+use std::str::Chars;
 
 use serde::Serialize;
 
@@ -68,65 +70,7 @@ fn records(text: &str) -> Result<Vec<Record>, String> {
         let mut fields = Vec::new();
         let mut problem = None;
         loop {
-            // One field.
-            let mut field = String::new();
-            let mut quoted = false;
-            while matches!(chars.peek(), Some(' ' | '\t')) {
-                chars.next();
-            }
-            if chars.peek() == Some(&'"') {
-                chars.next();
-                quoted = true;
-                let opened = line;
-                loop {
-                    match chars.next() {
-                        None => {
-                            return Err(format!(
-                                "line {opened}: a quoted field opened here is never closed (a missing \")"
-                            ))
-                        }
-                        Some('"') if chars.peek() == Some(&'"') => {
-                            chars.next();
-                            field.push('"');
-                        }
-                        Some('"') => break,
-                        Some(c) => {
-                            if c == '\n' {
-                                line += 1;
-                            }
-                            field.push(c);
-                        }
-                    }
-                }
-                // After the closing quote: space, then a comma or the end of the line.
-                while matches!(chars.peek(), Some(' ' | '\t')) {
-                    chars.next();
-                }
-                if !matches!(chars.peek(), None | Some(',' | '\n' | '\r')) {
-                    problem.get_or_insert_with(|| "text after a closing quote".to_string());
-                    while !matches!(chars.peek(), None | Some(',' | '\n' | '\r')) {
-                        chars.next();
-                    }
-                }
-            } else {
-                while let Some(&c) = chars.peek() {
-                    if matches!(c, ',' | '\n' | '\r') {
-                        break;
-                    }
-                    if c == '"' {
-                        problem.get_or_insert_with(|| {
-                            "a quote inside an unquoted field (quote the whole field and double the quotes in it)".to_string()
-                        });
-                    }
-                    field.push(c);
-                    chars.next();
-                }
-            }
-            fields.push(if quoted {
-                field
-            } else {
-                field.trim().to_string()
-            });
+            fields.push(field(&mut chars, &mut line, &mut problem)?);
             // A field ends at a comma, a line end or the end of the text.
             match chars.next() {
                 Some(',') => continue,
@@ -154,6 +98,68 @@ fn records(text: &str) -> Result<Vec<Record>, String> {
         }
     }
     Ok(out)
+}
+
+/// One field, up to the comma or line end after it (not taken). `line` counts the
+/// line breaks inside a quoted field; `problem` keeps the record's first fault. `Err`
+/// for a quote never closed.
+fn field(
+    chars: &mut Peekable<Chars<'_>>,
+    line: &mut u64,
+    problem: &mut Option<String>,
+) -> Result<String, String> {
+    let mut field = String::new();
+    while matches!(chars.peek(), Some(' ' | '\t')) {
+        chars.next();
+    }
+    if chars.peek() != Some(&'"') {
+        while let Some(&c) = chars.peek() {
+            if matches!(c, ',' | '\n' | '\r') {
+                break;
+            }
+            if c == '"' {
+                problem.get_or_insert_with(|| {
+                    "a quote inside an unquoted field (quote the whole field and double the quotes in it)".to_string()
+                });
+            }
+            field.push(c);
+            chars.next();
+        }
+        return Ok(field.trim().to_string());
+    }
+    chars.next();
+    let opened = *line;
+    loop {
+        match chars.next() {
+            None => {
+                return Err(format!(
+                    "line {opened}: a quoted field opened here is never closed (a missing \")"
+                ))
+            }
+            Some('"') if chars.peek() == Some(&'"') => {
+                chars.next();
+                field.push('"');
+            }
+            Some('"') => break,
+            Some(c) => {
+                if c == '\n' {
+                    *line += 1;
+                }
+                field.push(c);
+            }
+        }
+    }
+    // After the closing quote: space, then a comma or the end of the line.
+    while matches!(chars.peek(), Some(' ' | '\t')) {
+        chars.next();
+    }
+    if !matches!(chars.peek(), None | Some(',' | '\n' | '\r')) {
+        problem.get_or_insert_with(|| "text after a closing quote".to_string());
+        while !matches!(chars.peek(), None | Some(',' | '\n' | '\r')) {
+            chars.next();
+        }
+    }
+    Ok(field)
 }
 
 /// Reads a manifest whose columns must be among `known` (`qrcode` required). `Err` when
