@@ -64,11 +64,12 @@ tapes into decoded readings in the tracking service.
   driven by a file, `fake.rs`), the pure hold policy and repair
   arithmetic (`policy.rs`), and the keeper that holds and releases captures in the
   outbox (`keeper.rs`, run by the ingest stage); also time formatting.
-- `mock` (cargo feature `mock`, on by default): the spec-faithful mock tracking service
-  used by tests, `tapegate demo` and `tapegate mock`, one file per endpoint, each open
-  point of the spec playable both ways (`readings.rs`); not part of the gateway's API.
-- [`tape`]: the simulated tape's packet layout, written by the `sim` source and read by
-  the mock.
+- The mock tracking service is a crate of its own (`mock/`, `tapegate-mock`), which
+  depends on nothing here; the gateway uses it only in `tapegate demo` and `tapegate
+  mock` (`cmd/demo.rs`, cargo feature `mock`, on by default; the package is built
+  without it), and the tests and benchmarks start it on loopback.
+- [`tape`]: the simulated tape's packet layout, written by the `sim` source (the mock
+  reads it with a decoder of its own).
 - [`text`]: text from elsewhere (the service, CSV, arguments) bounded and made inert
   before it is stored or shown.
 */
@@ -86,8 +87,6 @@ pub mod heard_now;
 pub mod http;
 pub mod ingest;
 pub mod metrics;
-#[cfg(feature = "mock")]
-pub mod mock;
 pub mod operator;
 pub mod outbox;
 pub mod pipeline;

@@ -336,10 +336,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         #[cfg(feature = "mock")]
         Command::Mock { listen } => {
             init_logging("info");
-            runtime()?.block_on(tapegate::mock::serve_forever(
-                *listen,
-                tapegate::mock::MockConfig::demo(),
-            ))?;
+            runtime()?.block_on(tapegate::cmd::demo::mock(*listen))?;
         }
         Command::Device(device) => {
             let config = load(&cli)?;

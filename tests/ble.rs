@@ -976,9 +976,9 @@ fn benchmark_idle_cpu_and_wake_ups_per_second_with_no_adverts() {
     {
         let rt = tokio::runtime::Runtime::new().unwrap();
         let mock = rt
-            .block_on(tapegate::mock::start(tapegate::mock::MockConfig::demo()))
+            .block_on(tapegate_mock::start(tapegate_mock::MockConfig::demo()))
             .unwrap();
-        let service = mock.service_toml("ppe", 30).unwrap();
+        let service = common::service_toml(&mock, "ppe", 30).unwrap();
         let config = format!("[scanner]\nsource = \"ble\"\n{service}");
         idle_figures("with the mock service", &config, SECS);
     }

@@ -22,12 +22,14 @@
 //! It needs `valgrind`. Without it, it says so loudly and passes, except under CI (`CI`
 //! set), where it fails: `.ci/run` installs it.
 
+mod common;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use tapegate::mock::{self, MockConfig};
 use tapegate::record::{Advertisement, Mac};
+use tapegate_mock::{self as mock, MockConfig};
 
 /// Captures in the replay (a tape's packet changes every capture, so dedup keeps all).
 const CAPTURES: u64 = 30_000;
@@ -179,7 +181,7 @@ impl Budget {
 /// The `[service]` section of the decode path alone (the keys every version since the
 /// first reads, so that an older commit's build can be measured with the same input).
 fn decode_only_service(service: &mock::MockHandle) -> String {
-    let e = service.environment_settings("ppe").unwrap();
+    let e = common::environment_settings(service, "ppe").unwrap();
     format!(
         "[service]\nenvironment = \"ppe\"\n[service.environments.ppe]\nbase_url = \"{}\"\nauth_url = \"{}\"\nclient_id = \"{}\"\naudience = \"{}\"\nusername = \"{}\"\npassword = \"{}\"\ncustomer_id = \"{}\"\nauthorized_groups = \"{}\"\n",
         e.base_url,

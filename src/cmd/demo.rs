@@ -6,6 +6,11 @@ is happening, injects a short outage of the service and shows the catch-up after
 Then it does what a person at the dock does next: activates the tapes the service did
 not know (`device add`), re-queues their dead letters and shows them delivered, and
 reads one asset's latest location and history (`locate`, `history`).
+
+This file and `tapegate mock` ([`mock`]) are the gateway's only users of the mock service
+(the `tapegate-mock` crate, behind the `mock` feature); the package's binary is built
+without them. The demo gives the mock its fleet's MACs ([`mock_config`]) and writes the
+gateway's `[service]` section from the mock's URLs and credentials.
 */
 
 use std::collections::BTreeSet;
@@ -15,13 +20,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use tapegate_mock::{self as mock, MockConfig, MockHandle, Storm};
+
 use crate::clock::{age, now_ms, rfc3339};
 use crate::config;
-use crate::mock::{self, MockConfig, Storm};
 use crate::operator::{AddDevice, HistoryFilter, HistoryQuery};
 use crate::outbox::Store;
 use crate::pipeline::{self, RunError, RunOptions};
 use crate::record::Mac;
+use crate::source::sim::{Sim, SimSettings};
 
 use super::{client, CmdError};
 
@@ -43,9 +50,7 @@ pub async fn run(
     stop: impl std::future::Future<Output = ()>,
     out: &mut (dyn Write + Send),
 ) -> Result<(), CmdError> {
-    let service = mock::start(MockConfig::demo())
-        .await
-        .map_err(CmdError::Mock)?;
+    let service = mock::start(mock_config()).await.map_err(CmdError::Mock)?;
     let (state_dir, temporary) = match &options.state_dir {
         Some(d) => (d.clone(), false),
         None => (
@@ -272,7 +277,7 @@ async fn at_the_dock(
     let mut activated = Vec::new();
     for mac in unknown {
         let add = AddDevice {
-            qrcode: mock::fleet_qrcode(&mac),
+            qrcode: mock::fleet_qrcode(&mac.plain()),
             tape_id: mac.plain(),
             asset: Some(format!("DOCK-{}", mac.plain())),
             ..AddDevice::default()
@@ -376,15 +381,81 @@ async fn at_the_dock(
     Ok(activated)
 }
 
+/// The seed of the demo's simulated fleet (the default `sim_seed`).
+pub const DEMO_SIM_SEED: u64 = 1;
+
+/// The mock as the demo and `tapegate mock` run it: the demo account, with labels on
+/// tapes of the demo's fleet (whose MACs only the gateway's simulator knows).
+pub fn mock_config() -> MockConfig {
+    let fleet = Sim::fleet(&SimSettings {
+        tapes: mock::seed::DEMO_LABELLED.end,
+        interval_ms: 1000,
+        change_every: 1,
+        unregistered: 0,
+        others_ratio: 0.0,
+        seed: DEMO_SIM_SEED,
+        duration_ms: None,
+        realtime: false,
+        start_ms: 0,
+    });
+    MockConfig {
+        demo_fleet: fleet.iter().map(Mac::plain).collect(),
+        ..MockConfig::demo()
+    }
+}
+
+/// `tapegate mock`: the demo's mock on `listen` until Ctrl-C.
+pub async fn mock(listen: std::net::SocketAddr) -> std::io::Result<()> {
+    mock::serve_forever(listen, mock_config()).await
+}
+
+/// The `[service]` section of a gateway that delivers to environment `env` of
+/// `service`, with the keys the operator commands need; `None` when it does not serve
+/// `env`.
+fn service_toml(service: &MockHandle, env: &str, request_timeout_secs: u64) -> Option<String> {
+    let e = service.environment(env)?;
+    Some(format!(
+        r#"
+[service]
+environment = "{env}"
+request_timeout_secs = {request_timeout_secs}
+
+[service.environments.{env}]
+base_url = "{base}"
+auth_url = "{auth}"
+client_id = "{client}"
+audience = "{audience}"
+username = "{user}"
+password = "{password}"
+customer_id = "{customer}"
+authorized_groups = "{groups}"
+historical_base_url = "{historical}"
+history_operation_id = "{operation}"
+default_app_id = "{app}"
+"#,
+        base = service.base_url(env),
+        auth = service.auth_url(env),
+        historical = service.historical_base_url(env),
+        operation = mock::HISTORY_OPERATION_ID,
+        app = mock::seed::SEED_APP,
+        client = e.client_id,
+        audience = e.audience,
+        user = e.username,
+        password = e.password,
+        customer = e.customer_id,
+        groups = e.authorized_groups,
+    ))
+}
+
 /// The demo's config, through the same validation as a user's file.
 fn demo_config(
-    service: &mock::MockHandle,
+    service: &MockHandle,
     state_dir: &Path,
     tapes: usize,
     unregistered: usize,
 ) -> String {
     // The demo mock always serves "ppe"; were it not so, the demo would only collect.
-    let service_toml = service.service_toml("ppe", 5).unwrap_or_default();
+    let service_toml = service_toml(service, "ppe", 5).unwrap_or_default();
     format!(
         r#"
 [gateway]
@@ -414,4 +485,30 @@ level = "warn"
 "#,
         state = state_dir.display(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::defaults::DEFAULTS;
+
+    #[test]
+    fn the_labelled_demo_tapes_are_tapes_of_the_demo_fleet_whatever_it_leaves_unregistered() {
+        assert_eq!(DEFAULTS.scanner.sim_seed, DEMO_SIM_SEED);
+        let fleet = Sim::fleet(&SimSettings {
+            tapes: 200,
+            interval_ms: 1000,
+            change_every: 3,
+            unregistered: 10,
+            others_ratio: 0.3,
+            seed: DEMO_SIM_SEED,
+            duration_ms: None,
+            realtime: true,
+            start_ms: 0,
+        });
+        let seeded = mock_config().demo_fleet;
+        for i in mock::seed::DEMO_LABELLED {
+            assert_eq!(fleet[i].plain(), seeded[i], "tape {i}");
+        }
+    }
 }

@@ -3,12 +3,13 @@ Integration messages (spec 4.5). The `message_type` header and the body's
 `message_type` must agree, and `data` must have the shape the spec's table gives for
 the type. The spec does not show which fields are required, so the mock requires every
 field the table lists (for AIRCARGO: `bookingDetails` with its `awb`, and
-`eventMetadata` with `id`, `timestamp`, `type`), which is the strict reading.
+`eventMetadata` with `id`, `timestamp`, `type`), which is the strict reading. It
+touches only the request.
 */
 
 use serde_json::{json, Value};
 
-use super::ops::{OpRequest, Reply};
+use super::request::{OpRequest, Reply};
 
 /// The message types of spec 4.5.
 pub const MESSAGE_TYPES: [&str; 3] = ["DEVICE_DATA", "MANIFEST_DATA", "AIRCARGO"];
@@ -74,7 +75,7 @@ fn shape(message_type: &str) -> &'static [(&'static str, Want)] {
 }
 
 /// `POST /external/messages`.
-pub(super) fn message(req: &OpRequest<'_>) -> Reply {
+pub(crate) fn message(req: &OpRequest<'_>) -> Reply {
     if let Err(answer) = req.account_headers() {
         return answer;
     }

@@ -1,9 +1,9 @@
 /*!
 Where the spec is silent, a real service may have chosen either way; the mock plays each
-reading, chosen per test ([`Readings`], [`MockConfig::readings`](super::MockConfig),
-[`MockHandle::set_readings`]), so that a client built on one reading fails a test under
+reading, chosen per test ([`Readings`], [`MockConfig::readings`](crate::MockConfig),
+[`MockHandle::set_readings`](crate::MockHandle::set_readings)), so that a client built on one reading fails a test under
 the other. The operator tests run against [`Readings::variants`], which between them
-play every reading of every point.
+play every reading of every point. Plain data: a leaf.
 
 | open point (spec) | readings |
 |---|---|
@@ -14,8 +14,6 @@ play every reading of every point.
 | where the shared rate window starts (8: "fixed 60-second window") | at the first request after the last window ended, or on a fixed grid (clock minutes) |
 | which QR code a per-device result names (2.5) | the one sent, or the service's normalised form (trimmed, upper case, matched without regard to case) |
 */
-
-use super::MockHandle;
 
 /// Which 1,000 events a history range holding more answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,17 +126,6 @@ impl Readings {
             QrEcho::AsSent => qr.to_string(),
             QrEcho::Normalised => qr.trim().to_uppercase(),
         }
-    }
-}
-
-impl MockHandle {
-    /// The readings played from now on.
-    pub fn set_readings(&self, readings: Readings) {
-        self.shared.with(|s| s.ops.readings = readings);
-    }
-
-    pub fn readings(&self) -> Readings {
-        self.shared.with(|s| s.ops.readings)
     }
 }
 

@@ -1,22 +1,19 @@
 /*!
 Fault injection: one-shot faults a test queues ([`Fault`]), a seeded storm of random
-ones ([`Storm`]) and the poison MAC, applied to decode requests. A fault is taken out
-of the state under its lock and applied after it, so no lock is held while an answer
-waits.
+ones ([`Storm`]), misbehaviour that holds per MAC ([`MacFault`]) and what it makes of an
+answer. Pure: the state lives with the router (`service/`), which takes a fault out
+under its lock and applies it after, so no lock is held while an answer waits. It
+touches only the answer helpers.
 */
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use hyper::header::{HeaderValue, RETRY_AFTER};
 use hyper::StatusCode;
 use serde_json::json;
 
-use super::service::{
-    error_answer, json_answer, mac_key, status_of, unauthorized, Answer, CloseConnection, Shared,
-    State,
-};
-use super::{MockHandle, ReceivedItem};
+use super::answer::{error_answer, json_answer, status_of, unauthorized, Answer, CloseConnection};
 
 /// A one-shot misbehaviour applied to a decode request (bulk or single).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,7 +90,7 @@ pub enum MacFault {
 /// record of MACs that arrived in a request while another request holding them was
 /// still unanswered.
 #[derive(Debug, Default)]
-pub(super) struct Standing {
+pub(crate) struct Standing {
     macs: HashMap<String, MacFault>,
     delay: Option<Duration>,
     /// MACs (plain form) of the requests being answered or held now, with how many.
@@ -105,7 +102,7 @@ pub(super) struct Standing {
 
 /// How standing faults shape the answer of a request processed normally.
 #[derive(Debug, Default)]
-pub(super) struct Shaping {
+pub(crate) struct Shaping {
     /// Items (plain MAC) left out of the bulk answer.
     pub leave_out: HashSet<String>,
     /// Items (plain MAC) answered with their `mac_id` alone.
@@ -116,53 +113,24 @@ pub(super) struct Shaping {
     pub delay: Option<Duration>,
 }
 
-/// Keeps a request's MACs "in progress" until dropped: when the answer is on its way, or
-/// when the client gave up and the connection (with the handler) was dropped.
-pub(super) struct InProgress<'a> {
-    shared: &'a Shared,
-    macs: Vec<String>,
-}
-
-impl Drop for InProgress<'_> {
-    fn drop(&mut self) {
-        self.shared.with(|s| {
-            s.standing.requests -= 1;
-            for m in &self.macs {
-                if let Some(n) = s.standing.in_progress.get_mut(m) {
-                    *n -= 1;
-                    if *n == 0 {
-                        s.standing.in_progress.remove(m);
-                    }
-                }
-            }
-        });
-    }
-}
-
-/// Notes a request holding `items` as in progress (recording any MAC already in
-/// progress as an overlap), and applies the standing faults: a fault for the whole
-/// request when none is queued (`queued`), and the shaping of its answer.
-pub(super) fn standing<'a>(
-    shared: &'a Shared,
-    items: &[ReceivedItem],
-    queued: Option<Fault>,
-) -> (Option<Fault>, Shaping, InProgress<'a>) {
-    let macs: Vec<String> = items.iter().map(|i| mac_key(&i.mac_id)).collect();
-    let (fault, shaping) = shared.with(|s| {
-        let st = &mut s.standing;
-        st.requests += 1;
+impl Standing {
+    /// Notes a request holding `macs` (plain form) as in progress (recording any MAC
+    /// already in progress as an overlap), and applies the standing faults: a fault for
+    /// the whole request when none is queued (`queued`), and the shaping of its answer.
+    pub fn enter(&mut self, macs: &[String], queued: Option<Fault>) -> (Option<Fault>, Shaping) {
+        self.requests += 1;
         let mut fault = queued;
         let mut shaping = Shaping {
-            delay: st.delay,
+            delay: self.delay,
             ..Shaping::default()
         };
-        for m in &macs {
-            let n = st.in_progress.entry(m.clone()).or_insert(0);
+        for m in macs {
+            let n = self.in_progress.entry(m.clone()).or_insert(0);
             if *n > 0 {
-                st.overlaps.push(m.clone());
+                self.overlaps.push(m.clone());
             }
             *n += 1;
-            match st.macs.get(m) {
+            match self.macs.get(m) {
                 Some(MacFault::Status(code)) if fault.is_none() => {
                     fault = Some(Fault::Status {
                         status: *code,
@@ -183,28 +151,71 @@ pub(super) fn standing<'a>(
             }
         }
         (fault, shaping)
-    });
-    (fault, shaping, InProgress { shared, macs })
+    }
+
+    /// The request holding `macs` is answered, or its client gave up.
+    pub fn leave(&mut self, macs: &[String]) {
+        self.requests -= 1;
+        for m in macs {
+            if let Some(n) = self.in_progress.get_mut(m) {
+                *n -= 1;
+                if *n == 0 {
+                    self.in_progress.remove(m);
+                }
+            }
+        }
+    }
+
+    /// Every decode request holding `mac` (plain form) gets `fault`, until `None`.
+    pub fn set_mac_fault(&mut self, mac: String, fault: Option<MacFault>) {
+        match fault {
+            Some(f) => {
+                self.macs.insert(mac, f);
+            }
+            None => {
+                self.macs.remove(&mac);
+            }
+        }
+    }
+
+    /// Every decode answer is held this long.
+    pub fn set_delay(&mut self, delay: Option<Duration>) {
+        self.delay = delay;
+    }
+
+    /// MACs that arrived while another request holding them was unanswered.
+    pub fn overlaps(&self) -> &[String] {
+        &self.overlaps
+    }
+
+    /// Decode requests received and not yet answered.
+    pub fn requests(&self) -> usize {
+        self.requests
+    }
 }
 
-impl State {
-    /// The next fault: the queue first, else a roll of the storm.
-    pub(super) fn next_fault(&mut self) -> Option<Fault> {
-        if let Some(f) = self.faults.pop_front() {
-            return Some(f);
-        }
-        let (storm, rng) = self.storm.as_mut()?;
-        if storm.mix.is_empty() || rng.f64() >= storm.probability {
-            return None;
-        }
-        Some(storm.mix[rng.usize(..storm.mix.len())].clone())
+/// A storm and the generator of its rolls.
+pub(crate) type Rolling = (Storm, fastrand::Rng);
+
+/// The next fault: the queue first, else a roll of the storm.
+pub(crate) fn next_fault(
+    queue: &mut VecDeque<Fault>,
+    storm: &mut Option<Rolling>,
+) -> Option<Fault> {
+    if let Some(f) = queue.pop_front() {
+        return Some(f);
     }
+    let (storm, rng) = storm.as_mut()?;
+    if storm.mix.is_empty() || rng.f64() >= storm.probability {
+        return None;
+    }
+    Some(storm.mix[rng.usize(..storm.mix.len())].clone())
 }
 
 /// What `fault` does before the request is processed: `Some` is the whole outcome (an
 /// answer at once, or the connection closed); `None` lets the request be processed, a
 /// `Delay` or `DropItems` then shaping its answer.
-pub(super) fn outcome_now(fault: Option<&Fault>) -> Option<Result<Answer, CloseConnection>> {
+pub(crate) fn outcome_now(fault: Option<&Fault>) -> Option<Result<Answer, CloseConnection>> {
     match fault? {
         Fault::Close => Some(Err(CloseConnection)),
         Fault::Status {
@@ -238,81 +249,18 @@ fn fault_answer(code: u16, retry_after: Option<&str>) -> Answer {
     resp
 }
 
-impl MockHandle {
-    /// Queues a one-shot fault for the next decode request (FIFO).
-    pub fn push_fault(&self, fault: Fault) {
-        self.shared.with(|s| s.faults.push_back(fault));
-    }
-
-    /// Drops the queued faults.
-    pub fn clear_faults(&self) {
-        self.shared.with(|s| s.faults.clear());
-    }
-
-    /// Queued faults not yet applied.
-    pub fn pending_faults(&self) -> usize {
-        self.shared.with(|s| s.faults.len())
-    }
-
-    /// Random faults on a fraction of decode requests (queued faults go first).
-    pub fn set_storm(&self, storm: Option<Storm>) {
-        self.shared.with(|s| {
-            s.storm = storm.map(|st| {
-                let rng = fastrand::Rng::with_seed(st.seed);
-                (st, rng)
-            })
-        });
-    }
-
-    /// Every decode request holding `mac` (any form) gets `fault`, until set to `None`.
-    pub fn set_mac_fault(&self, mac: &str, fault: Option<MacFault>) {
-        let key = mac_key(mac);
-        self.shared.with(|s| match fault {
-            Some(f) => {
-                s.standing.macs.insert(key, f);
-            }
-            None => {
-                s.standing.macs.remove(&key);
-            }
-        });
-    }
-
-    /// Every decode answer is held this long (an uplink with a long round trip).
-    pub fn set_answer_delay(&self, delay: Option<Duration>) {
-        self.shared.with(|s| s.standing.delay = delay);
-    }
-
-    /// MACs (plain form) that arrived in a decode request while another request holding
-    /// them was still unanswered, in order of arrival: a client that keeps a MAC in at
-    /// most one batch in flight leaves this empty.
-    pub fn overlaps(&self) -> Vec<String> {
-        self.shared.with(|s| s.standing.overlaps.clone())
-    }
-
-    /// Decode requests received and not yet answered (held by a delay, say).
-    pub fn requests_in_progress(&self) -> usize {
-        self.shared.with(|s| s.standing.requests)
-    }
-
-    /// A bulk (or single) request holding this MAC (any form) is refused whole with 400
-    /// `Invalid ble_packet for <mac>`.
-    pub fn set_poison(&self, mac: Option<&str>) {
-        let key = mac.map(mac_key);
-        self.shared.with(|s| s.poison = key);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mock::MockConfig;
 
     #[test]
     fn the_storm_is_reproducible_from_its_seed() {
         let roll = || {
-            let mut s = State::new(MockConfig::demo());
-            s.storm = Some((Storm::new(0.5, 42), fastrand::Rng::with_seed(42)));
-            (0..50).map(|_| s.next_fault()).collect::<Vec<_>>()
+            let mut queue = VecDeque::new();
+            let mut storm = Some((Storm::new(0.5, 42), fastrand::Rng::with_seed(42)));
+            (0..50)
+                .map(|_| next_fault(&mut queue, &mut storm))
+                .collect::<Vec<_>>()
         };
         let a = roll();
         assert_eq!(a, roll());
@@ -322,8 +270,7 @@ mod tests {
 
     #[test]
     fn queued_faults_come_before_the_storm_and_in_order() {
-        let mut s = State::new(MockConfig::demo());
-        s.storm = Some((
+        let mut storm = Some((
             Storm {
                 probability: 1.0,
                 seed: 1,
@@ -331,10 +278,17 @@ mod tests {
             },
             fastrand::Rng::with_seed(1),
         ));
-        s.faults.push_back(Fault::DropItems(1));
-        s.faults.push_back(Fault::DropItems(2));
-        assert_eq!(s.next_fault(), Some(Fault::DropItems(1)));
-        assert_eq!(s.next_fault(), Some(Fault::DropItems(2)));
-        assert_eq!(s.next_fault(), Some(Fault::Close));
+        let mut queue = VecDeque::new();
+        queue.push_back(Fault::DropItems(1));
+        queue.push_back(Fault::DropItems(2));
+        assert_eq!(
+            next_fault(&mut queue, &mut storm),
+            Some(Fault::DropItems(1))
+        );
+        assert_eq!(
+            next_fault(&mut queue, &mut storm),
+            Some(Fault::DropItems(2))
+        );
+        assert_eq!(next_fault(&mut queue, &mut storm), Some(Fault::Close));
     }
 }

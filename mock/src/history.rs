@@ -21,15 +21,17 @@ The spec's limits and where the mock had to choose them:
   mock does not check their form (its demo account's ids are not uuids) but requires
   them equal to the headers.
 
-Refusals are 400 in the shape of 4.2, `{data: {message, status}}`.
+Refusals are 400 in the shape of 4.2, `{data: {message, status}}`. It touches the
+request and the readings.
 */
 
 use serde_json::{json, Map, Value};
 
-use super::ops::{OpRequest, Reply, MISSING_HEADERS};
 use super::readings::{HistoryKeeps, HistoryOrder, Readings};
-use super::service::State;
+use super::request::{OpRequest, Reply, MISSING_HEADERS};
 
+/// The path segment under an environment that serves history.
+pub const HISTORICAL_PREFIX: &str = "historical";
 /// The fixed UUID that ends the history path (spec 4.2; the mock's own value).
 pub const HISTORY_OPERATION_ID: &str = "3f2a9c4e-8b1d-4e6f-a7c2-5d9e0b1f6a38";
 /// `data.version` of every answer.
@@ -130,9 +132,9 @@ fn utc(at: i64) -> String {
 
 /// The seeded history: every series counts back from `anchor` (epoch seconds).
 #[derive(Debug, Default)]
-pub(super) struct HistorySeed {
-    pub(super) anchor: i64,
-    pub(super) series: Vec<Series>,
+pub(crate) struct HistorySeed {
+    pub(crate) anchor: i64,
+    pub(crate) series: Vec<Series>,
 }
 
 /// The 400 of spec 4.2.
@@ -168,36 +170,71 @@ fn context_str<'a>(context: &'a Map<String, Value>, key: &str) -> Result<&'a str
         .ok_or_else(|| refuse(&format!("Missing mandatory parameter: context.{key}")))
 }
 
+/// What a history request asks, checked.
+struct Query<'a> {
+    /// The series asked for (by tape or by asset).
+    pick: Box<dyn Fn(&Series) -> bool + 'a>,
+    /// Only environment events (`Some(true)`), only location events, or both.
+    environment: Option<bool>,
+    /// The time frame, epoch seconds, both ends inclusive; `None`: the latest event.
+    range: Option<(i64, i64)>,
+    /// Events newer than this are not yet visible.
+    visible_until: i64,
+    /// The account headers name this environment's account.
+    mine: bool,
+}
+
 /// `POST {historical_base_url}agent-service/v1/agent/exec/{uuid}`.
-pub(super) fn history(s: &mut State, req: &OpRequest<'_>) -> Reply {
+pub(crate) fn history(h: &HistorySeed, readings: Readings, req: &OpRequest<'_>) -> Reply {
     if req.arg != HISTORY_OPERATION_ID {
         return Reply::error(404, "Not found");
     }
     if !req.has_account_headers() {
         return refuse(MISSING_HEADERS);
     }
-    let body = match req.json_body() {
-        Ok(b) => b,
+    let filters = match filters(req) {
+        Ok(f) => f,
         Err(answer) => return answer,
     };
+    let q = match query(req, &filters, readings) {
+        Ok(q) => q,
+        Err(answer) => return answer,
+    };
+    let events = events(h, &q, readings);
+    Reply::json(
+        200,
+        &json!({"data": {"events": events, "version": HISTORY_VERSION}}),
+    )
+}
+
+/// `context.filters` of the body, the context's account checked against the headers.
+fn filters(req: &OpRequest<'_>) -> Result<Map<String, Value>, Reply> {
+    let body = req.json_body()?;
     let Some(context) = body.get("context").and_then(Value::as_object) else {
-        return refuse("Missing mandatory parameter: context");
+        return Err(refuse("Missing mandatory parameter: context"));
     };
-    let (customer, groups) = match (
-        context_str(context, "customer_id"),
-        context_str(context, "authorized_groups"),
-    ) {
-        (Ok(c), Ok(g)) => (c, g),
-        (Err(a), _) | (_, Err(a)) => return a,
-    };
+    let customer = context_str(context, "customer_id");
+    let groups = context_str(context, "authorized_groups");
+    let (customer, groups) = (customer?, groups?);
     if req.header("customer_id").as_deref() != Some(customer)
         || req.header("authorized_groups").as_deref() != Some(groups)
     {
-        return refuse("context.customer_id and context.authorized_groups must match the headers");
+        return Err(refuse(
+            "context.customer_id and context.authorized_groups must match the headers",
+        ));
     }
     let Some(filters) = context.get("filters").and_then(Value::as_object) else {
-        return refuse("Missing mandatory parameter: context.filters");
+        return Err(refuse("Missing mandatory parameter: context.filters"));
     };
+    Ok(filters.clone())
+}
+
+/// The filters read, with the limits of spec 4.2 under the reading's month.
+fn query<'a>(
+    req: &OpRequest<'_>,
+    filters: &'a Map<String, Value>,
+    readings: Readings,
+) -> Result<Query<'a>, Reply> {
     const KNOWN: [&str; 5] = [
         "trk_asset_id",
         "customer_asset_id",
@@ -206,34 +243,31 @@ pub(super) fn history(s: &mut State, req: &OpRequest<'_>) -> Reply {
         "to",
     ];
     if let Some(k) = filters.keys().find(|k| !KNOWN.contains(&k.as_str())) {
-        return refuse(&format!("Unknown filter: {k}"));
+        return Err(refuse(&format!("Unknown filter: {k}")));
     }
     let by_qr = filters.get("trk_asset_id").and_then(Value::as_str);
     let by_asset = filters.get("customer_asset_id").and_then(Value::as_str);
-    let pick: Box<dyn Fn(&Series) -> bool> = match (by_qr, by_asset) {
+    let pick: Box<dyn Fn(&Series) -> bool + 'a> = match (by_qr, by_asset) {
         (Some(q), None) => Box::new(move |s: &Series| s.qrcode == q),
         (None, Some(a)) => Box::new(move |s: &Series| s.customer_asset_id == a),
         _ => {
-            return refuse(
+            return Err(refuse(
                 "Exactly one of filters.trk_asset_id and filters.customer_asset_id (strings) is required",
-            )
+            ))
         }
     };
     let environment = match filters.get("event_type").map(|v| v.as_str()) {
         None => None,
         Some(Some("location")) => Some(false),
         Some(Some("environment")) => Some(true),
-        Some(_) => return refuse("filters.event_type must be location or environment"),
+        Some(_) => return Err(refuse("filters.event_type must be location or environment")),
     };
-    let (from, to) = match (parse_time(filters, "from"), parse_time(filters, "to")) {
-        (Ok(f), Ok(t)) => (f, t),
-        (Err(a), _) | (_, Err(a)) => return a,
-    };
+    let from = parse_time(filters, "from");
+    let to = parse_time(filters, "to");
+    let (from, to) = (from?, to?);
     let now = jiff::Timestamp::try_from(req.now)
         .map(|t| t.as_second())
         .unwrap_or_default();
-    let visible_until = now - LAG_SECS;
-    let readings: Readings = s.ops.readings;
     let month = readings.month_days;
     let range = match (from, to) {
         (None, None) => None,
@@ -242,25 +276,38 @@ pub(super) fn history(s: &mut State, req: &OpRequest<'_>) -> Reply {
     };
     if let Some((f, t)) = range {
         if f > t {
-            return refuse("filters.from is after filters.to");
+            return Err(refuse("filters.from is after filters.to"));
         }
         if t - f > month * DAY {
-            return refuse(&format!(
+            return Err(refuse(&format!(
                 "The time frame is over one month ({month} days); split the request"
-            ));
+            )));
         }
         if f < now - MAX_AGE_DAYS * DAY {
-            return refuse("History is available for up to one year");
+            return Err(refuse("History is available for up to one year"));
         }
     }
-    let mine = req.is_account();
-    let h = &s.ops.history;
+    Ok(Query {
+        pick,
+        environment,
+        range,
+        visible_until: now - LAG_SECS,
+        mine: req.is_account(),
+    })
+}
+
+/// The events `q` asks for: at most [`MAX_EVENTS`], the end the reading keeps, in the
+/// reading's order.
+fn events(h: &HistorySeed, q: &Query<'_>, readings: Readings) -> Vec<Value> {
     let mut events = Vec::new();
-    for series in h.series.iter().filter(|s| mine && pick(s)) {
-        let newest_k = ceil_div(h.anchor - visible_until, series.interval_secs).max(0);
+    for series in h.series.iter().filter(|s| q.mine && (q.pick)(s)) {
+        let newest_k = ceil_div(h.anchor - q.visible_until, series.interval_secs).max(0);
         let oldest_k = SEEDED_DAYS * DAY / series.interval_secs;
-        let wanted = |k: &i64| environment.is_none_or(|env| series.is_environment(*k) == env);
-        match range {
+        let wanted = |k: &i64| {
+            q.environment
+                .is_none_or(|env| series.is_environment(*k) == env)
+        };
+        match q.range {
             None => {
                 if let Some(k) = (newest_k..=oldest_k).find(|k| wanted(k)) {
                     events.push((
@@ -297,11 +344,7 @@ pub(super) fn history(s: &mut State, req: &OpRequest<'_>) -> Reply {
     if readings.history_order == HistoryOrder::Descending {
         events.reverse();
     }
-    let events: Vec<Value> = events.into_iter().map(|(_, e)| e).collect();
-    Reply::json(
-        200,
-        &json!({"data": {"events": events, "version": HISTORY_VERSION}}),
-    )
+    events.into_iter().map(|(_, e)| e).collect()
 }
 
 fn ceil_div(a: i64, b: i64) -> i64 {

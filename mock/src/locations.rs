@@ -12,14 +12,16 @@ position, location or facility, even if older ones have them. Never 404.
 
 Timestamps are local wall-clock time in the event's zone. The seeded zones have no
 daylight saving time, so a fixed offset per zone is exact without a zone database.
+It touches the devices (which tags travel with an AWB, which asset a label names) and
+the request.
 */
 
 use std::collections::HashMap;
 
 use serde_json::{json, Map, Value};
 
-use super::ops::{OpRequest, Reply};
-use super::service::State;
+use super::devices::Devices;
+use super::request::{OpRequest, Reply};
 
 /// `version` of every location event (spec 2.1).
 pub const LOCATION_VERSION: &str = "1.0.0";
@@ -99,8 +101,8 @@ impl TagEvent {
 
 /// The recent events of the seeded tags, by QR code.
 #[derive(Debug, Default)]
-pub(super) struct LocationSeed {
-    pub(super) events: HashMap<String, Vec<TagEvent>>,
+pub(crate) struct LocationSeed {
+    pub(crate) events: HashMap<String, Vec<TagEvent>>,
 }
 
 impl LocationSeed {
@@ -115,7 +117,7 @@ impl LocationSeed {
 }
 
 /// `GET /external/locations/{asset_id}[?event=sensor]`.
-pub(super) fn locate(s: &mut State, req: &OpRequest<'_>) -> Reply {
+pub(crate) fn locate(devices: &Devices, seed: &LocationSeed, req: &OpRequest<'_>) -> Reply {
     if let Err(answer) = req.account_headers() {
         return answer;
     }
@@ -138,13 +140,13 @@ pub(super) fn locate(s: &mut State, req: &OpRequest<'_>) -> Reply {
         // At most one entry: the device with that asset barcode whose latest event is
         // the newest (one device per barcode in practice).
         let devices = if mine {
-            s.ops.devices.with_asset_barcode(asset_id)
+            devices.with_asset_barcode(asset_id)
         } else {
             Vec::new()
         };
         devices
             .into_iter()
-            .filter_map(|d| Some((d, s.ops.locations.latest(&d.qrcode)?)))
+            .filter_map(|d| Some((d, seed.latest(&d.qrcode)?)))
             .max_by_key(|(_, e)| e.at)
             .filter(|(_, e)| e.is_placed())
             .map(|(d, e)| entry(&d.qrcode, Some(asset_id), e, true))
@@ -152,17 +154,13 @@ pub(super) fn locate(s: &mut State, req: &OpRequest<'_>) -> Reply {
             .collect()
     } else {
         let tags = if mine {
-            s.ops.devices.on_awb(asset_id)
+            devices.on_awb(asset_id)
         } else {
             Vec::new()
         };
         tags.into_iter()
             .filter_map(|d| {
-                let e = s
-                    .ops
-                    .locations
-                    .latest(&d.qrcode)
-                    .filter(|e| e.is_placed())?;
+                let e = seed.latest(&d.qrcode).filter(|e| e.is_placed())?;
                 let barcode = d.label.as_ref().map(|l| l.asset_barcode.as_str());
                 Some(entry(&d.qrcode, barcode, e, false))
             })
@@ -176,7 +174,7 @@ pub(super) fn locate(s: &mut State, req: &OpRequest<'_>) -> Reply {
 
 /// The answer of a location read during a temporary server fault (spec 4.1 AWB rule 5,
 /// sensor rule 4): what the service says when it finds nothing.
-pub(super) fn temporary_fault(parts: &hyper::http::request::Parts) -> Reply {
+pub(crate) fn temporary_fault(parts: &hyper::http::request::Parts) -> Reply {
     let sensor = parts.uri.query().is_some_and(|q| {
         url::form_urlencoded::parse(q.as_bytes()).any(|(k, v)| k == "event" && v == "sensor")
     });

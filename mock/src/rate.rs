@@ -4,7 +4,7 @@ configure share a number of requests per fixed window per API identity, and refu
 requests count too. Where a "fixed 60-second window" starts the spec does not say, so
 the mock plays both readings ([`RateWindows`]): a window that starts at the first
 request after the previous one ended, or windows on a fixed grid (clock minutes). Time
-is passed in, so the rule is tested without waiting.
+is passed in, so the rule is tested without waiting. It touches only the readings.
 */
 
 use std::time::Duration;
@@ -20,7 +20,7 @@ pub const DEFAULT_RATE_WINDOW: Duration = Duration::from_secs(60);
 
 /// One API identity's window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct RateWindow {
+pub(crate) struct RateWindow {
     /// Grid: where the grid starts (the first request); first request: where the
     /// current window started.
     origin: Option<Instant>,
@@ -30,7 +30,7 @@ pub(super) struct RateWindow {
 }
 
 impl RateWindow {
-    pub(super) fn new() -> Self {
+    pub(crate) fn new() -> Self {
         RateWindow {
             origin: None,
             index: 0,
@@ -39,7 +39,7 @@ impl RateWindow {
     }
 
     /// Counts a request made at `now`; whether it is within the limit.
-    pub(super) fn admit(
+    pub(crate) fn admit(
         &mut self,
         now: Instant,
         limit: u32,

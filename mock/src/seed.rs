@@ -6,9 +6,11 @@ the same content every start, with times counted back from an anchor (the hour b
 before the one the mock started in), so "an hour ago" is an hour ago.
 
 The seeded tapes' MACs start `D0:5E:ED`; QR codes are `TT` + the plain MAC, as the
-decode answer's `qr_code`. The demo's fleet (sim seed 1) keeps its other tapes as the
-decode registry says: its `C0:DE:AD` tapes are unknown until `device add`, the rest
-exist ACTIVATED without a label (see `devices.rs`).
+decode answer's `qr_code`. The demo's fleet (its MACs given by the demo,
+[`MockConfig::demo_fleet`](crate::MockConfig)) keeps its other tapes as the decode
+registry says: its `C0:DE:AD` tapes are unknown until `device add`, the rest exist
+NOT_ACTIVATED without a label (see `devices.rs`). It touches the devices, locations and
+history types it fills.
 */
 
 use std::time::SystemTime;
@@ -16,9 +18,9 @@ use std::time::SystemTime;
 use super::devices::{fleet_qrcode, Device, DeviceStatus};
 use super::history::{HistorySeed, Series};
 use super::locations::{EventKind, LocationSeed, Place, TagEvent};
-use crate::source::sim::{Sim, SimSettings};
+use super::mac;
 
-/// The application id of the seeded labels (one of [`super::APP_IDS`]).
+/// The application id of the seeded labels (one of [`crate::APP_IDS`]).
 pub const SEED_APP: &str = "demo-app";
 
 /// A device in each status of spec section 3 (QR code, status); all but the
@@ -53,8 +55,6 @@ pub const AWB_TAGS: [&str; 4] = [
 ];
 /// An AWB none of whose tags can be returned: 404 `AWB not found`.
 pub const AWB_UNPLACED: &str = "020-99999990";
-/// Seed of the demo's simulated fleet (the default `sim_seed`).
-pub const DEMO_SIM_SEED: u64 = 1;
 /// Indices (from 0) of the demo fleet tapes seeded with labels `DEMO-00NN` (TT-0011..
 /// TT-0015: beyond the ten that the demo may leave unregistered).
 pub const DEMO_LABELLED: std::ops::Range<usize> = 10..15;
@@ -94,98 +94,131 @@ const UNKNOWN_ZONE: Place = Place {
 };
 
 /// The seeded content.
-pub(super) struct Seed {
-    pub(super) devices: Vec<Device>,
-    pub(super) locations: LocationSeed,
-    pub(super) history: HistorySeed,
+pub(crate) struct Seed {
+    pub(crate) devices: Vec<Device>,
+    pub(crate) locations: LocationSeed,
+    pub(crate) history: HistorySeed,
 }
 
 impl Seed {
-    pub(super) fn new(now: SystemTime) -> Self {
+    /// The account anchored at `now`, the tapes [`DEMO_LABELLED`] of `demo_fleet` (MACs
+    /// in the order the demo's fleet has them) labelled.
+    pub(crate) fn new(now: SystemTime, demo_fleet: &[String]) -> Self {
         let now = now
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
             .unwrap_or_default();
         let anchor = now.div_euclid(HOUR) * HOUR - HOUR;
-        let mut devices = Vec::new();
-        let mut locations = LocationSeed::default();
-        let mut event = |qr: &str, kind, ago: i64, place, sensors| {
-            locations
-                .events
-                .entry(qr.to_string())
-                .or_default()
-                .push(TagEvent {
-                    kind,
-                    at: anchor - ago,
-                    place,
-                    sensors,
-                });
+        let mut b = Builder {
+            anchor,
+            devices: Vec::new(),
+            locations: LocationSeed::default(),
         };
+        b.status_devices();
+        b.sensor_assets();
+        b.awb_tags();
+        b.unplaced_awb();
+        b.demo_fleet(demo_fleet);
+        Seed {
+            devices: b.devices,
+            locations: b.locations,
+            history: history(anchor),
+        }
+    }
+}
 
+/// The seed being built: events are counted back from `anchor`.
+struct Builder {
+    anchor: i64,
+    devices: Vec<Device>,
+    locations: LocationSeed,
+}
+
+const NONE: [f64; 6] = [0.0; 6];
+
+impl Builder {
+    fn event(&mut self, qr: &str, kind: EventKind, ago: i64, place: Place, sensors: [f64; 6]) {
+        self.locations
+            .events
+            .entry(qr.to_string())
+            .or_default()
+            .push(TagEvent {
+                kind,
+                at: self.anchor - ago,
+                place,
+                sensors,
+            });
+    }
+
+    /// A device in each status of spec section 3.
+    fn status_devices(&mut self) {
         for (i, (qr, status)) in STATUS_DEVICES.iter().enumerate() {
             let d = Device::new(qr, &qr[2..], *status);
-            devices.push(if *status == DeviceStatus::NotActivated {
+            self.devices.push(if *status == DeviceStatus::NotActivated {
                 d
             } else {
                 d.labelled(&format!("ASSET-{}", 1001 + i), SEED_APP)
             });
         }
+    }
 
+    /// The two sensor assets: one with a current reading, one whose latest event has no
+    /// position.
+    fn sensor_assets(&mut self) {
         let cold = [4.2, 3.9, 0.0, 61.0, 101_325.0, 0.0];
-        devices.push(
+        self.devices.push(
             Device::new(SENSOR_TAPE, &SENSOR_TAPE[2..], DeviceStatus::Activated)
                 .labelled(SENSOR_ASSET, SEED_APP),
         );
-        event(
-            SENSOR_TAPE,
-            EventKind::Activation,
-            30 * DAY,
-            DUBAI,
-            [0.0; 6],
-        );
-        event(
+        self.event(SENSOR_TAPE, EventKind::Activation, 30 * DAY, DUBAI, NONE);
+        self.event(
             SENSOR_TAPE,
             EventKind::Location,
             2 * HOUR,
             DUBAI,
             [5.0, 4.6, 0.0, 58.0, 101_300.0, 0.0],
         );
-        event(SENSOR_TAPE, EventKind::Location, HOUR, SINGAPORE, cold);
+        self.event(SENSOR_TAPE, EventKind::Location, HOUR, SINGAPORE, cold);
         // The newest event ends the journey and does not count.
-        event(SENSOR_TAPE, EventKind::EndOfJourney, 0, SINGAPORE, [0.0; 6]);
-        devices.push(
+        self.event(SENSOR_TAPE, EventKind::EndOfJourney, 0, SINGAPORE, NONE);
+        self.devices.push(
             Device::new(UNPLACED_TAPE, &UNPLACED_TAPE[2..], DeviceStatus::Activated)
                 .labelled(UNPLACED_ASSET, SEED_APP),
         );
-        event(UNPLACED_TAPE, EventKind::Location, DAY, DUBAI, cold);
-        event(UNPLACED_TAPE, EventKind::Location, HOUR, NOWHERE, cold);
+        self.event(UNPLACED_TAPE, EventKind::Location, DAY, DUBAI, cold);
+        self.event(UNPLACED_TAPE, EventKind::Location, HOUR, NOWHERE, cold);
+    }
 
+    /// The tags of [`AWB`], two of which the latest-location read returns.
+    fn awb_tags(&mut self) {
         for (i, qr) in AWB_TAGS.iter().enumerate() {
             let mut d = Device::new(qr, &qr[2..], DeviceStatus::Activated);
             d.customer_asset_id = Some(AWB.to_string());
             // The second tag has no asset barcode: no label.
-            devices.push(if i == 1 {
+            self.devices.push(if i == 1 {
                 d
             } else {
                 d.labelled(&format!("AWB-TAG-{}", i + 1), SEED_APP)
             });
         }
-        let none = [0.0; 6];
-        event(AWB_TAGS[0], EventKind::Activation, 3 * DAY, DUBAI, none);
-        event(AWB_TAGS[0], EventKind::Location, 2 * DAY, DUBAI, none);
-        event(AWB_TAGS[0], EventKind::AirCargo("RCS"), DAY, DUBAI, none);
-        event(
+        self.event(AWB_TAGS[0], EventKind::Activation, 3 * DAY, DUBAI, NONE);
+        self.event(AWB_TAGS[0], EventKind::Location, 2 * DAY, DUBAI, NONE);
+        self.event(AWB_TAGS[0], EventKind::AirCargo("RCS"), DAY, DUBAI, NONE);
+        self.event(
             AWB_TAGS[1],
             EventKind::Location,
             30 * HOUR,
             UNKNOWN_ZONE,
-            none,
+            NONE,
         );
-        event(AWB_TAGS[1], EventKind::Activation, HOUR, SINGAPORE, none);
-        event(AWB_TAGS[2], EventKind::Location, 2 * DAY, DUBAI, none);
-        event(AWB_TAGS[2], EventKind::Location, 2 * HOUR, NOWHERE, none);
-        event(AWB_TAGS[3], EventKind::EndOfJourney, HOUR, DUBAI, none);
+        self.event(AWB_TAGS[1], EventKind::Activation, HOUR, SINGAPORE, NONE);
+        self.event(AWB_TAGS[2], EventKind::Location, 2 * DAY, DUBAI, NONE);
+        self.event(AWB_TAGS[2], EventKind::Location, 2 * HOUR, NOWHERE, NONE);
+        self.event(AWB_TAGS[3], EventKind::EndOfJourney, HOUR, DUBAI, NONE);
+    }
 
+    /// The tags of [`AWB_UNPLACED`], none of which can be returned.
+    fn unplaced_awb(&mut self) {
         let unplaced_awb = ["TTD05EED000205", "TTD05EED000206"];
         for (qr, status) in unplaced_awb
             .iter()
@@ -194,78 +227,64 @@ impl Seed {
             let mut d =
                 Device::new(qr, &qr[2..], status).labelled(&format!("AWB-{}", &qr[10..]), SEED_APP);
             d.customer_asset_id = Some(AWB_UNPLACED.to_string());
-            devices.push(d);
+            self.devices.push(d);
         }
-        event(
+        self.event(
             unplaced_awb[0],
             EventKind::Location,
             HOUR,
             NO_FACILITY,
-            none,
+            NONE,
         );
         // Placed, but the tag is no longer active.
-        event(unplaced_awb[1], EventKind::Location, HOUR, DUBAI, none);
+        self.event(unplaced_awb[1], EventKind::Location, HOUR, DUBAI, NONE);
+    }
 
-        for (i, mac) in demo_fleet()
-            .into_iter()
+    /// Labels on the tapes [`DEMO_LABELLED`] of the demo's fleet.
+    fn demo_fleet(&mut self, fleet: &[String]) {
+        for (i, mac) in fleet
+            .iter()
             .enumerate()
+            .take(DEMO_LABELLED.end)
             .skip(DEMO_LABELLED.start)
         {
-            let qr = fleet_qrcode(&mac);
-            devices.push(
-                Device::new(&qr, &mac.plain(), DeviceStatus::Activated)
+            let qr = fleet_qrcode(mac);
+            self.devices.push(
+                Device::new(&qr, &mac::key(mac), DeviceStatus::Activated)
                     .labelled(&format!("DEMO-{:04}", i + 1), SEED_APP),
             );
-        }
-
-        let history = HistorySeed {
-            anchor,
-            series: vec![
-                Series {
-                    qrcode: SENSOR_TAPE.to_string(),
-                    customer_asset_id: SENSOR_ASSET.to_string(),
-                    interval_secs: 30 * 60,
-                    sensors: vec!["ambient_temp", "humidity"],
-                },
-                Series {
-                    qrcode: UNPLACED_TAPE.to_string(),
-                    customer_asset_id: UNPLACED_ASSET.to_string(),
-                    interval_secs: 6 * HOUR,
-                    sensors: vec!["ambient_temp", "probe_temp", "shock"],
-                },
-            ],
-        };
-        Seed {
-            devices,
-            locations,
-            history,
         }
     }
 }
 
-/// The first tapes of the demo's fleet, up to the last labelled one.
-fn demo_fleet() -> Vec<crate::record::Mac> {
-    Sim::fleet(&SimSettings {
-        tapes: DEMO_LABELLED.end,
-        interval_ms: 1000,
-        change_every: 1,
-        unregistered: 0,
-        others_ratio: 0.0,
-        seed: DEMO_SIM_SEED,
-        duration_ms: None,
-        realtime: false,
-        start_ms: 0,
-    })
+/// The two tapes with a year of history.
+fn history(anchor: i64) -> HistorySeed {
+    HistorySeed {
+        anchor,
+        series: vec![
+            Series {
+                qrcode: SENSOR_TAPE.to_string(),
+                customer_asset_id: SENSOR_ASSET.to_string(),
+                interval_secs: 30 * 60,
+                sensors: vec!["ambient_temp", "humidity"],
+            },
+            Series {
+                qrcode: UNPLACED_TAPE.to_string(),
+                customer_asset_id: UNPLACED_ASSET.to_string(),
+                interval_secs: 6 * HOUR,
+                sensors: vec!["ambient_temp", "probe_temp", "shock"],
+            },
+        ],
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::defaults::DEFAULTS;
 
     #[test]
     fn the_seed_holds_a_device_in_every_status() {
-        let seed = Seed::new(SystemTime::now());
+        let seed = Seed::new(SystemTime::now(), &[]);
         for status in DeviceStatus::ALL {
             assert!(
                 seed.devices.iter().any(|d| d.status == status),
@@ -275,22 +294,26 @@ mod tests {
     }
 
     #[test]
-    fn the_labelled_demo_tapes_are_tapes_of_the_demo_fleet_whatever_it_leaves_unregistered() {
-        assert_eq!(DEFAULTS.scanner.sim_seed, DEMO_SIM_SEED);
-        let fleet = Sim::fleet(&SimSettings {
-            tapes: 200,
-            interval_ms: 1000,
-            change_every: 3,
-            unregistered: 10,
-            others_ratio: 0.3,
-            seed: DEMO_SIM_SEED,
-            duration_ms: None,
-            realtime: true,
-            start_ms: 0,
-        });
-        let seeded = demo_fleet();
-        for i in DEMO_LABELLED {
-            assert_eq!(fleet[i], seeded[i], "tape {i}");
-        }
+    fn the_demo_fleets_tapes_eleven_to_fifteen_are_labelled() {
+        let fleet: Vec<String> = (1..=20)
+            .map(|i| format!("C0:FF:EE:00:00:{i:02X}"))
+            .collect();
+        let seed = Seed::new(SystemTime::now(), &fleet);
+        let labelled: Vec<(&str, &str)> = seed
+            .devices
+            .iter()
+            .filter_map(|d| Some((d.qrcode.as_str(), d.label.as_ref()?.asset_barcode.as_str())))
+            .filter(|(_, a)| a.starts_with("DEMO-"))
+            .collect();
+        assert_eq!(
+            labelled,
+            [
+                ("TTC0FFEE00000B", "DEMO-0011"),
+                ("TTC0FFEE00000C", "DEMO-0012"),
+                ("TTC0FFEE00000D", "DEMO-0013"),
+                ("TTC0FFEE00000E", "DEMO-0014"),
+                ("TTC0FFEE00000F", "DEMO-0015"),
+            ]
+        );
     }
 }
