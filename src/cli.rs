@@ -132,6 +132,11 @@ pub enum Command {
         #[arg(long)]
         http: Option<std::net::SocketAddr>,
     },
+    /// The unit's privileged start step (`ExecStartPre=+`): opens the kernel's Bluetooth
+    /// management socket and hands it to systemd for the daemon (README, "The side
+    /// channel"). Always exits 0: without Bluetooth the daemon reads adverts over D-Bus.
+    #[command(hide = true)]
+    SideChannel,
     /// Run the mock tracking service on its own (to try a gateway without an account).
     #[cfg(feature = "mock")]
     Mock {

@@ -36,6 +36,10 @@ const STATUS_EVERY: Duration = Duration::from_secs(1);
 /// How often the scanner's counts are moved into the state database outside systemd.
 const KEEP_EVERY: Duration = Duration::from_secs(10);
 
+/// The BLE reports per second are written to the state database over this long (the
+/// status page shows them live): one small write a minute, not one a second.
+const RATE_EVERY: Duration = Duration::from_secs(60);
+
 /// Why the daemon is not healthy: the stage, and a sentence for the operator.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unhealthy {
@@ -119,6 +123,11 @@ pub struct HealthKeeper {
     health: Arc<SourceHealth>,
     kept: ScannerCounts,
     trouble_at: Option<EpochMillis>,
+    /// The reports counted at the last keep, and when (the live rate).
+    reports_seen: Option<(tokio::time::Instant, u64)>,
+    /// The same when the rate was last written, and the path written.
+    reports_kept: Option<(tokio::time::Instant, u64)>,
+    path_kept: Option<&'static str>,
 }
 
 impl HealthKeeper {
@@ -127,10 +136,50 @@ impl HealthKeeper {
             health,
             kept: ScannerCounts::default(),
             trouble_at: None,
+            reports_seen: None,
+            reports_kept: None,
+            path_kept: None,
+        }
+    }
+
+    /// Measures the reports per second since the last keep (for the status page) and,
+    /// every [`RATE_EVERY`] or when the path changed, writes them with the path for
+    /// `tapegate status`.
+    async fn keep_rate(&mut self, outbox: &Outbox) {
+        let Some(path) = self.health.adverts_path() else {
+            return;
+        };
+        let now = tokio::time::Instant::now();
+        let reports = self.health.reports.load(Ordering::Relaxed);
+        let rate = |(t, n): (tokio::time::Instant, u64)| {
+            let secs = now.duration_since(t).as_secs_f64();
+            (secs > 0.0).then(|| reports.saturating_sub(n) as f64 / secs)
+        };
+        if let Some(r) = self.reports_seen.and_then(rate) {
+            if let Ok(mut live) = self.health.reports_per_sec.lock() {
+                *live = Some(r);
+            }
+        }
+        self.reports_seen = Some((now, reports));
+        let due = self
+            .reports_kept
+            .is_none_or(|(t, _)| now.duration_since(t) >= RATE_EVERY);
+        if !due && self.path_kept == Some(path) {
+            return;
+        }
+        let per_sec = self.reports_kept.and_then(rate);
+        let at = crate::clock::now_ms();
+        let written = outbox
+            .call(move |s| s.note_scanner_rate(Some(path), per_sec, at))
+            .await;
+        if written.is_ok() {
+            self.reports_kept = Some((now, reports));
+            self.path_kept = Some(path);
         }
     }
 
     async fn keep(&mut self, outbox: &Outbox) {
+        self.keep_rate(outbox).await;
         let read = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let now = ScannerCounts {
             restarts: read(&self.health.restarts),
@@ -322,5 +371,48 @@ mod tests {
         );
         metrics.delivery_progressed();
         assert_eq!(verdict(&liveness, &Admission::default(), &metrics), Ok(()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_reports_rate_is_live_on_the_page_and_written_for_status_once_a_minute() {
+        use crate::outbox::{Store, StoreOptions};
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let (outbox, _thread) = Outbox::start(store).unwrap();
+        let health = Arc::new(SourceHealth::default());
+        let mut keeper = HealthKeeper::new(health.clone());
+        let stats = || async { outbox.call(|s| s.stats()).await.unwrap() };
+        // Before the source says where it reads, nothing is written.
+        keeper.keep(&outbox).await;
+        assert_eq!(stats().await.scanner_adverts, None);
+        health.set_adverts_path("mgmt");
+        keeper.keep(&outbox).await;
+        let s = stats().await;
+        assert_eq!(s.scanner_adverts.as_deref(), Some("mgmt"));
+        assert_eq!(s.scanner_reports_per_sec, None, "no minute measured yet");
+        let first_at = s.scanner_reports_at;
+        // 10 s of 100 reports a second: live at once, not yet written.
+        for _ in 0..10 {
+            tokio::time::advance(Duration::from_secs(1)).await;
+            health.reports.fetch_add(100, Ordering::Relaxed);
+            keeper.keep(&outbox).await;
+        }
+        assert_eq!(health.reports_per_sec(), Some(100.0));
+        assert_eq!(stats().await.scanner_reports_at, first_at);
+        // At the minute, the minute's rate is written (500 reports a second after the
+        // first 10 s).
+        for _ in 0..50 {
+            tokio::time::advance(Duration::from_secs(1)).await;
+            health.reports.fetch_add(500, Ordering::Relaxed);
+            keeper.keep(&outbox).await;
+        }
+        let s = stats().await;
+        // (10 s x 100 + 50 s x 500) / 60 s, to a tenth.
+        assert_eq!(s.scanner_reports_per_sec, Some(433.3));
+        assert_eq!(health.reports_per_sec(), Some(500.0));
+        // A changed path is written at once.
+        health.set_adverts_path("dbus");
+        keeper.keep(&outbox).await;
+        assert_eq!(stats().await.scanner_adverts.as_deref(), Some("dbus"));
     }
 }

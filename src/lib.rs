@@ -14,9 +14,11 @@ tapes into decoded readings in the tracking service.
 - [`record`]: the shared domain types ([`record::Mac`], [`record::Advertisement`],
   [`record::Capture`]) and the JSON Lines advertisement record.
 - [`source`]: the [`source::Source`] trait, one factory ([`source::from_settings`]),
-  and the `ble` (BlueZ: `ble/mod.rs` the source, `ble/devices.rs` the bounded device
-  memory, `ble/ladder.rs` the pure liveness ladder, `ble/bluez.rs` the watcher),
-  `replay` and `sim` sources.
+  and the `ble` (BlueZ: `ble/mod.rs` the source, `ble/signals.rs` the D-Bus path's
+  advert signals, `ble/mgmt/` the side channel: the kernel's management socket, its
+  pure frame and AD parsers and the socket opener, `ble/passive.rs` passive scanning,
+  `ble/devices.rs` the bounded device memory, `ble/ladder.rs` the pure liveness
+  ladder, `ble/bluez.rs` the watcher), `replay` and `sim` sources.
 - [`products`]: which advertisements are tapes, and the `ble_packet` sent for them.
 - [`dedup`]: per-MAC deduplication on capture time (pure, time passed in).
 - [`ingest`]: the stage from advertisements to committed groups in the outbox.

@@ -333,6 +333,15 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
                 anyhow::Ok(tapegate::cmd::demo::run(options, stop, &mut out).await?)
             })?;
         }
+        Command::SideChannel => {
+            use tapegate::source::ble::mgmt::socket::{hand_to_systemd, Handed};
+            let said = match hand_to_systemd() {
+                Ok(Handed::Stored) => "the kernel's Bluetooth management socket is open for tapegate (the side channel)".to_string(),
+                Ok(Handed::NoManager) => "not under systemd: no file descriptor store to hand the management socket to".to_string(),
+                Err(e) => format!("no Bluetooth management socket here ({e}): tapegate reads adverts over D-Bus"),
+            };
+            writeln!(stdout, "{said}")?;
+        }
         #[cfg(feature = "mock")]
         Command::Mock { listen } => {
             init_logging("info");

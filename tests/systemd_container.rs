@@ -23,7 +23,7 @@ use tapegate_mock::{self as mock, Fault, MockConfig, MockHandle, Storm};
 use tokio::time::Instant;
 
 /// The bookworm root, as debootstrap made it, kept between runs.
-const ROOT_TARBALL: &str = "bookworm-systemd.tar.zst";
+const ROOT_TARBALL: &str = "bookworm-systemd-dbusmock.tar.zst";
 const MIRROR: &str = "http://deb.debian.org/debian";
 const MACHINE: &str = "tapegate-ci";
 /// `WatchdogSec=` of the test's drop-in: short, so that a hang is seen quickly.
@@ -64,6 +64,7 @@ fn the_package_under_a_real_systemd_starts_ready_reloads_truthfully_survives_and
     admin_commands_with_the_unit_stopped(&c);
     a_refused_config_at_start_fails_the_unit_naming_the_key(&c);
     ble_without_bluez_fails_the_unit_with_the_reason(&c);
+    without_bluetooth_in_the_kernel_adverts_come_from_bluez_over_dbus(&c);
     hardening_exposure_is_at_most_1_5(&c);
     drop(c);
     rt.block_on(service.shutdown());
@@ -158,7 +159,8 @@ fn cached_root(work: &Path) -> PathBuf {
     run(Command::new("debootstrap")
         .args([
             "--variant=minbase",
-            "--include=systemd,systemd-sysv,dbus,adduser,procps,iproute2",
+            // python3-dbusmock: BlueZ's stand-in, for the BLE source over D-Bus.
+            "--include=systemd,systemd-sysv,dbus,adduser,procps,iproute2,python3-dbusmock",
             "bookworm",
         ])
         .arg(root.path())
@@ -742,6 +744,80 @@ fn ble_without_bluez_fails_the_unit_with_the_reason(c: &Container) {
     // systemd reaps the process first (sd_notify_barrier would close that race).
     let why = c.ok("journalctl -u tapegate -p warning -o cat --no-pager");
     assert!(why.contains("BlueZ is not running"), "{why}");
+    c.write("/etc/tapegate/config.toml", &text);
+}
+
+/// No Bluetooth in the container's kernel either: the unit's privileged start step
+/// says the side channel cannot be had, and the daemon (`scanner.adverts = "auto"`)
+/// says so once at INFO and reads adverts from BlueZ over D-Bus: python-dbusmock's BlueZ
+/// on the container's own system bus, reached as the service user (group bluetooth)
+/// under the unit's hardening.
+fn without_bluetooth_in_the_kernel_adverts_come_from_bluez_over_dbus(c: &Container) {
+    c.write(
+        "/etc/dbus-1/system.d/bluez-stand-in.conf",
+        r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <policy user="root"><allow own="org.bluez"/><allow send_destination="org.bluez"/></policy>
+  <policy group="bluetooth"><allow send_destination="org.bluez"/></policy>
+</busconfig>
+"#,
+    );
+    c.ok("systemctl reload dbus");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bluez/driver.py"),
+        c.file("/root/driver.py"),
+    )
+    .unwrap();
+    c.ok("systemd-run --unit=bluez-stand-in --collect /usr/bin/python3 -m dbusmock --system --template bluez5");
+    let driver = |commands: &str| {
+        let out = c.ok(&format!(
+            "printf '{commands}' | /usr/bin/python3 /root/driver.py"
+        ));
+        assert!(
+            out.lines().all(|l| l.starts_with("ok")),
+            "{commands}: {out}"
+        );
+    };
+    driver("wait-bluez 20\\nadapter hci0\\n");
+    let text = std::fs::read_to_string(c.file("/etc/tapegate/config.toml")).unwrap();
+    c.write(
+        "/etc/tapegate/config.toml",
+        &text.replace("source = \"sim\"", "source = \"ble\""),
+    );
+    let before = c.status()["admitted"].as_u64().unwrap_or(0);
+    c.ok("systemctl start tapegate");
+    // A tape (the company identifier of the shipped product), then a new advert of it.
+    driver("add hci0 C0:FF:EE:00:00:01 TT -60 3831 4956010010015a00010203\\nmfg hci0 C0:FF:EE:00:00:01 3831 4956020010015a00010203\\n");
+    c.wait_logged(
+        Duration::from_secs(30),
+        "the tape's adverts admitted",
+        || (c.status()["admitted"].as_u64()? >= before + 2).then_some(()),
+    );
+    let said = c.ok("journalctl -u tapegate -o cat --no-pager");
+    assert!(
+        said.contains("no Bluetooth management socket here"),
+        "the start step says why:\n{said}"
+    );
+    let fallback: Vec<&str> = said
+        .lines()
+        .filter(|l| l.contains("the kernel's management socket cannot be used here"))
+        .collect();
+    assert_eq!(fallback.len(), 1, "once:\n{said}");
+    let journal = c.journal();
+    let info = journal
+        .iter()
+        .find(|r| field(r, "MESSAGE").contains("management socket cannot be used here"))
+        .expect("the fallback's journal record");
+    assert_eq!(field(info, "PRIORITY"), "6", "INFO: {info}");
+    let scanning = journal
+        .iter()
+        .rfind(|r| field(r, "MESSAGE") == "scanning for BLE advertisements")
+        .expect("the scan's journal record");
+    assert_eq!(field(scanning, "ADVERTS"), "dbus", "{scanning}");
+    assert_eq!(c.status()["scanner_adverts"], "dbus");
+    c.ok("systemctl stop tapegate");
+    c.ok("systemctl stop bluez-stand-in");
     c.write("/etc/tapegate/config.toml", &text);
 }
 

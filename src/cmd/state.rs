@@ -41,6 +41,13 @@ pub struct StatusJson {
     /// Why the scanner's ladder last started.
     pub scanner_last_trouble: Option<String>,
     pub scanner_last_trouble_at: Option<String>,
+    /// Where the BLE source reads adverts: `mgmt` (the kernel's management socket,
+    /// beside bluetoothd) or `dbus` (BlueZ's signals), as it last said.
+    pub scanner_adverts: Option<String>,
+    /// Advertising reports per second heard by the BLE source, over the minute to
+    /// `scanner_reports_at` (RFC 3339).
+    pub scanner_reports_per_sec: Option<f64>,
+    pub scanner_reports_at: Option<String>,
     /// The clock as the daemon judged it, e.g. "unsynchronised, no time service: trusted".
     pub clock: Option<String>,
     /// Pending captures held from delivery until the clock is trusted.
@@ -79,6 +86,9 @@ impl StatusJson {
             scanner: s.scanner,
             scanner_last_trouble: s.scanner_last_trouble,
             scanner_last_trouble_at: s.scanner_last_trouble_at.map(rfc3339),
+            scanner_adverts: s.scanner_adverts,
+            scanner_reports_per_sec: s.scanner_reports_per_sec,
+            scanner_reports_at: s.scanner_reports_at.map(rfc3339),
             clock: s.clock.state,
             held: s.clock.held,
             clock_repaired: s.clock.repaired,
@@ -168,6 +178,18 @@ pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), Cm
             _ => "none".into(),
         },
     ));
+    if let Some(path) = &st.scanner_adverts {
+        let rate = match (st.scanner_reports_per_sec, st.scanner_reports_at) {
+            (Some(r), Some(at)) => format!(", {r:.1} reports/s (the minute to {})", ago(at, now)),
+            _ => String::new(),
+        };
+        let how = match path.as_str() {
+            "mgmt" => "the kernel's management socket (side channel)",
+            "dbus" => "BlueZ over D-Bus",
+            other => other,
+        };
+        lines.push(("adverts", format!("read from {how}{rate}")));
+    }
     let sc = st.scanner;
     if sc != ScannerCounts::default() || st.scanner_last_trouble.is_some() {
         let trouble = match (&st.scanner_last_trouble, st.scanner_last_trouble_at) {

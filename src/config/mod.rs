@@ -164,6 +164,27 @@ impl SourceKind {
     }
 }
 
+/// `scanner.adverts`: where the `ble` source reads adverts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdvertsPath {
+    /// The kernel's management socket when it can be opened, else D-Bus.
+    Auto,
+    /// The kernel's management socket, or the source cannot work (exit 3).
+    Mgmt,
+    /// BlueZ's D-Bus signals.
+    Dbus,
+}
+
+/// `scanner.scan`: how the radio scans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanMode {
+    /// Discovery over D-Bus: the radio sends scan requests, scan responses are heard.
+    Active,
+    /// An advertisement monitor of the kernel (management socket): the radio only
+    /// listens; data only in scan responses is never heard.
+    Passive,
+}
+
 #[derive(Debug, Clone)]
 pub struct ScannerSettings {
     pub source: SourceKind,
@@ -176,6 +197,10 @@ pub struct ScannerSettings {
     /// `ble`: devices remembered at most; the least recently heard past it is forgotten
     /// (and removed from BlueZ), so rotating MACs cannot grow memory.
     pub max_devices: usize,
+    /// `ble`: where adverts are read.
+    pub adverts: AdvertsPath,
+    /// `ble`: how the radio scans.
+    pub scan: ScanMode,
     /// `-` is stdin.
     pub replay_path: Option<PathBuf>,
     pub sim: SimSettings,

@@ -214,6 +214,15 @@ pub struct RawScanner {
     pub give_up_secs: Option<f64>,
     /// `ble`: devices remembered at most.
     pub max_devices: Option<u64>,
+    /// `ble`: where adverts are read: `auto` | `mgmt` (the kernel's management socket
+    /// beside bluetoothd) | `dbus` (BlueZ's D-Bus signals).
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub adverts: Option<String>,
+    /// `ble`: `active` (discovery: scan requests, scan responses heard) | `passive` (an
+    /// advertisement monitor of the kernel: no scan requests; needs the management
+    /// socket).
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub scan: Option<String>,
     /// JSON Lines file for `replay`; `-` is stdin.
     pub replay_path: Option<PathBuf>,
     /// Simulated tapes.

@@ -15,9 +15,9 @@ use url::Url;
 use super::host::{CaFileRead, Host, PasswordFile};
 use super::raw::{RawConfig, RawProduct, RawService};
 use super::{
-    CaFile, Config, EnvironmentSettings, FlushSettings, GatewaySettings, HttpSettings, LogSettings,
-    MacFormat, OperatorSettings, OutboxSettings, Password, Problem, ReadingsSettings,
-    ScannerSettings, ServiceSettings, SourceKind, DEFAULTS,
+    AdvertsPath, CaFile, Config, EnvironmentSettings, FlushSettings, GatewaySettings, HttpSettings,
+    LogSettings, MacFormat, OperatorSettings, OutboxSettings, Password, Problem, ReadingsSettings,
+    ScanMode, ScannerSettings, ServiceSettings, SourceKind, DEFAULTS,
 };
 use crate::clock::{ClockPolicy, ClockSettings};
 use crate::dedup::DedupSettings;
@@ -326,6 +326,38 @@ pub fn validate(
         0.0,
         86_400.0,
     );
+    let adverts = c.choice(
+        "scanner.adverts",
+        sc.adverts.as_deref(),
+        DEFAULTS.scanner.adverts,
+        &[
+            ("auto", AdvertsPath::Auto),
+            ("mgmt", AdvertsPath::Mgmt),
+            ("dbus", AdvertsPath::Dbus),
+        ],
+    );
+    let scan = c.choice(
+        "scanner.scan",
+        sc.scan.as_deref(),
+        DEFAULTS.scanner.scan,
+        &[("active", ScanMode::Active), ("passive", ScanMode::Passive)],
+    );
+    if scan == ScanMode::Passive {
+        if adverts == AdvertsPath::Dbus {
+            c.bad(
+                "scanner.scan",
+                "\"passive\" with scanner.adverts = \"dbus\"",
+                "\"active\" (passive scanning is the kernel's advertisement monitor, read over the management socket: set scanner.adverts = \"auto\" or \"mgmt\")",
+            );
+        }
+        if let Some(i) = products.0.iter().position(|p| p.manufacturer_id.is_none()) {
+            c.bad(
+                "scanner.scan",
+                "\"passive\"",
+                &format!("\"active\" while products[{i}] names no manufacturer_id (the kernel's monitor matches adverts by company identifier)"),
+            );
+        }
+    }
     let scanner = ScannerSettings {
         source,
         adapter: sc.adapter,
@@ -344,6 +376,8 @@ pub fn validate(
             16,
             1_000_000,
         ) as usize,
+        adverts,
+        scan,
         replay_path: sc.replay_path,
         sim,
     };

@@ -37,6 +37,9 @@ struct View {
     last_heard: Option<EpochMillis>,
     /// The scanner's last trouble, as the daemon knows it now or the database kept it.
     trouble: Option<(String, EpochMillis)>,
+    /// Where the BLE source reads adverts (`mgmt`, `dbus`), and its reports per second.
+    adverts_path: Option<&'static str>,
+    reports_per_sec: Option<f64>,
 }
 
 pub(super) async fn render(state: &HttpState) -> Answer {
@@ -80,6 +83,8 @@ pub(super) async fn render(state: &HttpState) -> Answer {
         adverts: state.metrics.adverts(),
         last_heard,
         trouble: live_trouble.or(stored_trouble),
+        adverts_path: state.source_health.adverts_path(),
+        reports_per_sec: state.source_health.reports_per_sec(),
     };
     text(StatusCode::OK, "text/html; charset=utf-8", html(&view))
 }
@@ -254,6 +259,19 @@ fn scanner(h: &mut String, v: &View) {
         adverts = v.adverts,
         last = v.last_heard.map_or("never".to_string(), |t| ago(t, v.now)),
     );
+    if let Some(path) = v.adverts_path {
+        let how = match path {
+            "mgmt" => "the kernel's management socket (side channel)",
+            _ => "BlueZ over D-Bus",
+        };
+        let rate = v
+            .reports_per_sec
+            .map_or(String::new(), |r| format!(", {r:.1} reports/s"));
+        let _ = write!(
+            h,
+            "<dt>Adverts read from</dt><dd id=\"adverts-path\" data-path=\"{path}\">{how}{rate}</dd>"
+        );
+    }
     if let Ok(s) = &v.stats {
         let c = &s.scanner;
         let _ = write!(
@@ -315,7 +333,23 @@ mod tests {
             adverts: 42,
             last_heard: Some(90_000),
             trouble: None,
+            adverts_path: Some("mgmt"),
+            reports_per_sec: Some(95.04),
         }
+    }
+
+    #[test]
+    fn the_page_shows_where_adverts_are_read_and_how_many_per_second() {
+        let page = html(&view());
+        assert!(
+            page.contains("the kernel's management socket (side channel), 95.0 reports/s"),
+            "{page}"
+        );
+        let mut v = view();
+        v.adverts_path = Some("dbus");
+        v.reports_per_sec = None;
+        let page = html(&v);
+        assert!(page.contains(">BlueZ over D-Bus</dd>"), "{page}");
     }
 
     #[test]

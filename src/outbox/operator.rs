@@ -45,7 +45,7 @@ pub struct TapeKnown {
 }
 
 /// Counters and state for `tapegate status`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct Stats {
     pub admitted: u64,
     pub delivered: u64,
@@ -68,6 +68,11 @@ pub struct Stats {
     pub scanner: ScannerCounts,
     pub scanner_last_trouble: Option<String>,
     pub scanner_last_trouble_at: Option<EpochMillis>,
+    /// Where the BLE source reads adverts (`mgmt` or `dbus`), as it last said.
+    pub scanner_adverts: Option<String>,
+    /// Advertising reports per second over the minute to `scanner_reports_at`.
+    pub scanner_reports_per_sec: Option<f64>,
+    pub scanner_reports_at: Option<EpochMillis>,
     /// The clock's state, held captures and repairs.
     pub clock: ClockStatus,
 }
@@ -169,6 +174,26 @@ impl Store {
         Ok(())
     }
 
+    /// Records where the BLE source reads adverts and the reports per second measured
+    /// up to `at` (the health keeper writes it at most once a minute: SD wear).
+    pub fn note_scanner_rate(
+        &mut self,
+        path: Option<&str>,
+        reports_per_sec: Option<f64>,
+        at: EpochMillis,
+    ) -> Result<(), OutboxError> {
+        let tx = write_tx(&mut self.conn)?;
+        if let Some(p) = path {
+            set_meta(&tx, "scanner_adverts", p)?;
+        }
+        if let Some(r) = reports_per_sec {
+            set_meta(&tx, "scanner_reports_per_sec", &format!("{r:.1}"))?;
+        }
+        set_meta(&tx, "scanner_reports_at", &at.to_string())?;
+        tx.commit()?;
+        Ok(())
+    }
+
     /// Deletes readings decoded before `before` (the latest of each tape stays in `tapes`).
     pub fn prune_readings(&mut self, before: EpochMillis) -> Result<u64, OutboxError> {
         Ok(self
@@ -217,6 +242,9 @@ impl Store {
             },
             scanner_last_trouble: meta("scanner_last_trouble")?,
             scanner_last_trouble_at: int_meta("scanner_last_trouble_at")?,
+            scanner_adverts: meta("scanner_adverts")?,
+            scanner_reports_per_sec: meta("scanner_reports_per_sec")?.and_then(|v| v.parse().ok()),
+            scanner_reports_at: int_meta("scanner_reports_at")?,
             clock: clock_status(&tx)?,
         };
         tx.finish()?;

@@ -140,6 +140,13 @@ pub struct SourceHealth {
     pub forgotten: AtomicU64,
     /// Why the ladder last started, and when.
     pub last_trouble: Mutex<Option<(String, EpochMillis)>>,
+    /// Where the BLE source reads adverts: `"mgmt"` (the kernel's management socket) or
+    /// `"dbus"`; `None` before it started.
+    pub adverts_path: Mutex<Option<&'static str>>,
+    /// Advertising reports heard (every advert, before the products filter).
+    pub reports: AtomicU64,
+    /// Reports per second, as last measured by the health keeper.
+    pub reports_per_sec: Mutex<Option<f64>>,
     /// Notified once the source is up (the BLE source: adapter found, discovery
     /// started), for READY.
     pub started: tokio::sync::Notify,
@@ -148,6 +155,21 @@ pub struct SourceHealth {
 impl SourceHealth {
     pub fn count(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Where adverts are read now (see [`SourceHealth::adverts_path`]).
+    pub fn set_adverts_path(&self, path: &'static str) {
+        if let Ok(mut p) = self.adverts_path.lock() {
+            *p = Some(path);
+        }
+    }
+
+    pub fn adverts_path(&self) -> Option<&'static str> {
+        self.adverts_path.lock().ok().and_then(|p| *p)
+    }
+
+    pub fn reports_per_sec(&self) -> Option<f64> {
+        self.reports_per_sec.lock().ok().and_then(|r| *r)
     }
 
     pub fn trouble(&self, reason: &str) {
@@ -169,6 +191,7 @@ impl SourceError {
                 | SourceError::BluezNotRunning
                 | SourceError::AccessDenied(_)
                 | SourceError::NoAdapter { .. }
+                | SourceError::Mgmt(_)
         )
     }
 }
@@ -206,6 +229,8 @@ pub enum SourceError {
     },
     #[error("BlueZ failed: {0}")]
     Bluez(String),
+    #[error("scanner.adverts = \"mgmt\", but {0}; run tapegate with CAP_NET_ADMIN (the shipped unit grants it) on a kernel with Bluetooth, or set scanner.adverts = \"auto\"")]
+    Mgmt(String),
     #[error("the BLE scanner could not be brought back for {secs} s after {reason}; exiting so that the service is restarted")]
     GaveUp { reason: String, secs: u64 },
 }

@@ -17,6 +17,11 @@ Commands (MAC as AA:BB:CC:DD:EE:FF, CID decimal, HEX the bytes after the company
   add-svc HCI MAC RSSI UUID HEX        a device with service data only
   mfg HCI MAC CID HEX                  new manufacturer data
   rssi HCI MAC RSSI                    new RSSI
+  advert HCI MAC RSSI CID HEX          one advert as BlueZ signals it: RSSI and manufacturer
+                                       data in one PropertiesChanged
+  forget HCI MAC                       BlueZ forgets the device (as 30 s after it was last
+                                       seen): the object goes, with InterfacesRemoved
+  filter HCI                           the last discovery filter set, as KEY=VALUE ... (sorted)
   power HCI 0|1                        Powered (off also stops discovery, as BlueZ does;
                                        one PropertiesChanged)
   stop-discovery HCI                   Discovering = false, as when BlueZ stops a scan
@@ -156,6 +161,24 @@ def command(words):
     if cmd == 'rssi':
         set_dev(a[0], a[1], 'RSSI', dbus.Int16(int(a[2])))
         return 'ok'
+    if cmd == 'advert':
+        hci, addr, rssi, cid, data = a
+        dev = bus.get_object('org.bluez', dev_path(hci, addr))
+        changed = dbus.Dictionary({'RSSI': dbus.Int16(int(rssi)), 'ManufacturerData': mfg(cid, data)},
+                                  signature='sv')
+        dev.EmitSignal(PROPS, 'PropertiesChanged', 'sa{sv}as',
+                       [DEV, changed, dbus.Array([], signature='s')], dbus_interface=MOCK)
+        return 'ok'
+    if cmd == 'forget':
+        adapter_obj(a[0]).RemoveDevice(dbus.ObjectPath(dev_path(a[0], a[1])), dbus_interface=ADAPTER)
+        return 'ok'
+    if cmd == 'filter':
+        calls = adapter_obj(a[0]).GetMethodCalls('SetDiscoveryFilter', dbus_interface=MOCK)
+        if not calls:
+            return 'ok'
+        f = calls[-1][1][0]
+        return 'ok ' + ' '.join('%s=%s' % (k, ('true' if v else 'false') if isinstance(v, dbus.Boolean) else v)
+                                for k, v in sorted(f.items()))
     if cmd == 'power':
         props = {'Powered': dbus.Boolean(a[1] == '1')}
         if a[1] != '1':

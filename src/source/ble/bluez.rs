@@ -129,12 +129,13 @@ impl Health {
         }
     }
 
-    /// Everything a scan needs.
-    pub fn scanning(&self) -> bool {
+    /// Everything a scan needs: a `discovery` also needs BlueZ discovering (a passive
+    /// scan is the kernel's monitor, which BlueZ does not show).
+    pub fn scanning(&self, discovery: bool) -> bool {
         self.bus
             && self.owner.is_some()
             && self.powered == Some(true)
-            && self.discovering == Some(true)
+            && (!discovery || self.discovering == Some(true))
     }
 
     /// Takes `Powered` and `Discovering` from an adapter's properties, as far as given.
@@ -463,9 +464,9 @@ mod tests {
         let mut w = watcher();
         assert!(!w.apply(&discovering(":1.7", HCI0, false), HCI0));
         assert_eq!(w.health.discovering, Some(false));
-        assert!(!w.health.scanning());
+        assert!(!w.health.scanning(true));
         w.apply(&discovering(":1.7", HCI0, true), HCI0);
-        assert!(w.health.scanning());
+        assert!(w.health.scanning(true));
     }
 
     #[test]

@@ -3,16 +3,18 @@ What the BLE source remembers of each device between its adverts, bounded.
 
 BlueZ gives a device's properties once (when it is discovered) and then only what
 changed (`PropertiesChanged`), so each advert is completed from what is remembered of
-the device. At most `scanner.max_devices` devices are remembered; remembering one more
-forgets the least recently heard, and the source asks BlueZ to forget it too
-(`Adapter1.RemoveDevice`), so rotating MACs cannot grow either side.
+the device, keyed by its MAC (the adapter's device objects are named by it). At most
+`scanner.max_devices` devices are remembered; remembering one more forgets the least
+recently heard, and the source asks BlueZ to forget it too (`Adapter1.RemoveDevice`),
+so rotating MACs cannot grow either side.
 */
 
 use std::collections::HashMap;
 
-use bluez_async::{DeviceId, DeviceInfo};
+use bluez_async::DeviceInfo;
 use hashlink::LruCache;
 
+use super::signals::Props;
 use crate::record::{Advertisement, EpochMillis, Mac};
 
 /// What is remembered of a device between its adverts.
@@ -25,7 +27,7 @@ pub(super) struct Device {
 }
 
 impl Device {
-    fn from_info(info: DeviceInfo) -> Device {
+    pub fn from_info(info: DeviceInfo) -> Device {
         Device {
             mac: Mac::new(info.mac_address.into()),
             name: info.name,
@@ -35,22 +37,41 @@ impl Device {
         }
     }
 
+    /// A device as a signal describes it whole (a new device object).
+    pub fn from_props(mac: Mac, props: Props) -> Device {
+        Device {
+            mac,
+            name: props.name,
+            rssi: props.rssi,
+            manufacturer_data: props.manufacturer_data.unwrap_or_default(),
+            service_data: props.service_data.unwrap_or_default(),
+        }
+    }
+
+    pub fn mac(&self) -> Mac {
+        self.mac
+    }
+
+    /// Takes what a signal changed.
+    pub fn apply(&mut self, props: Props) {
+        if let Some(r) = props.rssi {
+            self.rssi = Some(r);
+        }
+        if props.name.is_some() {
+            self.name = props.name;
+        }
+        if let Some(d) = props.manufacturer_data {
+            self.manufacturer_data = d;
+        }
+        if let Some(d) = props.service_data {
+            self.service_data = d;
+        }
+    }
+
     /// Whether the device was heard in this scan. A device BlueZ remembers but has not
     /// heard (paired, or cached from before) has no RSSI: its data is old, not an advert.
     pub fn heard(&self) -> bool {
         self.rssi.is_some()
-    }
-
-    pub fn set_rssi(&mut self, rssi: i16) {
-        self.rssi = Some(rssi);
-    }
-
-    pub fn set_manufacturer_data(&mut self, data: HashMap<u16, Vec<u8>>) {
-        self.manufacturer_data = manufacturer_data(data);
-    }
-
-    pub fn set_service_data<U: ToString>(&mut self, data: HashMap<U, Vec<u8>>) {
-        self.service_data = service_data(data);
     }
 
     /// The device's advert as remembered, heard at `ts_ms`.
@@ -84,7 +105,7 @@ fn sorted<K: Ord, V>(mut v: Vec<(K, V)>) -> Vec<(K, V)> {
 
 /// The remembered devices, least recently heard first out.
 pub(super) struct Devices {
-    known: LruCache<DeviceId, Device>,
+    known: LruCache<Mac, Device>,
     max: usize,
 }
 
@@ -98,17 +119,17 @@ impl Devices {
     }
 
     /// The device, marked as the most recently heard.
-    pub fn get(&mut self, id: &DeviceId) -> Option<&Device> {
-        self.known.get(id)
+    pub fn get(&mut self, mac: &Mac) -> Option<&Device> {
+        self.known.get(mac)
     }
 
     /// The device, marked as the most recently heard.
-    pub fn get_mut(&mut self, id: &DeviceId) -> Option<&mut Device> {
-        self.known.get_mut(id)
+    pub fn get_mut(&mut self, mac: &Mac) -> Option<&mut Device> {
+        self.known.get_mut(mac)
     }
 
-    pub fn forget(&mut self, id: &DeviceId) {
-        self.known.remove(id);
+    pub fn forget(&mut self, mac: &Mac) {
+        self.known.remove(mac);
     }
 
     /// Forgets every device (a new BlueZ session names them afresh).
@@ -116,19 +137,18 @@ impl Devices {
         self.known.clear();
     }
 
-    /// Remembers a device as BlueZ describes it (replacing what was remembered of it);
-    /// returns the least recently heard device forgotten to make room, for the caller
-    /// to remove from BlueZ.
-    pub fn remember(&mut self, info: DeviceInfo) -> Option<DeviceId> {
-        self.known.remove(&info.id);
+    /// Remembers a device (replacing what was remembered of it); returns the least
+    /// recently heard device forgotten to make room, for the caller to remove from
+    /// BlueZ.
+    pub fn remember(&mut self, device: Device) -> Option<Mac> {
+        self.known.remove(&device.mac);
         // Only this inserts, so there is never more than `max`: one out makes room.
         let forgotten = if self.known.len() >= self.max {
-            self.known.remove_lru().map(|(id, _)| id)
+            self.known.remove_lru().map(|(mac, _)| mac)
         } else {
             None
         };
-        let id = info.id.clone();
-        self.known.insert(id, Device::from_info(info));
+        self.known.insert(device.mac, device);
         forgotten
     }
 
@@ -144,13 +164,13 @@ mod tests {
 
     use super::*;
 
-    fn id(n: u8) -> DeviceId {
-        format!("hci0/dev_C0_FF_EE_00_00_{n:02X}").parse().unwrap()
+    fn id(n: u8) -> Mac {
+        Mac::new([0xC0, 0xFF, 0xEE, 0, 0, n])
     }
 
-    fn info(n: u8, rssi: Option<i16>) -> DeviceInfo {
-        DeviceInfo {
-            id: id(n),
+    fn info(n: u8, rssi: Option<i16>) -> Device {
+        Device::from_info(DeviceInfo {
+            id: format!("hci0/dev_C0_FF_EE_00_00_{n:02X}").parse().unwrap(),
             mac_address: MacAddress::from([0xC0, 0xFF, 0xEE, 0, 0, n]),
             address_type: AddressType::Random,
             name: Some(format!("TT-{n}")),
@@ -172,7 +192,7 @@ mod tests {
             legacy_pairing: false,
             modalias: None,
             wake_allowed: false,
-        }
+        })
     }
 
     #[test]
@@ -196,8 +216,11 @@ mod tests {
         devices.remember(info(1, None));
         let d = devices.get_mut(&id(1)).unwrap();
         assert!(!d.heard(), "no RSSI: not heard in this scan");
-        d.set_rssi(-61);
-        d.set_service_data(HashMap::from([(uuid_from_u16(0xFEAA), vec![0x10])]));
+        d.apply(Props {
+            rssi: Some(-61),
+            service_data: Some(vec![(uuid_from_u16(0xFEAA).to_string(), vec![0x10])]),
+            ..Props::default()
+        });
         let adv = d.advert(1_763_719_200_125);
         assert!(d.heard());
         assert_eq!(

@@ -10,7 +10,8 @@ passed in.
 Field gateways stop hearing adverts while looking alive (btleplug #332), adapters get
 powered off or vanish, bluetoothd restarts. Trouble is one of: the system bus or
 `org.bluez` gone, `org.bluez` with a new owner (bluetoothd restarted), the adapter gone,
-powered off or no longer discovering, the event stream ended, or no advert for
+powered off or no longer discovering (when the scan is a discovery), the event stream
+ended, the passive scan's advertisement monitor gone, or no advert for
 `scanner.silence_secs` once any was heard. Then:
 1. restart the scan (stop and start discovery on the same adapter);
 2. if that has not helped after [`STEP_WAIT`]: re-acquire the adapter on a new BlueZ
@@ -54,6 +55,8 @@ pub(super) enum Scan {
     Missing,
     /// BlueZ's event stream ended.
     Ended,
+    /// The passive scan's advertisement monitor is not registered with the kernel.
+    MonitorGone,
     /// Scanning since this instant (started, or re-acquired).
     Since(Instant),
 }
@@ -110,16 +113,20 @@ pub(super) struct Ladder {
     trouble: Option<Trouble>,
     /// BlueZ connections made so far.
     connections: u32,
+    /// Whether the scan is a discovery (BlueZ's `Discovering` must hold), not a
+    /// passive scan.
+    discovery: bool,
 }
 
 impl Ladder {
     /// The ladder of a scan started at `now` on the first BlueZ connection, while
-    /// `owner` owns `org.bluez`.
+    /// `owner` owns `org.bluez`; a `discovery` or a passive scan.
     pub fn new(
         silence: Option<Duration>,
         give_up: Duration,
         owner: String,
         now: Instant,
+        discovery: bool,
     ) -> Ladder {
         Ladder {
             silence,
@@ -129,7 +136,13 @@ impl Ladder {
             last_heard: now,
             trouble: None,
             connections: 1,
+            discovery,
         }
+    }
+
+    /// The scan is a discovery from now on (or a passive scan).
+    pub fn set_discovery(&mut self, discovery: bool) {
+        self.discovery = discovery;
     }
 
     /// An advert was heard at `now`.
@@ -180,7 +193,7 @@ impl Ladder {
         let back = if t.silence {
             self.last_heard > t.since
         } else {
-            health.at > t.acted && health.scanning()
+            health.at > t.acted && health.scanning(self.discovery) && matches!(scan, Scan::Since(_))
         };
         if back {
             let step = Step::Back {
@@ -271,6 +284,9 @@ impl Ladder {
         let started = match scan {
             Scan::Missing => return Some("there is no scan".into()),
             Scan::Ended => return Some("BlueZ's event stream ended".into()),
+            Scan::MonitorGone => {
+                return Some("the kernel's advertisement monitor (passive scan) is gone".into())
+            }
             Scan::Since(started) => started,
         };
         if h.at <= started {
@@ -279,13 +295,14 @@ impl Ladder {
         if self.owner.is_none() {
             self.owner.clone_from(&h.owner);
         }
-        judge(h, adapter, self.owner.as_deref())
+        judge(h, adapter, self.owner.as_deref(), self.discovery)
     }
 }
 
 /// What is wrong with a scan on `adapter` according to `h`, with `owner` the unique
-/// name that owned `org.bluez` when the scan started.
-fn judge(h: &Health, adapter: &str, owner: Option<&str>) -> Option<String> {
+/// name that owned `org.bluez` when the scan started; `discovery`: BlueZ must be
+/// discovering.
+fn judge(h: &Health, adapter: &str, owner: Option<&str>, discovery: bool) -> Option<String> {
     if !h.bus {
         return Some("the D-Bus system bus does not answer".into());
     }
@@ -298,7 +315,7 @@ fn judge(h: &Health, adapter: &str, owner: Option<&str>) -> Option<String> {
     match (h.powered, h.discovering) {
         (None, _) => Some(format!("adapter {adapter} disappeared")),
         (Some(false), _) => Some(format!("adapter {adapter} was powered off")),
-        (_, Some(false)) => Some(format!("discovery stopped on adapter {adapter}")),
+        (_, Some(false)) if discovery => Some(format!("discovery stopped on adapter {adapter}")),
         _ => None,
     }
 }
@@ -342,7 +359,10 @@ mod tests {
     /// A ladder whose scan started at `t0`, and `t0`.
     fn ladder() -> (Ladder, Instant) {
         let t0 = Instant::now();
-        (Ladder::new(Some(SILENCE), GIVE_UP, ":1.7".into(), t0), t0)
+        (
+            Ladder::new(Some(SILENCE), GIVE_UP, ":1.7".into(), t0, true),
+            t0,
+        )
     }
 
     fn restart(reason: &str) -> Step {
@@ -371,8 +391,8 @@ mod tests {
     #[test]
     fn a_healthy_scan_is_left_alone() {
         let (mut l, t0) = ladder();
-        assert!(healthy(t0).scanning());
-        assert_eq!(judge(&healthy(t0), "hci0", Some(":1.7")), None);
+        assert!(healthy(t0).scanning(true));
+        assert_eq!(judge(&healthy(t0), "hci0", Some(":1.7"), true), None);
         for i in 1..100 {
             let now = t0 + POLL * i;
             assert_eq!(poll_healthy(&mut l, now, t0), Step::Nothing);
@@ -400,8 +420,14 @@ mod tests {
             let (mut l, t0) = ladder();
             let mut h = healthy(t0 + POLL);
             change(&mut h);
-            assert!(!h.scanning() || reason.contains("restarted"), "{reason}");
-            assert_eq!(judge(&h, "hci0", Some(":1.7")).as_deref(), Some(reason));
+            assert!(
+                !h.scanning(true) || reason.contains("restarted"),
+                "{reason}"
+            );
+            assert_eq!(
+                judge(&h, "hci0", Some(":1.7"), true).as_deref(),
+                Some(reason)
+            );
             assert_eq!(
                 l.poll(t0 + POLL, &h, Scan::Since(t0), "hci0"),
                 restart(reason)
@@ -413,7 +439,7 @@ mod tests {
     fn powered_off_is_named_before_the_discovery_it_stops() {
         let t0 = Instant::now();
         assert_eq!(
-            judge(&powered_off(t0), "hci1", Some(":1.7")).as_deref(),
+            judge(&powered_off(t0), "hci1", Some(":1.7"), true).as_deref(),
             Some("adapter hci1 was powered off")
         );
     }
@@ -465,7 +491,7 @@ mod tests {
     #[test]
     fn without_a_silence_setting_silence_is_never_trouble() {
         let t0 = Instant::now();
-        let mut l = Ladder::new(None, GIVE_UP, ":1.7".into(), t0);
+        let mut l = Ladder::new(None, GIVE_UP, ":1.7".into(), t0, true);
         l.heard(t0);
         let late = t0 + Duration::from_secs(3600);
         assert_eq!(poll_healthy(&mut l, late, t0), Step::Nothing);
@@ -660,7 +686,7 @@ mod tests {
         assert_eq!(poll_healthy(&mut l, t0 + POLL, t0), Step::Nothing);
         assert_eq!(l.next_check(), None, "a healthy look at BlueZ arms nothing");
         let t0 = Instant::now();
-        let mut quiet = Ladder::new(None, GIVE_UP, ":1.7".into(), t0);
+        let mut quiet = Ladder::new(None, GIVE_UP, ":1.7".into(), t0, true);
         quiet.heard(t0);
         assert_eq!(quiet.next_check(), None, "no silence setting, no deadline");
     }
@@ -693,7 +719,7 @@ mod tests {
     fn the_last_deadline_of_a_trouble_is_giving_up() {
         let t0 = Instant::now();
         let give_up = STEP_WAIT + Duration::from_millis(500);
-        let mut l = Ladder::new(Some(SILENCE), give_up, ":1.7".into(), t0);
+        let mut l = Ladder::new(Some(SILENCE), give_up, ":1.7".into(), t0, true);
         let now = t0 + POLL;
         assert_eq!(
             poll_off(&mut l, now, Scan::Since(t0)),
@@ -752,6 +778,45 @@ mod tests {
                 reason: RESTARTED.into(),
                 after: STEP_WAIT + POLL
             }
+        );
+    }
+
+    #[test]
+    fn a_passive_scan_is_judged_without_discovering_and_a_missing_monitor_is_trouble() {
+        let t0 = Instant::now();
+        let mut l = Ladder::new(Some(SILENCE), GIVE_UP, ":1.7".into(), t0, false);
+        // Powered, not discovering: a passive scan is well.
+        let passive = |at| Health {
+            discovering: Some(false),
+            ..healthy(at)
+        };
+        let now = t0 + POLL;
+        assert_eq!(
+            l.poll(now, &passive(now), Scan::Since(t0), "hci0"),
+            Step::Nothing
+        );
+        // The monitor gone: trouble, and not back while it is missing.
+        let later = now + POLL;
+        assert_eq!(
+            l.poll(later, &passive(later), Scan::MonitorGone, "hci0"),
+            restart("the kernel's advertisement monitor (passive scan) is gone")
+        );
+        l.restarted(later);
+        let after = later + POLL;
+        assert_eq!(
+            l.poll(after, &passive(after), Scan::MonitorGone, "hci0"),
+            Step::Nothing
+        );
+        // Added again: back.
+        assert!(matches!(
+            l.poll(after, &passive(after), Scan::Since(after), "hci0"),
+            Step::Back { .. }
+        ));
+        // Powered off is trouble in a passive scan too.
+        let off = after + POLL;
+        assert_eq!(
+            l.poll(off, &powered_off(off), Scan::Since(after), "hci0"),
+            restart("adapter hci0 was powered off")
         );
     }
 }
