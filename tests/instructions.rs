@@ -9,8 +9,8 @@
 //! Each figure is per capture with the fixed cost taken out: the daemon runs once on
 //! [`CAPTURES`] captures and once on none, and the difference is divided by
 //! [`CAPTURES`]. The binary is the release build the package ships (`cargo build
-//! --release`, shared with the systemd container test's `cargo deb`); the mock runs in
-//! this test's process, so its work is not counted.
+//! --release --no-default-features`, shared with the systemd container test's `cargo
+//! deb`); the mock runs in this test's process, so its work is not counted.
 //!
 //! `TAPEGATE_GUARD_BIN=/path/to/tapegate cargo test --test instructions -- --nocapture`
 //! measures another build (another commit's, side by side) and compares nothing.
@@ -224,7 +224,9 @@ fn release_binary() -> PathBuf {
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args(["build", "--release", "--bin", "tapegate"])
+        .args(["build", "--release", "-p", "tapegate", "--bin", "tapegate"])
+        // As the package ships it (no mock service), so the build is cargo deb's.
+        .arg("--no-default-features")
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo build --release");

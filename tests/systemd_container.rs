@@ -398,6 +398,17 @@ fn install(c: &Container, deb: &Path, service: &MockHandle) {
         !c.sh("dpkg -s bluez").status.success(),
         "BlueZ must be absent"
     );
+    // The package's binary is the gateway alone: no mock service, no demo (README,
+    // "What the package holds"); clap refuses a command it does not have with 2.
+    for command in ["demo", "mock"] {
+        let out = c.sh(&format!("tapegate {command} --help"));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "`tapegate {command}` is in the package: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
     c.write("/etc/tapegate/config.toml", &config(service));
     let password = common::environment_settings(service, "ppe")
         .unwrap()

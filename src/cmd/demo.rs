@@ -7,13 +7,15 @@ Then it does what a person at the dock does next: activates the tapes the servic
 not know (`device add`), re-queues their dead letters and shows them delivered, and
 reads one asset's latest location and history (`locate`, `history`).
 
-This file and `tapegate mock` ([`mock`]) are the gateway's only users of the mock service
-(the `tapegate-mock` crate, behind the `mock` feature); the package's binary is built
-without them. The demo gives the mock its fleet's MACs ([`mock_config`]) and writes the
-gateway's `[service]` section from the mock's URLs and credentials.
+It may touch everything a gateway has, and it is, with `tapegate mock` ([`mock`]) and
+`demo/dock.rs` (the dock's work), the gateway's only user of the mock service (the
+`tapegate-mock` crate, behind the `mock` feature); the package's binary is built without
+them. The demo gives the mock its fleet's MACs ([`mock_config`]) and writes the gateway's
+`[service]` section from the mock's URLs and credentials.
 */
 
-use std::collections::BTreeSet;
+mod dock;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -24,13 +26,12 @@ use tapegate_mock::{self as mock, MockConfig, MockHandle, Storm};
 
 use crate::clock::{age, now_ms, rfc3339};
 use crate::config;
-use crate::operator::{AddDevice, HistoryFilter, HistoryQuery};
 use crate::outbox::Store;
 use crate::pipeline::{self, RunError, RunOptions};
 use crate::record::Mac;
 use crate::source::sim::{Sim, SimSettings};
 
-use super::{client, CmdError};
+use super::CmdError;
 
 /// What the demo runs.
 #[derive(Debug, Clone)]
@@ -65,7 +66,6 @@ pub async fn run(
     }
     let config = config::from_toml(&text, Path::new("(demo)"), std::iter::empty())?;
     let operator_config = config.clone();
-    let mut activated: Vec<Mac> = Vec::new();
 
     let _ = writeln!(
         out,
@@ -91,75 +91,12 @@ pub async fn run(
             RunOptions::default(),
         ))
     };
-
-    let started = Instant::now();
-    let outage_at = options
-        .duration
-        .map(|d| d / 3)
-        .unwrap_or(Duration::from_secs(15))
-        .min(Duration::from_secs(15));
-    let outage_len = Duration::from_secs(8);
-    let mut outage = Phase::Before;
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    let mut stop = std::pin::pin!(stop);
-    loop {
-        tokio::select! {
-            _ = &mut stop => break,
-            _ = tick.tick() => {}
-        }
-        let elapsed = started.elapsed();
-        if options.duration.is_some_and(|d| elapsed >= d) {
-            break;
-        }
-        match outage {
-            Phase::Before if elapsed >= outage_at => {
-                let _ = writeln!(
-                    out,
-                    "--- injecting a {}s outage: the service answers 503 to everything ---",
-                    outage_len.as_secs()
-                );
-                service.set_storm(Some(Storm {
-                    probability: 1.0,
-                    seed: 7,
-                    mix: vec![mock::Fault::Status {
-                        status: 503,
-                        retry_after: None,
-                    }],
-                }));
-                outage = Phase::During;
-            }
-            Phase::During if elapsed >= outage_at + outage_len => {
-                let _ = writeln!(out, "--- outage over: catching up ---");
-                service.set_storm(None);
-                outage = Phase::After;
-            }
-            // Once the catch-up has settled the unknown tapes' captures as dead letters.
-            Phase::After if elapsed >= outage_at + outage_len + ACTIVATE_AFTER => {
-                activated = at_the_dock(&operator_config, &state_dir, out).await?;
-                outage = Phase::Activated;
-            }
-            _ => {}
-        }
-        if let Ok(Some(store)) = Store::open_existing(&state_dir) {
-            if let Ok(s) = store.stats() {
-                let oldest = s
-                    .oldest_pending_at
-                    .map(|t| format!(" (oldest {})", age(((now_ms() - t).max(0) / 1000) as u64)))
-                    .unwrap_or_default();
-                let _ = writeln!(
-                    out,
-                    "{:>4}s  captured {:>6}  delivered {:>6}  dead letters {:>3}  pending {:>5}{oldest}  tapes {:>4}  service: {}",
-                    elapsed.as_secs(),
-                    s.admitted,
-                    s.delivered,
-                    s.dead_letters,
-                    s.pending,
-                    s.tapes,
-                    if outage == Phase::During { "DOWN" } else { "ok" }
-                );
-            }
-        }
-    }
+    let show = Show {
+        service: &service,
+        config: &operator_config,
+        state_dir: &state_dir,
+    };
+    let activated = show.watch(&options, stop, out).await?;
 
     let _ = writeln!(
         out,
@@ -171,6 +108,118 @@ pub async fn run(
         source,
     })??;
     if let Ok(Some(store)) = Store::open_existing(&state_dir) {
+        show.summary(&store, &report, &activated, out)?;
+    }
+    if temporary {
+        let _ = std::fs::remove_dir_all(&state_dir);
+    }
+    Ok(())
+}
+
+/// What the demo shows, and where from.
+struct Show<'a> {
+    service: &'a MockHandle,
+    config: &'a config::Config,
+    state_dir: &'a Path,
+}
+
+impl Show<'_> {
+    /// A line a second until `stop` or the duration's end; the outage on the way, and
+    /// the dock's work after it. Returns the MACs activated at the dock.
+    async fn watch(
+        &self,
+        options: &DemoOptions,
+        stop: impl std::future::Future<Output = ()>,
+        out: &mut (dyn Write + Send),
+    ) -> Result<Vec<Mac>, CmdError> {
+        let mut activated = Vec::new();
+        let started = Instant::now();
+        let outage_at = options
+            .duration
+            .map(|d| d / 3)
+            .unwrap_or(Duration::from_secs(15))
+            .min(Duration::from_secs(15));
+        let outage_len = Duration::from_secs(8);
+        let mut outage = Phase::Before;
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut stop = std::pin::pin!(stop);
+        loop {
+            tokio::select! {
+                _ = &mut stop => break,
+                _ = tick.tick() => {}
+            }
+            let elapsed = started.elapsed();
+            if options.duration.is_some_and(|d| elapsed >= d) {
+                break;
+            }
+            match outage {
+                Phase::Before if elapsed >= outage_at => {
+                    let _ = writeln!(
+                        out,
+                        "--- injecting a {}s outage: the service answers 503 to everything ---",
+                        outage_len.as_secs()
+                    );
+                    self.service.set_storm(Some(Storm {
+                        probability: 1.0,
+                        seed: 7,
+                        mix: vec![mock::Fault::Status {
+                            status: 503,
+                            retry_after: None,
+                        }],
+                    }));
+                    outage = Phase::During;
+                }
+                Phase::During if elapsed >= outage_at + outage_len => {
+                    let _ = writeln!(out, "--- outage over: catching up ---");
+                    self.service.set_storm(None);
+                    outage = Phase::After;
+                }
+                // Once the catch-up has settled the unknown tapes' captures as dead letters.
+                Phase::After if elapsed >= outage_at + outage_len + ACTIVATE_AFTER => {
+                    activated = dock::at_the_dock(self.config, self.state_dir, out).await?;
+                    outage = Phase::Activated;
+                }
+                _ => {}
+            }
+            self.progress(elapsed, outage == Phase::During, out);
+        }
+        Ok(activated)
+    }
+
+    /// The line of the second `elapsed`, from the state database.
+    fn progress(&self, elapsed: Duration, down: bool, out: &mut (dyn Write + Send)) {
+        let Ok(Some(store)) = Store::open_existing(self.state_dir) else {
+            return;
+        };
+        let Ok(s) = store.stats() else {
+            return;
+        };
+        let oldest = s
+            .oldest_pending_at
+            .map(|t| format!(" (oldest {})", age(((now_ms() - t).max(0) / 1000) as u64)))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{:>4}s  captured {:>6}  delivered {:>6}  dead letters {:>3}  pending {:>5}{oldest}  tapes {:>4}  service: {}",
+            elapsed.as_secs(),
+            s.admitted,
+            s.delivered,
+            s.dead_letters,
+            s.pending,
+            s.tapes,
+            if down { "DOWN" } else { "ok" }
+        );
+    }
+
+    /// What the run did: the counts, some decoded tapes, the tapes activated at the
+    /// dock, a dead letter.
+    fn summary(
+        &self,
+        store: &Store,
+        report: &pipeline::RunReport,
+        activated: &[Mac],
+        out: &mut (dyn Write + Send),
+    ) -> Result<(), CmdError> {
         let s = store.stats()?;
         let _ = writeln!(
             out,
@@ -186,8 +235,8 @@ pub async fn run(
         let _ = writeln!(
             out,
             "mock service: {} decode requests, {} items decoded",
-            service.decode_requests(),
-            service.decoded_items()
+            self.service.decode_requests(),
+            self.service.decoded_items()
         );
         let tapes = store.tapes(5)?;
         if !tapes.is_empty() {
@@ -209,7 +258,7 @@ pub async fn run(
         if !activated.is_empty() {
             let tapes = store.tapes(usize::MAX)?;
             let _ = writeln!(out, "\nthe tapes activated at the dock, now delivered:");
-            for mac in &activated {
+            for mac in activated {
                 match tapes.iter().find(|t| t.mac == *mac) {
                     Some(t) => writeln!(
                         out,
@@ -231,11 +280,8 @@ pub async fn run(
                 d.mac, d.error
             );
         }
+        Ok(())
     }
-    if temporary {
-        let _ = std::fs::remove_dir_all(&state_dir);
-    }
-    Ok(())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -248,138 +294,6 @@ enum Phase {
 
 /// How long after the outage the tapes are activated (the catch-up has run by then).
 const ACTIVATE_AFTER: Duration = Duration::from_secs(2);
-
-/// What a person at the dock does after the outage: `device add` for each tape the
-/// service refused as unknown, its dead letters re-queued; then `locate` and `history`
-/// of one asset. Returns the MACs activated.
-async fn at_the_dock(
-    config: &config::Config,
-    state_dir: &Path,
-    out: &mut (dyn Write + Send),
-) -> Result<Vec<Mac>, CmdError> {
-    let operator = client::operator(config)?;
-    // The tapes the daemon heard and the service refused as unknown, as `--nearest`
-    // sees them (the demo activates them all rather than the nearest).
-    let unknown: BTreeSet<Mac> = match Store::open_existing(state_dir)? {
-        Some(store) => store
-            .heard_since(0)?
-            .into_iter()
-            .filter(|h| h.known == Some(false))
-            .map(|h| h.mac)
-            .collect(),
-        None => BTreeSet::new(),
-    };
-    let _ = writeln!(
-        out,
-        "--- at the dock: activating the {} tape(s) the service did not know ---",
-        unknown.len()
-    );
-    let mut activated = Vec::new();
-    for mac in unknown {
-        let add = AddDevice {
-            qrcode: mock::fleet_qrcode(&mac.plain()),
-            tape_id: mac.plain(),
-            asset: Some(format!("DOCK-{}", mac.plain())),
-            ..AddDevice::default()
-        };
-        match operator.add_device(&add).await {
-            Ok(o) if !o.ok => {
-                let _ = writeln!(
-                    out,
-                    "  device add {}: HTTP {}: {}",
-                    add.qrcode,
-                    o.status.unwrap_or_default(),
-                    o.note.as_deref().unwrap_or(&o.message)
-                );
-            }
-            Ok(o) => {
-                let requeued = client::state(config)?.retry_dead_letters(Some(mac))?;
-                let _ = writeln!(
-                    out,
-                    "  tapegate device add --qr {} --tape-id {}: HTTP {} {}; {requeued} dead letter(s) re-queued",
-                    o.qrcode,
-                    o.tape_id,
-                    o.status.unwrap_or_default(),
-                    o.message
-                );
-                activated.push(mac);
-            }
-            Err(e) => {
-                let _ = writeln!(out, "  device add {}: {e}", add.qrcode);
-            }
-        }
-    }
-    let asset = mock::seed::SENSOR_ASSET;
-    let _ = writeln!(out, "--- tapegate locate {asset} --sensor ---");
-    match operator.locate(asset, true).await {
-        Ok(Some(event)) => {
-            for a in &event.assets {
-                let readings: Vec<String> = a
-                    .sensors
-                    .iter()
-                    .flatten()
-                    .map(|r| format!("{} {} {}", r.kind, r.data, r.units))
-                    .collect();
-                let _ = writeln!(
-                    out,
-                    "  {} at {} {}: {}, {} — {}",
-                    a.trk_asset_id.as_deref().unwrap_or(asset),
-                    a.timestamp,
-                    a.time_zone,
-                    a.location_detailed,
-                    a.location,
-                    readings.join(", ")
-                );
-            }
-        }
-        Ok(None) => {
-            let _ = writeln!(out, "  no current reading");
-        }
-        Err(e) => {
-            let _ = writeln!(out, "  locate: {e}");
-        }
-    }
-    let tape = mock::seed::SENSOR_TAPE;
-    let now = jiff::Timestamp::now();
-    let query = HistoryQuery {
-        filter: HistoryFilter::Tape(tape.to_string()),
-        event_type: Some("environment".into()),
-        from: Some(now - jiff::SignedDuration::from_hours(24)),
-        to: None,
-    };
-    let _ = writeln!(out, "--- tapegate history --qr {tape} (the last day) ---");
-    match operator.history(&query, now).await {
-        Ok(crate::operator::HistoryRead {
-            events, requests, ..
-        }) => {
-            let temps: Vec<f64> = events
-                .iter()
-                .filter_map(|e| e.sensors.iter().find(|s| s.kind == "ambient_temp"))
-                .map(|s| s.data)
-                .collect();
-            let range = temps
-                .iter()
-                .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), t| {
-                    (lo.min(*t), hi.max(*t))
-                });
-            let _ = writeln!(
-                out,
-                "  {} event(s) in {requests} request(s); ambient {:.1}..{:.1} °C; latest {}",
-                events.len(),
-                range.0,
-                range.1,
-                events
-                    .last()
-                    .map(|e| format!("{} at {}", e.timestamp, e.location_detailed))
-                    .unwrap_or_else(|| "-".into())
-            );
-        }
-        Err(e) => {
-            let _ = writeln!(out, "  history: {e}");
-        }
-    }
-    Ok(activated)
-}
 
 /// The seed of the demo's simulated fleet (the default `sim_seed`).
 pub const DEMO_SIM_SEED: u64 = 1;
