@@ -73,6 +73,14 @@ pub enum Command {
     /// Inspect and re-queue what the service refused.
     #[command(subcommand)]
     DeadLetters(DeadLetters),
+    /// One .tar.gz to mail to support: status, the effective config (secrets redacted),
+    /// the last 24 h of WARN+ journal records, scanner counts, versions, dead letters,
+    /// clock repairs. No secret is in it.
+    SupportBundle {
+        /// Where to write it (default: tapegate-support-<gateway>-<time>.tar.gz here).
+        #[arg(long)]
+        output: Option<PathBuf>,
+    },
     /// Activate, label, look up, deactivate and configure tapes (spec 4.6, 4.7).
     #[command(subcommand)]
     Device(Device),

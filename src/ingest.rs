@@ -244,20 +244,25 @@ impl Committer {
             let (result, batch) = self
                 .outbox
                 .call(move |store| {
-                    let r = store.enqueue(&batch);
+                    let r = store.enqueue_counted(&batch);
                     Ok((r, batch))
                 })
                 .await
                 .unwrap_or_else(|e| (Err(e), Vec::new()));
             match result {
-                Ok(evicted) => {
+                Ok(evictions) => {
                     self.admission.committed();
                     report.accepted += n;
+                    let evicted = evictions.total();
                     if evicted > 0 {
                         report.evicted += evicted;
                         tracing::error!(
                             evicted,
-                            "outbox full (outbox.max_pending): evicted the oldest pending captures"
+                            max_pending = evictions.max_pending,
+                            max_age = evictions.max_age,
+                            max_bytes = evictions.max_bytes,
+                            "outbox bounds: evicted the oldest pending captures ({})",
+                            evictions.describe()
                         );
                     }
                     if backoff.failures() > 0 {

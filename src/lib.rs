@@ -27,7 +27,9 @@ tapes into decoded readings in the tracking service.
   `operator.rs` the reads and changes of `status`, `tapes`, `dead-letters`; `clock.rs`
   boots and held rows; `dock.rs` the rate window and the tapes heard; `lock.rs` one
   daemon per state directory; `access.rs` who may create and write the state, and why
-  a database cannot be written); its module doc is the design document.
+  a database cannot be written; `retention.rs` the count, age and size bounds and the
+  one eviction; `fleet.rs` the inventory, dead-letter summary and boots for the fleet's
+  tools); its module doc is the design document.
 - [`flush`]: delivery to the bulk decode endpoint: `plan.rs` the pure planner (batches,
   splits, isolation, attempt bounds, backoff, the concurrency window), `answer.rs` what
   an answer means, `mod.rs` the loop with several batches in flight; [`backoff`] is the
@@ -50,17 +52,24 @@ tapes into decoded readings in the tracking service.
   `/healthz` its verdict (stages turning, commits succeeding, requests answered);
   [`systemd`] is sd_notify, the watchdog that pings only while every stage makes
   progress, and the stop signals.
+- [`reload`]: SIGHUP applies what changed, restarting the delivery stage, the HTTP
+  server or the pusher in-process where needed, and names what needs a restart.
 - [`http`]: the read-only HTTP server of `[http] listen`: `/metrics` (every metric
   defined in [`metrics`]), `/healthz` ([`health::verdict`]) and the status page
   (`http/page.rs`), which joins the tapes the ingest stage heard ([`heard_now`]) with
   what the state database knows of them.
+- [`inventory`]: version, commit, config hash, boot, kernel, BlueZ, adapter: recorded by
+  the daemon for `status --json`, `/metrics` and the pushed telemetry.
+- [`telemetry`]: `[telemetry]`, the metrics of `/metrics` pushed to a Prometheus
+  remote-write receiver (`remote_write.rs` the protobuf by hand), kept through outages.
 - [`cmd`]: the commands a person runs beside the daemon: `status`, `tapes`,
   `dead-letters` (`state.rs`), `decode`, `check` (for installers), `scan` (the live
-  view and recorder), `demo`, and the operator's `device` (`device/`: `add.rs`,
-  `nearest.rs`, `many.rs` the multi-device calls, `input.rs` and `manifest.rs` the
-  checks of `--qr` and the strict CSV of `--csv`), `locate`, `history` and `message`,
-  over `client.rs`, the operator's client as every operator command makes it (waits
-  told on stderr, Ctrl-C). [`cli`] is the command line.
+  view and recorder), `demo`, `support-bundle` (`support_bundle.rs`, its tar.gz by
+  `archive.rs`), and the operator's `device` (`device/`: `add.rs`, `nearest.rs`,
+  `many.rs` the multi-device calls, `input.rs` and `manifest.rs` the checks of `--qr`
+  and the strict CSV of `--csv`), `locate`, `history` and `message`, over `client.rs`,
+  the operator's client as every operator command makes it (waits told on stderr,
+  Ctrl-C). [`cli`] is the command line.
 - [`clock`]: time on a gateway without a real-time clock: wall and boot time and the
   kernel's sync state behind one trait (`source.rs`; in debug builds a test clock
   driven by a file, `fake.rs`), the pure hold policy and repair
@@ -88,14 +97,17 @@ pub mod health;
 pub mod heard_now;
 pub mod http;
 pub mod ingest;
+pub mod inventory;
 pub mod metrics;
 pub mod operator;
 pub mod outbox;
 pub mod pipeline;
 pub mod products;
 pub mod record;
+pub mod reload;
 pub mod secret;
 pub mod source;
 pub mod systemd;
 pub mod tape;
+pub mod telemetry;
 pub mod text;

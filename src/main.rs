@@ -1,7 +1,8 @@
 //! The thin binary: parse the command line, load the config, start logging, call the
 //! library, map errors to exit codes (0 ok, 2 bad config or usage, 3 the configured
 //! source cannot work on this machine, 4 `run --until-drained` stopped before it
-//! drained, 5 this user cannot write the state, 1 anything else).
+//! drained, 5 this user cannot write the state, 6 the state database is newer than this
+//! tapegate, 1 anything else).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -23,6 +24,10 @@ use tracing_subscriber::{reload, EnvFilter, Registry};
 /// BlueZ absent, D-Bus access denied, no replay file): restarting will not help, so the
 /// unit names it in `RestartPreventExitStatus=`.
 const EXIT_SOURCE_UNUSABLE: u8 = 3;
+
+/// `run` refused a state database written by a newer tapegate (a downgrade): it is left
+/// untouched, and restarting will not help (`RestartPreventExitStatus=`).
+const EXIT_DATABASE_TOO_NEW: u8 = 6;
 
 /// How a command failed.
 enum Failure {
@@ -77,6 +82,8 @@ fn main() -> ExitCode {
                 EXIT_SOURCE_UNUSABLE
             } else if run.is_some_and(RunError::state_not_writable) {
                 EXIT_STATE_NOT_WRITABLE
+            } else if run.is_some_and(RunError::database_too_new) {
+                EXIT_DATABASE_TOO_NEW
             } else {
                 1
             })
@@ -244,6 +251,9 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::DeadLetters(DeadLetters::List { json, limit }) => {
             let config = load_local(&cli)?;
             tapegate::cmd::state::dead_letters_list(&config, *json, *limit, &mut stdout)?;
+        }
+        Command::SupportBundle { output } => {
+            tapegate::cmd::support_bundle::run(&cli.config, output.as_deref(), &mut stdout)?;
         }
         Command::Tapes { json, limit } => {
             let config = load_local(&cli)?;

@@ -89,6 +89,38 @@ struct StateLabel {
     state: &'static str,
 }
 
+/// What became of a telemetry push (see [`crate::telemetry`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PushOutcome {
+    /// The receiver took it.
+    Sent,
+    /// The receiver refused it for good (4xx): dropped.
+    Refused,
+    /// An attempt failed (unreachable, timeout, 429, 5xx); the push is kept.
+    Failed,
+    /// Dropped unsent to keep at most `telemetry.max_buffered`.
+    Dropped,
+}
+
+impl PushOutcome {
+    fn label(self) -> &'static str {
+        match self {
+            PushOutcome::Sent => "sent",
+            PushOutcome::Refused => "refused",
+            PushOutcome::Failed => "failed",
+            PushOutcome::Dropped => "dropped",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
+/// The labels of `tapegate_inventory_info` and the daemon's start time.
+type InventoryLabels = (Vec<(String, String)>, EpochMillis);
+
 /// The daemon's live metrics; shared (`Arc`) by the stages that feed them.
 #[derive(Debug)]
 pub struct Metrics {
@@ -102,6 +134,10 @@ pub struct Metrics {
     token_grants: Counter,
     failures: Family<CauseLabel, Counter>,
     clock: Family<StateLabel, Gauge>,
+    telemetry_pushes: Family<OutcomeLabel, Counter>,
+    telemetry_buffered: Gauge,
+    /// The labels of `tapegate_inventory_info` and the start time, once known.
+    inventory: Mutex<Option<InventoryLabels>>,
     /// Until when new decode requests wait (epoch ms), as the flusher last decided.
     paused_until: Gauge,
     /// Delivery failures in a row (reset by an answer that settled captures), and the
@@ -190,8 +226,23 @@ impl Metrics {
             "The wall clock's state: 1 for the current one (trusted, synchronised, holding, estimated)",
             clock.clone(),
         );
+        let telemetry_pushes = Family::<OutcomeLabel, Counter>::default();
+        registry.register(
+            "telemetry_pushes",
+            "Telemetry pushes to the remote-write receiver, by outcome (sent, refused, failed: kept to retry, dropped: the buffer was full)",
+            telemetry_pushes.clone(),
+        );
+        let telemetry_buffered = Gauge::default();
+        registry.register(
+            "telemetry_buffered",
+            "Telemetry pushes kept in memory, not yet accepted by the receiver",
+            telemetry_buffered.clone(),
+        );
         let metrics = Metrics {
             registry,
+            inventory: Mutex::new(None),
+            telemetry_pushes,
+            telemetry_buffered,
             adverts,
             unmatched,
             request_duration,
@@ -206,6 +257,17 @@ impl Metrics {
             last_cause: Mutex::new(""),
         };
         metrics.set_clock_state(ClockState::Trusted);
+        // Every outcome is a series from the start, so that a rate over it is defined.
+        for outcome in [
+            PushOutcome::Sent,
+            PushOutcome::Refused,
+            PushOutcome::Failed,
+            PushOutcome::Dropped,
+        ] {
+            let _ = metrics.telemetry_pushes.get_or_create(&OutcomeLabel {
+                outcome: outcome.label(),
+            });
+        }
         metrics
     }
 
@@ -292,6 +354,28 @@ impl Metrics {
         }
     }
 
+    /// A telemetry push came to `outcome`.
+    pub fn telemetry_push(&self, outcome: PushOutcome) {
+        self.telemetry_pushes
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.label(),
+            })
+            .inc();
+    }
+
+    /// Telemetry pushes kept, not yet sent.
+    pub fn telemetry_buffered(&self, n: usize) {
+        self.telemetry_buffered.set(n as i64);
+    }
+
+    /// What this gateway is and runs (`tapegate_inventory_info`, and
+    /// `tapegate_start_time_seconds` from its start time); replaced after a reload.
+    pub fn set_inventory(&self, inventory: &crate::inventory::Inventory) {
+        if let Ok(mut i) = self.inventory.lock() {
+            *i = Some((inventory.labels(), inventory.started_at_ms));
+        }
+    }
+
     /// Adverts heard since the daemon started.
     pub fn adverts(&self) -> u64 {
         self.adverts.get()
@@ -303,6 +387,10 @@ impl Metrics {
         let mut out = String::new();
         encode_registry(&mut out, &self.registry)?;
         encode_registry(&mut out, &stored(stats, now))?;
+        let inventory = self.inventory.lock().ok().and_then(|i| i.clone());
+        if let Some((labels, started_at)) = inventory {
+            encode_registry(&mut out, &inventory_registry(labels, started_at))?;
+        }
         encode_eof(&mut out)?;
         Ok(out)
     }
@@ -329,6 +417,24 @@ impl Drop for Request<'_> {
     }
 }
 
+/// `tapegate_inventory_info` and `tapegate_start_time_seconds`.
+fn inventory_registry(labels: Vec<(String, String)>, started_at: EpochMillis) -> Registry {
+    let mut r = Registry::with_prefix("tapegate");
+    // What a gateway is and runs, so that drift across a fleet shows in one query.
+    r.register(
+        "inventory",
+        "What this gateway runs: version, commit, config_hash, gateway_id, boot_id, kernel, os, arch, bluez, adapter, source (always 1)",
+        Info::new(labels),
+    );
+    r.register_with_unit(
+        "start_time",
+        "When the daemon started, epoch seconds (uptime: time() - this)",
+        Unit::Seconds,
+        ConstGauge::new(started_at as f64 / 1000.0),
+    );
+    r
+}
+
 /// The stored metrics, from the state database's counters.
 fn stored(s: &Stats, now: EpochMillis) -> Registry {
     let mut r = Registry::with_prefix("tapegate");
@@ -342,7 +448,7 @@ fn stored(s: &Stats, now: EpochMillis) -> Registry {
         ),
         (
             "evicted",
-            "Pending captures evicted to stay within outbox.max_pending",
+            "Pending captures evicted to stay within the outbox's bounds (see evictions_total)",
             s.evicted,
         ),
         (
@@ -390,6 +496,27 @@ fn stored(s: &Stats, now: EpochMillis) -> Registry {
     for (name, help, v) in gauges {
         r.register(name, help, ConstGauge::new(v));
     }
+    let by_bound = Family::<Vec<(String, String)>, Counter>::default();
+    for (bound, n) in [
+        ("max_pending", s.evicted_by.max_pending),
+        ("max_age", s.evicted_by.max_age),
+        ("max_bytes", s.evicted_by.max_bytes),
+    ] {
+        by_bound
+            .get_or_create(&vec![("bound".to_string(), bound.to_string())])
+            .inc_by(n);
+    }
+    r.register(
+        "evictions",
+        "Pending captures evicted, by the bound that evicted them (max_pending, max_age, max_bytes); they add up to evicted_total",
+        by_bound,
+    );
+    r.register_with_unit(
+        "database",
+        "Bytes of the state database's pages in use (bounded by outbox.max_bytes)",
+        Unit::Bytes,
+        ConstGauge::new(s.database_bytes as i64),
+    );
     let secs = |at: EpochMillis| at as f64 / 1000.0;
     r.register_with_unit(
         "oldest_pending_age",

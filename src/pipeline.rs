@@ -32,16 +32,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{ApiError, ServiceClient};
 use crate::clock::ClockKeeper;
-use crate::config::{Config, Password};
-use crate::dedup::DedupSettings;
-use crate::flush::{FlushControl, FlushReport, Flusher};
+use crate::config::Config;
+use crate::flush::{FlushControl, FlushReport};
 use crate::health::{self, HealthKeeper};
 use crate::heard_now::HeardNow;
 use crate::http::{self, BindError, HttpState};
 use crate::ingest::{self, IngestReport, IngestSettings};
 use crate::metrics::Metrics;
 use crate::outbox::{LockError, Outbox, OutboxError, StateLock, Store, StoreOptions};
-use crate::products::Products;
+use crate::reload;
 use crate::source::SourceHealth;
 use crate::source::{self, Source, SourceError, SourceReport};
 use crate::systemd::{self, Beat, Liveness, Notifier};
@@ -52,6 +51,10 @@ const ADVERT_CHANNEL: usize = 4096;
 /// The ingest stage turns on every input and commit, and says when it is idle; this
 /// long holding work without a turn is a stall (for the watchdog).
 const INGEST_ALLOWANCE: Duration = Duration::from_secs(30);
+
+/// How often the outbox's age and size bounds are looked at besides each commit (more
+/// often for a short `max_age_secs`).
+const RETENTION_EVERY: Duration = Duration::from_secs(60);
 
 /// Beyond a whole request and a whole backoff, how long the flusher may go without a turn.
 const FLUSH_SLACK: Duration = Duration::from_secs(60);
@@ -75,9 +78,10 @@ pub struct RunOptions {
 }
 
 /// What SIGHUP re-reads: the config file (with the process environment's
-/// `TAPEGATE_*` overrides). A valid new config replaces the products, the dedup
-/// settings and the log level at once, dropping nothing; a bad one is refused with an
-/// ERROR line and the running one stays in force. Other changes wait for a restart.
+/// `TAPEGATE_*` overrides). A valid new config is applied as [`crate::reload`] says
+/// (at once, or by restarting the delivery stage, the HTTP server or the pusher in
+/// process), dropping nothing; a bad one is refused with an ERROR line and the running
+/// one stays in force. What cannot change in a running daemon waits for a restart.
 pub struct Reload {
     pub path: PathBuf,
     /// Applies a new `log.level` (the log subscriber belongs to the binary).
@@ -117,6 +121,8 @@ pub enum RunError {
     Client(#[source] ApiError),
     #[error(transparent)]
     Http(#[from] BindError),
+    #[error(transparent)]
+    Telemetry(#[from] crate::telemetry::SetupError),
     #[error("cannot listen for {signal}: {source}")]
     Signal {
         signal: &'static str,
@@ -137,6 +143,11 @@ impl RunError {
     /// [`SourceError::cannot_work_here`]): a restart will not help.
     pub fn source_cannot_work_here(&self) -> bool {
         matches!(self, RunError::Source(e) if e.cannot_work_here())
+    }
+
+    /// The state database was written by a newer tapegate: a restart will not help.
+    pub fn database_too_new(&self) -> bool {
+        matches!(self, RunError::Outbox(OutboxError::SchemaTooNew { .. }))
     }
 
     /// This user cannot write the state directory or its database (owner, mode, a
@@ -200,6 +211,8 @@ async fn run_in(
         pending = opened.pending,
         "outbox open"
     );
+    let mut store = store;
+    store.set_retention(config.outbox.retention());
     let (outbox, owner) = Outbox::start(store).map_err(RunError::OutboxThread)?;
 
     if config.service.is_none() {
@@ -207,6 +220,7 @@ async fn run_in(
     }
 
     let metrics = Arc::new(Metrics::new());
+    let inventory = record_inventory(&config, &outbox, &metrics).await;
     let tapes_heard = Arc::new(HeardNow::default());
     let admission = Arc::new(health::Admission::default());
     // Bound before anything runs, so that a port in use stops the daemon at once.
@@ -215,29 +229,23 @@ async fn run_in(
         None => None,
     };
 
+    let pusher = config
+        .telemetry
+        .clone()
+        .map(|t| crate::telemetry::Pusher::new(t, &config.gateway.id, metrics.clone()))
+        .transpose()?;
+
     let client = config
         .service
         .as_ref()
         .map(|s| ServiceClient::new(s).map(|c| c.with_metrics(metrics.clone())))
         .transpose()
         .map_err(RunError::Client)?;
+    let (flush_restarts, flush_setups) = tokio::sync::mpsc::unbounded_channel();
 
     // What SIGHUP changes at once: each stage gets its own part of a reloaded config.
     let (products_tx, products_rx) = watch::channel(config.products.clone());
     let (dedup_tx, dedup_rx) = watch::channel(config.dedup);
-    if let Some(reload) = options.reload {
-        let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-            .map_err(|source| RunError::Signal {
-                signal: "SIGHUP",
-                source,
-            })?;
-        let stages = Reloaded {
-            products: products_tx,
-            dedup: dedup_tx,
-        };
-        tokio::spawn(reload_on_hangup(hangup, reload, stages).in_current_span());
-    }
-
     let stop_source = CancellationToken::new();
     let stop_flush = CancellationToken::new();
     let abandon = CancellationToken::new();
@@ -294,22 +302,29 @@ async fn run_in(
             service.request_timeout + config.flush.backoff_max + FLUSH_SLACK,
         );
         let flush_beat = beat.clone();
-        let flusher = Flusher {
-            client,
-            outbox: outbox.clone(),
-            settings: config.flush.clone(),
-            mac_format: service.mac_format,
-            gateway_id: config.gateway.id.clone(),
-            retention: config.readings.retention,
-            beat,
-            metrics: metrics.clone(),
-        }
-        .run(FlushControl {
-            committed: committed_rx,
-            stop: stop_flush.clone(),
-            abandon: abandon.clone(),
-            until_drained: options.until_drained,
-        });
+        // The delivery stage: a flusher that a reload may replace (src/reload.rs).
+        let flusher = reload::flush_stage(
+            reload::FlushStage {
+                outbox: outbox.clone(),
+                gateway_id: config.gateway.id.clone(),
+                beat,
+                metrics: metrics.clone(),
+                grace: config.gateway.shutdown_grace,
+            },
+            reload::FlushSetup {
+                client,
+                settings: config.flush.clone(),
+                mac_format: service.mac_format,
+                retention: config.readings.retention,
+            },
+            flush_setups,
+            FlushControl {
+                committed: committed_rx,
+                stop: stop_flush.clone(),
+                abandon: abandon.clone(),
+                until_drained: options.until_drained,
+            },
+        );
         stages.spawn("flush", flusher, Ended::Flush, Some(flush_beat));
     }
 
@@ -336,21 +351,66 @@ async fn run_in(
         )
         .in_current_span(),
     );
-    let http_task = http_listener.map(|listener| {
-        let state = HttpState {
-            gateway_id: config.gateway.id.clone(),
-            source: config.scanner.source.name().to_string(),
-            outbox: outbox.clone(),
-            liveness: liveness.clone(),
-            admission: admission.clone(),
-            metrics: metrics.clone(),
-            heard: tapes_heard.clone(),
-            source_health: health.clone(),
-        };
-        tokio::spawn(
-            http::serve(listener, Arc::new(state), service_tasks.clone()).in_current_span(),
-        )
+    let http_state = Arc::new(HttpState {
+        gateway_id: config.gateway.id.clone(),
+        source: config.scanner.source.name().to_string(),
+        outbox: outbox.clone(),
+        liveness: liveness.clone(),
+        admission: admission.clone(),
+        metrics: metrics.clone(),
+        heard: tapes_heard.clone(),
+        source_health: health.clone(),
     });
+    // The server and the pusher, which a reload may restart (src/reload.rs).
+    let services = Arc::new(tokio::sync::Mutex::new(reload::Services::new(
+        service_tasks.clone(),
+        http_state,
+        outbox.clone(),
+    )));
+    {
+        let mut s = services.lock().await;
+        if let Some(listener) = http_listener {
+            s.serve(listener).await;
+        }
+        s.push(pusher).await;
+    }
+    let reload_task = if let Some(reload) = options.reload {
+        let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .map_err(|source| RunError::Signal {
+                signal: "SIGHUP",
+                source,
+            })?;
+        let reloader = reload::Reloader {
+            path: reload.path,
+            set_log_level: reload.set_log_level,
+            products: products_tx,
+            dedup: dedup_tx,
+            flush: config.service.is_some().then_some(flush_restarts),
+            services: services.clone(),
+            outbox: outbox.clone(),
+            metrics: metrics.clone(),
+            running: config.clone(),
+            inventory,
+        };
+        Some(tokio::spawn(
+            reloader
+                .run(hangup, service_tasks.clone())
+                .in_current_span(),
+        ))
+    } else {
+        None
+    };
+    // The age and size bounds, kept while nothing is committed too (a dock hearing
+    // nothing while its uplink is down).
+    if config.outbox.max_age.is_some() || config.outbox.max_bytes.is_some() {
+        let every = config.outbox.max_age.map_or(RETENTION_EVERY, |age| {
+            (age / 4).clamp(Duration::from_secs(1), RETENTION_EVERY)
+        });
+        tokio::spawn(
+            crate::outbox::keep_bounds(outbox.clone(), every, service_tasks.clone())
+                .in_current_span(),
+        );
+    }
     if let Some(interval) = notifier.watchdog_interval() {
         let notifier = notifier.clone();
         let stop = service_tasks.clone();
@@ -435,9 +495,11 @@ async fn run_in(
     service_tasks.cancel();
     // The status task keeps the scanner's last counts before the database closes.
     let _ = status_task.await;
-    if let Some(task) = http_task {
+    if let Some(task) = reload_task {
         let _ = task.await;
     }
+    services.lock().await.stop_all().await;
+    drop(services);
     let pending = outbox.call(|s| Ok(s.pending())).await.unwrap_or(0);
     drop(outbox);
     // The owner thread closes the database (checkpointing the WAL) once every handle is gone.
@@ -474,6 +536,37 @@ async fn run_in(
         stopped,
         pending,
     })
+}
+
+/// Gathers the inventory (`bluetoothd --version` included, off the runtime), shows it
+/// in the metrics and records it for `tapegate status`. A failure to record it is
+/// logged; nothing else depends on it.
+async fn record_inventory(
+    config: &Config,
+    outbox: &Outbox,
+    metrics: &Metrics,
+) -> Option<crate::inventory::Inventory> {
+    let started_at = crate::clock::now_ms();
+    let c = config.clone();
+    let inventory =
+        tokio::task::spawn_blocking(move || crate::inventory::Inventory::gather(&c, started_at))
+            .await
+            .ok()?;
+    metrics.set_inventory(&inventory);
+    tracing::info!(
+        version = %inventory.version,
+        commit = %inventory.commit,
+        config_hash = %inventory.config_hash,
+        kernel = %inventory.kernel,
+        bluez = %inventory.bluez,
+        adapter = %inventory.adapter,
+        "inventory"
+    );
+    let record = inventory.clone();
+    if let Err(e) = outbox.call(move |s| s.note_inventory(&record)).await {
+        tracing::warn!(error = %e, "cannot record the inventory in the state database");
+    }
+    Some(inventory)
 }
 
 /// Starts the clock keeper (DESIGN.md, "Time on a gateway without a real-time clock").
@@ -575,39 +668,6 @@ mod debug_hook {
 
     #[cfg(not(debug_assertions))]
     pub fn panic_if_asked(_stage: &str) {}
-}
-
-/// The parts of a reloaded config that the stages take at once.
-struct Reloaded {
-    products: watch::Sender<Products>,
-    dedup: watch::Sender<DedupSettings>,
-}
-
-/// On SIGHUP: re-reads the config (see [`Reload`]) and hands a valid one's parts to the
-/// stages.
-async fn reload_on_hangup(
-    mut hangup: tokio::signal::unix::Signal,
-    reload: Reload,
-    stages: Reloaded,
-) {
-    let path = &reload.path;
-    while hangup.recv().await.is_some() {
-        // Without the password, as `check --config-only` (the unit's `ExecReload=`)
-        // validates: the same verdict, and a reload changes nothing of the service.
-        match crate::config::load_with(path, std::env::vars(), Password::Skip) {
-            Ok(new) => {
-                if let Err(e) = (reload.set_log_level)(&new.log.level) {
-                    tracing::warn!(error = %e, "log level not changed");
-                }
-                stages.products.send_replace(new.products);
-                stages.dedup.send_replace(new.dedup);
-                tracing::info!(path = %path.display(), "SIGHUP: config reloaded (products, dedup, log level; other changes take effect at the next start)");
-            }
-            Err(e) => {
-                tracing::error!(path = %path.display(), error = %e, "SIGHUP: new config refused; the running one stays in force");
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -22,6 +22,10 @@ use serde_json::Value;
 use tapegate_mock::{self as mock, Fault, MockConfig, MockHandle, Storm};
 use tokio::time::Instant;
 
+/// Upgrades from a signed apt repository, downgrades refused (issue 24).
+#[path = "systemd_container/upgrade.rs"]
+mod upgrade;
+
 /// The bookworm root, as debootstrap made it, kept between runs.
 const ROOT_TARBALL: &str = "bookworm-systemd-dbusmock.tar.zst";
 const MIRROR: &str = "http://deb.debian.org/debian";
@@ -45,6 +49,9 @@ fn the_package_under_a_real_systemd_starts_ready_reloads_truthfully_survives_and
     }
     let work = target_dir().join("systemd-container");
     std::fs::create_dir_all(&work).unwrap();
+    // Version N first: both builds share the target directory, and N+1's must be the
+    // last to write target/release/tapegate.
+    let previous = upgrade::build_previous_deb(&work);
     let deb = build_deb(&work);
     let tarball = cached_root(&work);
 
@@ -66,6 +73,7 @@ fn the_package_under_a_real_systemd_starts_ready_reloads_truthfully_survives_and
     ble_without_bluez_fails_the_unit_with_the_reason(&c);
     without_bluetooth_in_the_kernel_adverts_come_from_bluez_over_dbus(&c);
     hardening_exposure_is_at_most_1_5(&c);
+    upgrade::run_all(&c, &work, &service, &previous, &deb);
     drop(c);
     rt.block_on(service.shutdown());
 }

@@ -4,6 +4,7 @@
 //! (`device`, `locate`, `history`, `message`). Each prints for a person or, where asked,
 //! as JSON.
 
+mod archive;
 pub mod check;
 pub mod client;
 pub mod decode;
@@ -15,6 +16,7 @@ pub mod locate;
 pub mod message;
 pub mod scan;
 pub mod state;
+pub mod support_bundle;
 
 use crate::api::ApiError;
 use crate::config::ConfigError;

@@ -24,6 +24,10 @@ pub struct StatusJson {
     pub dead_letters: u64,
     pub dead_letters_stored: u64,
     pub evicted: u64,
+    /// `evicted` by the bound that evicted: `max_pending`, `max_age`, `max_bytes`.
+    pub evicted_by: crate::outbox::Evictions,
+    /// Bytes of the state database's pages in use (bounded by `outbox.max_bytes`).
+    pub database_bytes: u64,
     pub admitted: u64,
     /// Seconds since the capture time of the oldest pending capture.
     pub oldest_pending_age_secs: Option<u64>,
@@ -57,6 +61,31 @@ pub struct StatusJson {
     /// Captures sent with their best estimate (an earlier boot that never synced, or
     /// the maximum hold passed).
     pub clock_estimated: u64,
+    /// What the daemon that last ran on this state directory is and runs (version,
+    /// commit, config hash, boot, kernel, BlueZ, adapter), with its uptime while it runs.
+    pub inventory: Option<InventoryStatus>,
+}
+
+/// The recorded inventory and whether its daemon still runs.
+#[derive(Debug, Serialize)]
+pub struct InventoryStatus {
+    #[serde(flatten)]
+    pub inventory: crate::inventory::Inventory,
+    /// Whether that daemon still runs (same boot, process alive).
+    pub running: bool,
+    /// Seconds since it started, while it runs.
+    pub uptime_secs: Option<u64>,
+}
+
+impl InventoryStatus {
+    pub fn new(inventory: crate::inventory::Inventory, now: EpochMillis) -> InventoryStatus {
+        let running = inventory.daemon_running();
+        InventoryStatus {
+            running,
+            uptime_secs: running.then(|| ((now - inventory.started_at_ms).max(0) / 1000) as u64),
+            inventory,
+        }
+    }
 }
 
 impl StatusJson {
@@ -73,6 +102,8 @@ impl StatusJson {
             dead_letters: s.dead_letters,
             dead_letters_stored: s.dead_letters_stored,
             evicted: s.evicted,
+            evicted_by: s.evicted_by,
+            database_bytes: s.database_bytes,
             admitted: s.admitted,
             oldest_pending_age_secs: s
                 .oldest_pending_at
@@ -93,6 +124,7 @@ impl StatusJson {
             held: s.clock.held,
             clock_repaired: s.clock.repaired,
             clock_estimated: s.clock.estimated,
+            inventory: None,
         }
     }
 }
@@ -114,7 +146,9 @@ pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), Cm
     let store = Store::open_existing_read_only(&config.gateway.state_dir)?;
     let stats = store.as_ref().map(Store::stats).transpose()?;
     let now = now_ms();
-    let s = StatusJson::new(config, stats.as_ref(), now);
+    let mut s = StatusJson::new(config, stats.as_ref(), now);
+    let inventory = store.as_ref().map(Store::inventory).transpose()?.flatten();
+    s.inventory = inventory.map(|i| InventoryStatus::new(i, now));
     if json {
         writeln!(
             out,
@@ -148,7 +182,18 @@ pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), Cm
             s.dead_letters, s.dead_letters_stored
         ),
     ));
-    lines.push(("evicted", s.evicted.to_string()));
+    lines.push((
+        "evicted",
+        if s.evicted > 0 {
+            format!("{} ({})", s.evicted, s.evicted_by.describe())
+        } else {
+            "0".into()
+        },
+    ));
+    lines.push((
+        "database",
+        format!("{:.1} MiB in use", s.database_bytes as f64 / 1_048_576.0),
+    ));
     lines.push((
         "clock",
         format!(
@@ -201,6 +246,24 @@ pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), Cm
             format!(
                 "{} scan restarts, {} adapter re-acquisitions, {} adverts dropped, {} devices forgotten{trouble}",
                 sc.restarts, sc.reacquires, sc.dropped, sc.forgotten
+            ),
+        ));
+    }
+    if let Some(i) = &s.inventory {
+        let run = match i.uptime_secs {
+            Some(up) => format!("running for {}", age(up)),
+            None => format!("not running (last started {})", i.inventory.started_at),
+        };
+        lines.push((
+            "daemon",
+            format!(
+                "{} ({}), config {}, {run}; kernel {}, BlueZ {}, adapter {}",
+                i.inventory.version,
+                i.inventory.commit,
+                i.inventory.config_hash,
+                i.inventory.kernel,
+                i.inventory.bluez,
+                i.inventory.adapter
             ),
         ));
     }

@@ -58,6 +58,11 @@ pub const DEFAULTS: Defaults = Defaults {
         max_pending: 1_000_000,
         durability: "full",
         commit_interval_ms: 200,
+        // No age bound: an old capture is still worth sending.
+        max_age_secs: 0,
+        // 256 MiB: a million pending captures fit (~100 MB), and a small SD card is
+        // never filled by the outbox.
+        max_bytes: 268_435_456,
     },
     flush: Flush {
         // The most the bulk decode endpoint takes (spec section 8).
@@ -74,6 +79,14 @@ pub const DEFAULTS: Defaults = Defaults {
     log: Log { level: "info" },
     // No listener unless one is asked for: a gateway opens no port by surprise.
     http: Http { listen: None },
+    // Nothing is pushed unless a receiver is named.
+    telemetry: Telemetry {
+        url: None,
+        interval_secs: 60,
+        timeout_secs: 10,
+        // With a push a minute, six hours of a receiver's outage (a few KiB each).
+        max_buffered: 360,
+    },
 };
 
 // The shapes of the table: one struct per section, a field per key with the type of
@@ -95,6 +108,7 @@ pub struct Defaults {
     pub readings: Readings,
     pub log: Log,
     pub http: Http,
+    pub telemetry: Telemetry,
 }
 
 /// `[gateway]`
@@ -162,6 +176,8 @@ pub struct Outbox {
     pub max_pending: u64,
     pub durability: &'static str,
     pub commit_interval_ms: u64,
+    pub max_age_secs: u64,
+    pub max_bytes: u64,
 }
 
 /// `[flush]`
@@ -192,6 +208,16 @@ pub struct Log {
 pub struct Http {
     /// `None`: no listener (the key is absent from the file).
     pub listen: Option<&'static str>,
+}
+
+/// `[telemetry]`
+#[cfg_attr(test, derive(serde::Serialize))]
+pub struct Telemetry {
+    /// `None`: nothing is pushed (the key is absent from the file).
+    pub url: Option<&'static str>,
+    pub interval_secs: u64,
+    pub timeout_secs: u64,
+    pub max_buffered: u64,
 }
 
 #[cfg(test)]

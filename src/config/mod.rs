@@ -32,11 +32,14 @@ use crate::secret::Secret;
 use crate::source::sim::SimSettings;
 
 pub mod defaults;
+pub mod effective;
 mod env;
 mod host;
 mod raw;
+mod retention;
+mod telemetry;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 mod validate;
 
 pub use defaults::DEFAULTS;
@@ -59,6 +62,8 @@ pub struct Config {
     pub readings: ReadingsSettings,
     pub log: LogSettings,
     pub http: HttpSettings,
+    /// `[telemetry]`: where the metrics are pushed; `None`: nowhere (the default).
+    pub telemetry: Option<TelemetrySettings>,
     /// The operator commands' settings (`device`, `locate`, `history`); `None` without
     /// a `[service]` section.
     pub operator: Option<OperatorSettings>,
@@ -211,6 +216,20 @@ pub struct OutboxSettings {
     pub max_pending: u64,
     pub durability: Durability,
     pub commit_interval: Duration,
+    /// `max_age_secs`; `None` (0 in the file): no age bound.
+    pub max_age: Option<Duration>,
+    /// `max_bytes`; `None` (0 in the file): no size bound.
+    pub max_bytes: Option<u64>,
+}
+
+impl OutboxSettings {
+    /// The age and size bounds, as the store takes them.
+    pub fn retention(&self) -> crate::outbox::Retention {
+        crate::outbox::Retention {
+            max_age_ms: self.max_age.map(|d| d.as_millis() as i64),
+            max_bytes: self.max_bytes,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -243,6 +262,32 @@ pub struct LogSettings {
 pub struct HttpSettings {
     /// Where /metrics, /healthz and the status page are served; `None`: nowhere.
     pub listen: Option<std::net::SocketAddr>,
+}
+
+/// `[telemetry]`: the metrics of `/metrics`, pushed to a Prometheus remote-write
+/// receiver (see [`crate::telemetry`]).
+#[derive(Debug, Clone)]
+pub struct TelemetrySettings {
+    pub url: Url,
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// Pushes kept while the receiver cannot be reached; the oldest go first.
+    pub max_buffered: usize,
+    /// CA certificates trusted besides the system's, for the receiver.
+    pub ca_file: Option<CaFile>,
+    pub auth: TelemetryAuth,
+}
+
+/// How the receiver is told who pushes. A credential is `None` when the config was
+/// loaded without reading secrets ([`Password::Skip`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TelemetryAuth {
+    None,
+    Basic {
+        username: String,
+        password: Option<Secret>,
+    },
+    Bearer(Option<Secret>),
 }
 
 /// The default config path (`--config` and `TAPEGATE_CONFIG` override it).
@@ -368,9 +413,19 @@ fn from_toml_on(
         .filter(|_| password == Password::Read)
         .map(|file| PasswordFile::read(host.password_path(file, path)));
     let ca_file = raw.ca_file().map(CaFileRead::read);
+    let telemetry_secret = raw
+        .telemetry
+        .secret_file()
+        .filter(|_| password == Password::Read)
+        .map(|file| PasswordFile::read(host.password_path(file, path)));
+    let telemetry_ca = raw.telemetry.ca_file.as_deref().map(CaFileRead::read);
     let files = validate::Files {
         password_file: password_file.as_ref(),
         ca_file: ca_file.as_ref(),
+        telemetry: telemetry::TelemetryFiles {
+            secret: telemetry_secret.as_ref(),
+            ca_file: telemetry_ca.as_ref(),
+        },
         password,
     };
     let config = validate::validate(raw, host, files, &mut problems);

@@ -82,6 +82,7 @@ pub struct RawConfig {
     pub readings: RawReadings,
     pub log: RawLog,
     pub http: RawHttp,
+    pub telemetry: RawTelemetry,
 }
 
 /// `[gateway]`
@@ -268,6 +269,12 @@ pub struct RawOutbox {
     pub durability: Option<String>,
     /// Captures are committed in groups at least this often.
     pub commit_interval_ms: Option<u64>,
+    /// Pending captures older than this (capture time) are evicted, oldest first
+    /// (0: no age bound).
+    pub max_age_secs: Option<u64>,
+    /// The state database's used size at most, bytes; past it the oldest pending
+    /// captures are evicted (0: no size bound).
+    pub max_bytes: Option<u64>,
 }
 
 /// `[flush]`
@@ -316,9 +323,51 @@ pub struct RawHttp {
     pub listen: Option<String>,
 }
 
+/// `[telemetry]`: the metrics pushed to a Prometheus remote-write receiver.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RawTelemetry {
+    /// The receiver's remote-write URL (`https://mimir.example.com/api/v1/push`);
+    /// absent: nothing is pushed.
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub url: Option<String>,
+    /// A push every this many seconds.
+    pub interval_secs: Option<u64>,
+    /// Timeout of one push.
+    pub timeout_secs: Option<u64>,
+    /// Pushes kept while the receiver cannot be reached (the newest; the oldest are
+    /// dropped and counted).
+    pub max_buffered: Option<u64>,
+    /// A PEM file of CA certificates trusted besides the system's, for the receiver.
+    pub ca_file: Option<PathBuf>,
+    /// Basic auth: the user name (Grafana Cloud: the instance id).
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub username: Option<String>,
+    /// Basic auth: the password itself (prefer `password_file`).
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub password: Option<String>,
+    /// Basic auth: a file holding the password; a relative path is a credential of the
+    /// unit (`$CREDENTIALS_DIRECTORY`), or a file beside the config outside it.
+    pub password_file: Option<PathBuf>,
+    /// A bearer token itself (prefer `bearer_token_file`).
+    #[serde(default, deserialize_with = "lenient::string")]
+    pub bearer_token: Option<String>,
+    /// A file holding the bearer token; relative as `password_file`.
+    pub bearer_token_file: Option<PathBuf>,
+}
+
 const SECTIONS: &[&str] = &[
-    "gateway", "service", "products", "scanner", "dedup", "outbox", "flush", "readings", "log",
+    "gateway",
+    "service",
+    "products",
+    "scanner",
+    "dedup",
+    "outbox",
+    "flush",
+    "readings",
+    "log",
     "http",
+    "telemetry",
 ];
 
 impl RawConfig {
@@ -367,6 +416,7 @@ impl RawConfig {
         raw.readings = section(take("readings"), "readings", problems).unwrap_or_default();
         raw.log = section(take("log"), "log", problems).unwrap_or_default();
         raw.http = section(take("http"), "http", problems).unwrap_or_default();
+        raw.telemetry = section(take("telemetry"), "telemetry", problems).unwrap_or_default();
         raw
     }
 
@@ -378,6 +428,23 @@ impl RawConfig {
         let environment = service.environments.as_ref()?.get(service.environment())?;
         match (&environment.password, &environment.password_file) {
             (None, Some(file)) => Some(file),
+            _ => None,
+        }
+    }
+}
+
+impl RawTelemetry {
+    /// The credential file validation will want: `password_file` or
+    /// `bearer_token_file`, when exactly one credential is set (otherwise that is a
+    /// problem, and no file is read).
+    pub fn secret_file(&self) -> Option<&Path> {
+        match (
+            &self.password,
+            &self.password_file,
+            &self.bearer_token,
+            &self.bearer_token_file,
+        ) {
+            (None, Some(file), None, None) | (None, None, None, Some(file)) => Some(file),
             _ => None,
         }
     }

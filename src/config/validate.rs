@@ -27,12 +27,12 @@ use crate::secret::Secret;
 use crate::source::sim::SimSettings;
 
 /// Collects problems while reading raw values with their defaults.
-struct Check<'a> {
-    problems: &'a mut Vec<Problem>,
+pub(super) struct Check<'a> {
+    pub(super) problems: &'a mut Vec<Problem>,
 }
 
 impl Check<'_> {
-    fn bad(&mut self, key: impl Into<String>, value: impl fmt::Display, expected: &str) {
+    pub(super) fn bad(&mut self, key: impl Into<String>, value: impl fmt::Display, expected: &str) {
         self.problems.push(Problem {
             key: key.into(),
             value: Some(value.to_string()),
@@ -40,7 +40,7 @@ impl Check<'_> {
         });
     }
 
-    fn missing(&mut self, key: impl Into<String>, expected: &str) {
+    pub(super) fn missing(&mut self, key: impl Into<String>, expected: &str) {
         self.problems.push(Problem {
             key: key.into(),
             value: None,
@@ -48,7 +48,7 @@ impl Check<'_> {
         });
     }
 
-    fn other(&mut self, key: impl Into<String>, message: impl Into<String>) {
+    pub(super) fn other(&mut self, key: impl Into<String>, message: impl Into<String>) {
         self.problems.push(Problem {
             key: key.into(),
             value: None,
@@ -57,7 +57,7 @@ impl Check<'_> {
     }
 
     /// An integer in `lo..=hi`, or `default` when absent.
-    fn int(&mut self, key: &str, v: Option<u64>, default: u64, lo: u64, hi: u64) -> u64 {
+    pub(super) fn int(&mut self, key: &str, v: Option<u64>, default: u64, lo: u64, hi: u64) -> u64 {
         match v {
             None => default,
             Some(v) if (lo..=hi).contains(&v) => v,
@@ -69,7 +69,14 @@ impl Check<'_> {
     }
 
     /// Seconds (fractions allowed) in `lo..=hi` as a duration.
-    fn secs(&mut self, key: &str, v: Option<f64>, default: f64, lo: f64, hi: f64) -> Duration {
+    pub(super) fn secs(
+        &mut self,
+        key: &str,
+        v: Option<f64>,
+        default: f64,
+        lo: f64,
+        hi: f64,
+    ) -> Duration {
         match v {
             None => Duration::from_secs_f64(default),
             Some(v) if v.is_finite() && v >= lo && v <= hi => Duration::from_secs_f64(v),
@@ -83,7 +90,7 @@ impl Check<'_> {
     /// One of `choices` (by name), or the one named `default` when absent or refused.
     /// A default that names no choice is reported like a bad value, so that a slip in
     /// [`DEFAULTS`] shows on the first run instead of silently meaning something else.
-    fn choice<T: Copy>(
+    pub(super) fn choice<T: Copy>(
         &mut self,
         key: &str,
         v: Option<&str>,
@@ -105,7 +112,7 @@ impl Check<'_> {
     }
 
     /// A non-empty string without control characters.
-    fn text(&mut self, key: &str, v: Option<String>, what: &str) -> Option<String> {
+    pub(super) fn text(&mut self, key: &str, v: Option<String>, what: &str) -> Option<String> {
         match v {
             None => {
                 self.missing(key, what);
@@ -123,7 +130,7 @@ impl Check<'_> {
         }
     }
 
-    fn url(&mut self, key: &str, v: Option<String>) -> Option<Url> {
+    pub(super) fn url(&mut self, key: &str, v: Option<String>) -> Option<Url> {
         let s = self.text(key, v, "an http(s) URL")?;
         match Url::parse(&s) {
             // Credentials in a URL end up in logs, `check` and proxies' records; the value
@@ -158,6 +165,8 @@ pub struct Files<'a> {
     pub password_file: Option<&'a PasswordFile>,
     /// The file [`RawConfig::ca_file`] names.
     pub ca_file: Option<&'a CaFileRead>,
+    /// `[telemetry]`'s credential file and CA file, as read.
+    pub telemetry: super::telemetry::TelemetryFiles<'a>,
     /// Whether the password is wanted: with [`Password::Skip`] the `[service]` settings,
     /// validated but for the password, are left out of the result.
     pub password: Password,
@@ -412,7 +421,10 @@ pub fn validate(
     };
 
     let o = raw.outbox;
+    let (max_age, max_bytes) = super::retention::bounds(o.max_age_secs, o.max_bytes, &mut c);
     let outbox = OutboxSettings {
+        max_age,
+        max_bytes,
         max_pending: c.int(
             "outbox.max_pending",
             o.max_pending,
@@ -529,6 +541,8 @@ pub fn validate(
             }),
     };
 
+    let telemetry = super::telemetry::validate(raw.telemetry, files, &mut c);
+
     let (service, operator) = match service {
         Some(Ok(Some((s, o)))) => (Some(s), Some(o)),
         Some(Ok(None)) | None => (None, None),
@@ -545,6 +559,7 @@ pub fn validate(
         readings,
         log: LogSettings { level },
         http,
+        telemetry,
         operator,
     })
 }
@@ -560,7 +575,9 @@ fn validate_service(
     c: &mut Check,
 ) -> Result<Option<(ServiceSettings, OperatorSettings)>, Invalid> {
     let password_file = files.password_file;
-    let ca_file = files.ca_file.and_then(|read| ca_file(read, c));
+    let ca_file = files
+        .ca_file
+        .and_then(|read| ca_file(read, "service.ca_file", c));
     let environment = s.environment().to_string();
     let rate_window = Duration::from_secs(c.int(
         "service.rate_window_secs",
@@ -734,9 +751,8 @@ fn validate_service(
     Ok(Some((service, operator)))
 }
 
-/// The CA certificates of `[service] ca_file`: a readable PEM file holding at least one.
-fn ca_file(read: &CaFileRead, c: &mut Check) -> Option<CaFile> {
-    let key = "service.ca_file";
+/// The CA certificates of a `ca_file` (`key`): a readable PEM file holding at least one.
+pub(super) fn ca_file(read: &CaFileRead, key: &str, c: &mut Check) -> Option<CaFile> {
     let path = read.path.display();
     let expected = "a PEM file of CA certificates (-----BEGIN CERTIFICATE-----)";
     match &read.contents {
@@ -1031,8 +1047,8 @@ mod tests {
         let mut p = Vec::new();
         let files = |pw| Files {
             password_file: Some(pw),
-            ca_file: None,
             password: Password::Read,
+            ..Files::default()
         };
         let c = validate(raw(&mut p), &test_host(), files(&read), &mut p).unwrap();
         assert!(p.is_empty(), "{p:?}");

@@ -7,14 +7,14 @@ token expires or the power is cut. Every admitted capture is written here first;
 flusher delivers from here, and a row leaves only in the transaction that records its
 outcome (a decoded reading or a dead letter). Delivery is therefore at-least-once.
 
-# Schema (`PRAGMA user_version` = 4)
+# Schema (`PRAGMA user_version` = 5)
 | table | holds |
 |---|---|
 | `pending` | captures not yet delivered: `id` (admission order), `mac` (48-bit integer), `captured_at` (epoch ms), `product_id`, `packet` (the `ble_packet` as sent), `rssi` |
 | `dead_letters` | captures the service refused, with its `error` and `dead_at` |
 | `readings` | decoded readings (history, bounded by `readings.retention_hours`) |
 | `tapes` | the latest reading of each tape |
-| `counters` | `admitted`, `delivered`, `dead_lettered`, `evicted`, `dead_letters_dropped` |
+| `counters` | `admitted`, `delivered`, `dead_lettered`, `evicted`, `dead_letters_dropped`; `evicted_max_pending`, `evicted_max_age`, `evicted_max_bytes` (which bound evicted) |
 | `meta` | `last_flush_ok_at`, `last_error`, `last_error_at`; the flusher's batches in flight and concurrency limit (`flush_in_flight`, `flush_concurrency`, written with each settle); the BLE scanner's ladder counts (`scanner_*`); `clock_state` |
 | `boots` | each boot seen (`boot_id` from the kernel) and `synced_at`, when its clock was first seen synchronised |
 | `rate_sends` | per API identity, the times of its last requests that count in the service's shared rate window (spec 8; at most 10 each, see `api::rate`); shared by every CLI run |
@@ -27,9 +27,10 @@ clock has synced; see `clock.rs`). Replayed captures carry recorded times: `boot
 never held. `counters` also has `clock_repaired` and `clock_estimated`.
 
 A row's life: admitted → `pending` (held while the clock is not trusted) → delivered (row deleted, reading stored) | dead
-letter (row moved to `dead_letters`) | evicted (deleted when `max_pending` is exceeded,
-oldest first, never while the flusher has it claimed). `tapegate dead-letters retry`
-moves dead letters back to `pending`.
+letter (row moved to `dead_letters`) | evicted (deleted when a bound is exceeded:
+`max_pending`, `max_age_secs`, `max_bytes`; oldest first, never while the flusher has it
+claimed; see `retention.rs`). `tapegate dead-letters retry` moves dead letters back to
+`pending`.
 
 **Claims** (in memory, on the owner thread; no write): the rows the flusher has in a
 batch in flight, or settled and not yet recorded. A fetch claims the rows it returns
@@ -52,9 +53,12 @@ write on the normal path.
   count, so at every commit `admitted = delivered + dead_lettered + evicted + pending`
   holds, where `pending` is the number of rows in `pending`. Purging stored dead letters
   does not change `dead_lettered` (they were still refused).
-- **Bounded.** At most `outbox.max_pending` rows pending; past it the oldest rows not
-  claimed are evicted (the newest state of a tape matters most) and counted; when every
-  older row is claimed, the newest go (the bound holds whatever the flusher holds).
+- **Bounded.** At most `outbox.max_pending` rows pending, none older than
+  `outbox.max_age_secs` at the front of the queue (held rows excepted), the database's
+  used pages at most `outbox.max_bytes`; past any of them the oldest rows not claimed
+  are evicted (the newest state of a tape matters most) and counted with their bound;
+  for `max_pending`, when every older row is claimed, the newest go (the bound holds
+  whatever the flusher holds); the age and size bounds wait for claimed rows' answers.
   Re-queued dead letters can push past the bound until the next commit evicts. Stored
   dead letters are capped at [`MAX_DEAD_LETTERS`] (oldest dropped and counted);
   readings by retention.
@@ -99,19 +103,23 @@ owner thread.
 mod access;
 mod clock;
 mod dock;
+mod fleet;
 mod handle;
 mod lock;
 mod operator;
 mod queue;
+mod retention;
 mod store;
 
 pub use access::why_unwritable;
 pub use clock::{BootStart, ClockChange, ClockStatus, Released};
 pub use dock::{HeardTape, HEARD_BEST_MS, HEARD_KEEP_MS};
+pub use fleet::{BootRecord, DeadLetterSummary};
 pub use handle::Outbox;
 pub use lock::{LockError, StateLock, LOCK_FILE};
 pub use operator::{DeadLetter, FlusherState, ScannerCounts, Stats, TapeKnown, TapeRow};
 pub use queue::{Fetched, Outcome, PendingCapture, Reading};
+pub use retention::{keep_bounds, Evictions, Retention};
 pub use store::{OpenReport, Store, StoreOptions};
 
 use std::path::PathBuf;
@@ -145,6 +153,14 @@ pub enum OutboxError {
     /// The database cannot be used at all (permissions, newer schema).
     #[error("outbox {path} cannot be opened: {reason}")]
     Unusable { path: PathBuf, reason: String },
+    /// The database was written by a newer tapegate (a downgrade): it is left untouched
+    /// and the daemon refuses to start (exit 6, not restarted).
+    #[error("outbox {path} has schema version {found}, newer than this tapegate {} reads ({known}): it was written by a newer tapegate, and a downgrade is not supported. Install that newer version again; the database is left untouched", env!("CARGO_PKG_VERSION"))]
+    SchemaTooNew {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+    },
     /// This process cannot write the database (its owner, its mode, a read-only file
     /// system): `why` says what fixes it. Retrying as it is will not.
     #[error("outbox {path} cannot be written: {why}")]

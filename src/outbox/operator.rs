@@ -75,6 +75,10 @@ pub struct Stats {
     pub scanner_reports_at: Option<EpochMillis>,
     /// The clock's state, held captures and repairs.
     pub clock: ClockStatus,
+    /// Evicted captures by the bound that evicted them (`retention.rs`).
+    pub evicted_by: super::Evictions,
+    /// Bytes of the database's pages in use (what `outbox.max_bytes` bounds).
+    pub database_bytes: u64,
 }
 
 /// What the BLE scanner has been through.
@@ -246,6 +250,8 @@ impl Store {
             scanner_reports_per_sec: meta("scanner_reports_per_sec")?.and_then(|v| v.parse().ok()),
             scanner_reports_at: int_meta("scanner_reports_at")?,
             clock: clock_status(&tx)?,
+            evicted_by: super::retention::evictions_in(&tx)?,
+            database_bytes: super::retention::used_bytes(&tx)?,
         };
         tx.finish()?;
         Ok(stats)

@@ -1,4 +1,5 @@
-//! The queue: admitting groups of captures (with eviction past `max_pending`), choosing
+//! The queue: admitting groups of captures (with eviction past the bounds, see
+//! `retention.rs`), choosing
 //! the next batch (each MAC once, oldest first) and settling what the service answered,
 //! each in one transaction that keeps the counters exact.
 
@@ -8,11 +9,13 @@ use rusqlite::{params, Transaction};
 
 use super::clock::{first_held, Retimed};
 use super::dock::{note_heard, note_known};
+use super::retention::{evict_oldest, evict_past, Bound, Evictions};
 use super::store::{
     hold_id_floor, int_to_mac, mac_to_int, read_counters, release_id_floor, write_counters,
     write_tx, Counters,
 };
 use super::{FlusherState, OutboxError, Store, MAX_DEAD_LETTERS};
+use crate::clock::now_ms;
 use crate::record::{Capture, EpochMillis, Mac};
 
 /// A pending capture as the flusher sees it.
@@ -53,19 +56,26 @@ pub enum Outcome {
 }
 
 impl Store {
-    /// Commits one group of captures, evicting the oldest pending rows past
-    /// `max_pending`, never a row the flusher has claimed ([`Store::claim`]): those are
-    /// being delivered, and a capture the service gets is never counted evicted. (The
-    /// new rows are unclaimed, so the bound always holds; only when every older row is
-    /// claimed are new ones evicted.) Returns how many were evicted. On error nothing
-    /// changed.
+    /// Commits one group of captures, evicting the oldest pending rows past the bounds
+    /// (`retention.rs`: `max_pending`, `max_age_secs`, `max_bytes`), never a row the
+    /// flusher has claimed ([`Store::claim`]): those are being delivered, and a capture
+    /// the service gets is never counted evicted. (The new rows are unclaimed, so the
+    /// count bound always holds; only when every older row is claimed are new ones
+    /// evicted.) Returns how many were evicted. On error nothing changed.
     pub fn enqueue(&mut self, group: &[Capture]) -> Result<u64, OutboxError> {
+        self.enqueue_counted(group).map(|e| e.total())
+    }
+
+    /// [`Store::enqueue`], saying which bound evicted how many.
+    pub fn enqueue_counted(&mut self, group: &[Capture]) -> Result<Evictions, OutboxError> {
         if group.is_empty() {
-            return Ok(0);
+            return Ok(Evictions::default());
         }
         let tx = write_tx(&mut self.conn).map_err(OutboxError::WriteFailed)?;
         let clock = self.clock;
-        let (evicted, next, held_from) = (|| -> rusqlite::Result<(u64, Counters, Option<i64>)> {
+        let retention = self.retention;
+        let mut evictions = Evictions::default();
+        let (next, held_from) = (|| -> rusqlite::Result<(Counters, Option<i64>)> {
             let current = read_counters(&tx)?;
             let mut next = current;
             let mut held_from = clock.first_held;
@@ -90,29 +100,21 @@ impl Store {
             note_heard(&tx, group)?;
             next.admitted += group.len() as u64;
             let excess = next.pending().saturating_sub(self.options.max_pending);
-            let evicted = if excess == 0 {
-                0
-            } else if self.claimed.is_empty() {
-                tx.execute(
-                    "DELETE FROM pending WHERE id IN (SELECT id FROM pending ORDER BY id LIMIT ?1)",
-                    [excess as i64],
-                )? as u64
-            } else {
-                evict_unclaimed(&tx, excess, &self.claimed)?
-            };
-            next.evicted += evicted;
-            if evicted > 0 && held_from.is_some() {
+            let claimed = &self.claimed;
+            evict_oldest(&tx, excess, Bound::Pending, claimed, &mut next, &mut evictions)?;
+            evict_past(&tx, &retention, now_ms(), claimed, &mut next, &mut evictions)?;
+            if evictions.total() > 0 && held_from.is_some() {
                 held_from = first_held(&tx)?;
             }
             write_counters(&tx, &current, &next)?;
-            Ok((evicted, next, held_from))
+            Ok((next, held_from))
         })()
         .map_err(OutboxError::WriteFailed)?;
         tx.commit().map_err(OutboxError::WriteFailed)?;
         self.counters = next;
         self.clock.first_held = held_from;
         self.id_floor = 0;
-        Ok(evicted)
+        Ok(evictions)
     }
 
     /// The next batch: the oldest pending capture of each MAC, oldest first, at most
@@ -372,32 +374,6 @@ fn row_to_pending(r: &rusqlite::Row<'_>) -> rusqlite::Result<PendingCapture> {
 /// "device not found or not associated with the customer" (the 404 of 4.3).
 fn refused_as_unknown(error: &str) -> bool {
     error.to_ascii_lowercase().contains("not found")
-}
-
-/// Deletes the `excess` oldest pending rows that are not in `claimed`; returns how many.
-fn evict_unclaimed(
-    tx: &Transaction<'_>,
-    excess: u64,
-    claimed: &HashSet<i64>,
-) -> rusqlite::Result<u64> {
-    let mut ids = Vec::with_capacity(excess.min(4096) as usize);
-    {
-        let mut oldest = tx.prepare_cached("SELECT id FROM pending ORDER BY id")?;
-        let mut rows = oldest.query([])?;
-        while (ids.len() as u64) < excess {
-            let Some(r) = rows.next()? else { break };
-            let id: i64 = r.get(0)?;
-            if !claimed.contains(&id) {
-                ids.push(id);
-            }
-        }
-    }
-    let mut delete = tx.prepare_cached("DELETE FROM pending WHERE id = ?1")?;
-    let mut evicted = 0;
-    for id in ids {
-        evicted += delete.execute([id])? as u64;
-    }
-    Ok(evicted)
 }
 
 fn cap_dead_letters(tx: &Transaction<'_>, max: u64) -> rusqlite::Result<u64> {

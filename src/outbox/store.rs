@@ -27,6 +27,7 @@ const MIGRATIONS: &[&str] = &[
     MIGRATION_CLOCK,
     MIGRATION_OPERATOR,
     MIGRATION_RATE_SENDS,
+    MIGRATION_RETENTION,
 ];
 
 /// How long `open_existing` waits for a database being created or migrated beside it
@@ -34,8 +35,9 @@ const MIGRATIONS: &[&str] = &[
 const MIGRATION_WAIT_STEP: Duration = Duration::from_millis(20);
 const MIGRATION_WAIT_STEPS: u32 = 100;
 
-/// The `user_version` of a database this tapegate has fully migrated.
-const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+/// The `user_version` of a database this tapegate has fully migrated (`debian/preinst`
+/// holds the same number, to refuse installing a tapegate older than the database).
+pub(super) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 const MIGRATION_1: &str = "
 CREATE TABLE pending (
@@ -131,6 +133,14 @@ CREATE TABLE rate_sends (
 CREATE INDEX rate_sends_by_identity ON rate_sends(identity);
 ";
 
+/// Retention by age and size (issue 24): evictions are counted by the bound that made
+/// them as well as in `evicted`; every eviction before this step was for `max_pending`.
+const MIGRATION_RETENTION: &str = "
+INSERT INTO counters(name, value)
+    SELECT 'evicted_max_pending', value FROM counters WHERE name = 'evicted';
+INSERT INTO counters(name, value) VALUES ('evicted_max_age', 0), ('evicted_max_bytes', 0);
+";
+
 /// How the store is opened.
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
@@ -186,6 +196,8 @@ pub struct Store {
     pub(super) options: StoreOptions,
     pub(super) counters: Counters,
     pub(super) clock: ClockRows,
+    /// The age and size bounds (`retention.rs`); none until set.
+    pub(super) retention: super::retention::Retention,
     path: PathBuf,
     /// Device and inode of the file opened at `path`: a file deleted or replaced under
     /// the daemon is noticed by comparing them. `None` for the CLI's connections, and
@@ -313,6 +325,7 @@ impl Store {
             options: options.clone(),
             counters,
             clock: ClockRows::default(),
+            retention: Default::default(),
             path: path.to_path_buf(),
             identity: file_identity(path),
             id_floor: 0,
@@ -405,6 +418,7 @@ impl Store {
             options: StoreOptions::default(),
             counters,
             clock: ClockRows::default(),
+            retention: Default::default(),
             path,
             identity: None,
             id_floor: 0,
@@ -556,6 +570,9 @@ pub(super) fn write_tx(conn: &mut Connection) -> rusqlite::Result<Transaction<'_
 enum Broken {
     /// Move it aside and start fresh.
     Corrupt(String),
+    /// Its schema is newer than this tapegate's: written by a newer version. Left as it
+    /// is, never opened for writing.
+    Newer(i64),
     Other(String),
 }
 
@@ -571,6 +588,13 @@ impl Broken {
     fn into_error(self, path: &Path) -> OutboxError {
         let reason = match self {
             Broken::Corrupt(r) => format!("corrupt: {r}"),
+            Broken::Newer(found) => {
+                return OutboxError::SchemaTooNew {
+                    path: path.to_path_buf(),
+                    found,
+                    known: SCHEMA_VERSION,
+                }
+            }
             Broken::Other(r) => r,
         };
         OutboxError::Unusable {
@@ -585,9 +609,7 @@ fn migrate(conn: &Connection) -> Result<(), Broken> {
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(Broken::from_sqlite)?;
     if version > SCHEMA_VERSION {
-        return Err(Broken::Other(format!(
-            "its schema version {version} is newer than this tapegate knows ({SCHEMA_VERSION}); upgrade tapegate"
-        )));
+        return Err(Broken::Newer(version));
     }
     if version == 0 {
         // A file that is not empty but has no schema of ours is not ours to reuse.
@@ -608,6 +630,12 @@ fn migrate(conn: &Connection) -> Result<(), Broken> {
             "BEGIN; {step} PRAGMA user_version = {to}; COMMIT;"
         ))
         .map_err(Broken::from_sqlite)?;
+    }
+    if version < SCHEMA_VERSION {
+        // The new version into the main file now, not at some later checkpoint: the
+        // package's preinst reads it from the file's header to refuse a downgrade.
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .map_err(Broken::from_sqlite)?;
     }
     Ok(())
 }

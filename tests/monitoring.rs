@@ -1,0 +1,145 @@
+//! The shipped alert rules and Grafana dashboard (`monitoring/`, installed under
+//! `/usr/share/tapegate/` by the package): the rules pass `promtool check rules` and
+//! their unit tests (`promtool test rules`: each alert fires on the situation it names),
+//! and every metric the rules and the dashboard name is one tapegate serves (read from
+//! the registry in-process, as `/metrics` writes it).
+//!
+//! The promtool checks need the `prometheus` package; without it they say so loudly and
+//! pass, except under CI (`CI` set), where they fail: `.ci/run` installs it.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+
+const RULES: &str = "monitoring/tapegate.rules.yml";
+const RULE_TESTS: &str = "monitoring/tapegate.rules.test.yml";
+const DASHBOARD: &str = "monitoring/tapegate-dashboard.json";
+
+fn promtool(args: &[&str]) -> Option<std::process::Output> {
+    match Command::new("promtool").args(args).output() {
+        Ok(out) => Some(out),
+        Err(e) => {
+            let why = format!("promtool cannot be run ({e}): apt-get install prometheus");
+            if std::env::var_os("CI").is_some() {
+                panic!("{why}");
+            }
+            eprintln!("\n*** SKIPPED the promtool check: {why} ***\n*** (it runs under CI, `CI` set, where this is a failure) ***\n");
+            None
+        }
+    }
+}
+
+#[test]
+fn the_alert_rules_pass_promtool_and_their_unit_tests() {
+    let Some(check) = promtool(&["check", "rules", RULES]) else {
+        return;
+    };
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert!(check.status.success(), "{text}");
+    assert!(text.contains("SUCCESS"), "{text}");
+    let test = promtool(&["test", "rules", RULE_TESTS]).unwrap();
+    assert!(
+        test.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&test.stdout),
+        String::from_utf8_lossy(&test.stderr)
+    );
+}
+
+/// Every `tapegate_*` name in `text`.
+fn names_in(text: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("tapegate_") {
+        let before = rest[..at].chars().last();
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        // A metric name, not part of a longer word (`/usr/share/tapegate_x`).
+        if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '/') {
+            names.insert(tail[..end].to_string());
+        }
+        rest = &tail[end..];
+    }
+    names
+}
+
+/// The series names `/metrics` serves, from the registry in-process: those it has
+/// values for, and those a family declares (`# TYPE`) before its first value (failures
+/// by cause appear with the first failure).
+fn served() -> BTreeSet<String> {
+    let config = tapegate::config::from_toml("", Path::new("test.toml"), []).unwrap();
+    let metrics = tapegate::metrics::Metrics::new();
+    metrics.set_inventory(&tapegate::inventory::Inventory::gather(&config, 0));
+    // A failed request: the failures by cause are served from the first one.
+    metrics.request().answered(&[], Some("http_401"));
+    let text = metrics
+        .encode(&tapegate::outbox::Stats::default(), 0)
+        .unwrap();
+    let mut names: BTreeSet<String> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| l.split(['{', ' ']).next().unwrap().to_string())
+        .collect();
+    for l in text.lines() {
+        let mut words = l.split_whitespace();
+        if let (Some("#"), Some("TYPE"), Some(family), Some(kind)) =
+            (words.next(), words.next(), words.next(), words.next())
+        {
+            let suffixes: &[&str] = match kind {
+                "counter" => &["_total"],
+                "histogram" => &["_bucket", "_sum", "_count"],
+                "info" => &["_info"],
+                _ => &[""],
+            };
+            names.extend(suffixes.iter().map(|s| format!("{family}{s}")));
+        }
+    }
+    names
+}
+
+#[test]
+fn every_metric_the_rules_and_the_dashboard_name_is_served() {
+    let served = served();
+    assert!(served.contains("tapegate_inventory_info"), "{served:?}");
+    let rules = std::fs::read_to_string(RULES).unwrap();
+    let dashboard = std::fs::read_to_string(DASHBOARD).unwrap();
+    let parsed: serde_json::Value =
+        serde_json::from_str(&dashboard).expect("the dashboard is JSON");
+    let mut exprs = String::new();
+    for panel in parsed["panels"].as_array().unwrap() {
+        for t in panel["targets"].as_array().unwrap() {
+            exprs.push_str(t["expr"].as_str().unwrap());
+            exprs.push('\n');
+        }
+    }
+    exprs.push_str(&parsed["templating"].to_string());
+    for (what, text) in [("rules", rules.as_str()), ("dashboard", exprs.as_str())] {
+        let named = names_in(text);
+        assert!(named.len() >= 8, "{what} names only {named:?}");
+        let unknown: Vec<&String> = named.difference(&served).collect();
+        assert!(
+            unknown.is_empty(),
+            "{what} names metrics tapegate does not serve: {unknown:?}"
+        );
+    }
+    // The check can fail: a misspelt name is caught.
+    assert!(!served.contains("tapegate_pending_total"));
+}
+
+#[test]
+fn the_package_installs_the_rules_and_the_dashboard() {
+    let manifest = std::fs::read_to_string("Cargo.toml").unwrap();
+    for file in [RULES, DASHBOARD] {
+        let line = format!("[\"{file}\", \"usr/share/tapegate/\", \"644\"]");
+        assert!(
+            manifest.contains(&line),
+            "Cargo.toml's deb assets lack {line}"
+        );
+    }
+}
