@@ -34,8 +34,8 @@ tapes into decoded readings in the tracking service.
   splits, isolation, attempt bounds, backoff, the concurrency window), `answer.rs` what
   an answer means, `mod.rs` the loop with several batches in flight; [`backoff`] is the
   one retry delay (flusher, token cache, ingest).
-- [`api`]: the transport shared by the daemon and the operator room (`auth.rs` the
-  token cache and its lifetime bounds, `decode.rs` bulk and single decode, `pause.rs`
+- [`api`]: the transport shared by the daemon and the operator room (`grant.rs` the
+  password grant, `auth.rs` the token cache and its lifetime bounds, `decode.rs` bulk and single decode, `pause.rs`
   the service's `Retry-After` held for every decode request from the instant it is
   read, `error.rs` answers and transport failures mapped to typed kinds that say what
   to do). [`secret`] keeps the password and token out of every text.
