@@ -292,7 +292,7 @@ pub enum Operator {
     /// Send an integration message (spec 4.5); FILE holds the `data` object (`-`: stdin).
     Message {
         #[arg(value_enum)]
-        message_type: crate::api::MessageType,
+        message_type: crate::operator::MessageType,
         file: PathBuf,
         /// One JSON document on stdout.
         #[arg(long)]

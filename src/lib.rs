@@ -12,9 +12,10 @@ never above, and no import goes round in a circle (`tests/layout.rs` holds both,
 file in `src/` over 500 lines nor function over 80): leaves ([`record`], [`text`],
 [`secret`], [`backoff`], [`tape`], [`systemd`], the clock's readings) < the pure core
 ([`products`], [`dedup`], the clock's hold policy) < [`config`] < stores, shared state
-and clients ([`outbox`], [`inventory`], [`metrics`], [`heard_now`], [`api`]) < stages
+and clients ([`outbox`], [`inventory`], [`metrics`], [`heard_now`], [`api`],
+[`operator`]) < stages
 ([`source`], [`ingest`], the clock keeper, [`flush`], [`telemetry`], [`health`]) < the
-daemon ([`pipeline`], [`reload`], [`http`]) < the mock < commands ([`cmd`], [`cli`]) <
+daemon ([`pipeline`], [`reload`], [`http`]) < commands ([`cmd`], [`cli`]) <
 `main.rs`.
 
 - [`config`]: raw (serde) config layered from file and `TAPEGATE_*` environment
@@ -53,16 +54,18 @@ daemon ([`pipeline`], [`reload`], [`http`]) < the mock < commands ([`cmd`], [`cl
   splits, isolation, attempt bounds, backoff, the concurrency window), `answer.rs` what
   an answer means, `mod.rs` the loop with several batches in flight; [`backoff`] is the
   one retry delay (flusher, token cache, ingest).
-- [`api`]: the tracking service client (`auth.rs` the token cache and its lifetime
-  bounds, `decode.rs` bulk and single decode, `pause.rs` the service's `Retry-After`
-  held for every decode request from the instant it is read, `error.rs` answers and
-  transport failures mapped to typed kinds that say what to do) and the operator's client (`devices.rs` add, label, relabel,
-  show, deactivate, configure with their rules; `locate.rs`, `history.rs`,
-  `messages.rs`; `send.rs` the one send every operator call goes through, with the
-  retry policy declared per call; `rate.rs` the shared, sliding rate window kept in the
-  state database; `assumed.rs` the request shapes the spec does not show and how both
-  readings of its open points are read). [`secret`] keeps the
-  password and token out of every text.
+- [`api`]: the transport shared by the daemon and the operator room (`grant.rs` the
+  password grant, `auth.rs` the token cache and its lifetime bounds, `decode.rs` bulk and single decode, `pause.rs`
+  the service's `Retry-After` held for every decode request from the instant it is
+  read, `error.rs` answers and transport failures mapped to typed kinds that say what
+  to do). [`secret`] keeps the password and token out of every text.
+- [`operator`]: the operator room, the client of the rest of the service, one file per
+  capability (`add.rs`, `label.rs` label and relabel, `show.rs`, `deactivate.rs`,
+  `configure.rs`, with `devices.rs` the multi-device run they share; `locate.rs`,
+  `history.rs`, `messages.rs`), `send.rs` the one send every call goes through with
+  its retry policy declared per call, `rate.rs` the shared, sliding rate window kept
+  in the state database, `assumed.rs` the request shapes the spec does not show and
+  how both readings of its open points are read.
 - [`pipeline`]: the only place that creates channels, spawns stages, watches them all
   at once (a stage that dies ends the daemon non-zero), wires SIGHUP and orders
   shutdown. [`health`] keeps `STATUS=` and the scanner's counts current and gives
@@ -83,22 +86,26 @@ daemon ([`pipeline`], [`reload`], [`http`]) < the mock < commands ([`cmd`], [`cl
 - [`cmd`]: one file per command, each thin over the library: `run` (the daemon),
   `status`, `tapes`, `dead-letters` (`state.rs`), `decode`, `check` (for installers),
   `scan` (the live view and recorder), `side-channel`, `demo`, and the operator's
-  `device`, `locate`, `history` and `message` (`manifest.rs` the strict CSV of
-  `--csv`), and `support-bundle` (`support_bundle.rs`; its secrets found and scrubbed
-  by `support_bundle/secrets.rs`, the journal by `support_bundle/journal.rs`, its
-  tar.gz by `archive.rs`); `cmd::block_on` and `cmd::until_stopped` give a command its
-  runtime. [`cli`] is the command line; `main.rs` only starts logging, loads the config
-  a command needs, picks the command and maps errors to exit codes.
+  `device` (`device/`: `add.rs`, `nearest.rs`, `many.rs` the multi-device calls,
+  `input.rs` and `manifest.rs` the checks of `--qr` and the strict CSV of `--csv`),
+  `locate`, `history` and `message`, over `client.rs`, the operator's client as every
+  operator command makes it (waits told on stderr, Ctrl-C); and `support-bundle`
+  (`support_bundle.rs`; its secrets found and scrubbed by `support_bundle/secrets.rs`,
+  the journal by `support_bundle/journal.rs`, its tar.gz by `archive.rs`);
+  `cmd::block_on` and `cmd::until_stopped` give a command its runtime. [`cli`] is the
+  command line; `main.rs` only starts logging, loads the config a command needs, picks
+  the command and maps errors to exit codes.
 - [`clock`]: time on a gateway without a real-time clock: wall and boot time and the
   kernel's sync state behind one trait (`source.rs`; in debug builds a test clock
   driven by a file, `fake.rs`), the pure hold policy and repair
   arithmetic (`policy.rs`), and the keeper that holds and releases captures in the
   outbox (`keeper.rs`, run by the ingest stage); also time formatting.
-- `mock` (cargo feature `mock`, on by default): the spec-faithful mock tracking service
-  used by tests, `tapegate demo` and `tapegate mock`, one file per endpoint, each open
-  point of the spec playable both ways (`readings.rs`); not part of the gateway's API.
-- [`tape`]: the simulated tape's packet layout, written by the `sim` source and read by
-  the mock.
+- The mock tracking service is a crate of its own (`mock/`, `tapegate-mock`), which
+  depends on nothing here; the gateway uses it only in `tapegate demo` and `tapegate
+  mock` (`cmd/demo.rs`, cargo feature `mock`, on by default; the package is built
+  without it), and the tests and benchmarks start it on loopback.
+- [`tape`]: the simulated tape's packet layout, written by the `sim` source (the mock
+  reads it with a decoder of its own).
 - [`text`]: text from elsewhere (the service, CSV, arguments) bounded and made inert
   before it is stored or shown.
 */
@@ -117,8 +124,7 @@ pub mod http;
 pub mod ingest;
 pub mod inventory;
 pub mod metrics;
-#[cfg(feature = "mock")]
-pub mod mock;
+pub mod operator;
 pub mod outbox;
 pub mod pipeline;
 pub mod products;

@@ -300,10 +300,7 @@ fn demo(options: tapegate::cmd::demo::DemoOptions) -> Result<(), Failure> {
 #[cfg(feature = "mock")]
 fn mock(listen: std::net::SocketAddr) -> Result<(), Failure> {
     init_logging("info");
-    block_on(tapegate::mock::serve_forever(
-        listen,
-        tapegate::mock::MockConfig::demo(),
-    ))??;
+    block_on(tapegate::cmd::demo::mock(listen))??;
     Ok(())
 }
 

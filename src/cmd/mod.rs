@@ -6,13 +6,13 @@
 
 mod archive;
 pub mod check;
+pub mod client;
 pub mod decode;
 #[cfg(feature = "mock")]
 pub mod demo;
 pub mod device;
 pub mod history;
 pub mod locate;
-pub mod manifest;
 pub mod message;
 pub mod run;
 pub mod scan;
