@@ -279,9 +279,9 @@ fn idle(secs: u64) {
     {
         let rt = tokio::runtime::Runtime::new().unwrap();
         let mock = rt
-            .block_on(tapegate::mock::start(tapegate::mock::MockConfig::demo()))
+            .block_on(tapegate_mock::start(tapegate_mock::MockConfig::demo()))
             .unwrap();
-        let service = mock.service_toml("ppe", 30).unwrap();
+        let service = common::service_toml(&mock, "ppe", 30).unwrap();
         let config = format!("[scanner]\nsource = \"ble\"\nadverts = \"dbus\"\n{service}");
         idle_with("with the mock service", &config, secs);
     }

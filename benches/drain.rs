@@ -13,15 +13,18 @@
 //! from its own `wait4` rusage. Every half second a row of the table says what was
 //! delivered, the batches the mock is answering, and the daemon's concurrency limit.
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::time::Duration;
 
 // tokio's Instant, the crate's one clock (.clippy.toml): outside a runtime it is std's.
 use tokio::time::Instant;
 
-use tapegate::mock::{self, Fault, MockConfig, MockHandle, Storm};
 use tapegate::outbox::Durability;
 use tapegate::outbox::{Store, StoreOptions};
 use tapegate::record::{hex_upper, Capture, Mac};
+use tapegate_mock::{self as mock, Fault, MockConfig, MockHandle, Storm};
 
 const MACS: u32 = 10_000;
 const OUTAGE: Duration = Duration::from_secs(10);
@@ -89,7 +92,7 @@ fn fill_outbox(state: &std::path::Path, captures: u64) {
 }
 
 fn config(dir: &std::path::Path, state: &std::path::Path, mock: &MockHandle, captures: u64) {
-    let service = mock.service_toml("ppe", 30).expect("the mock serves ppe");
+    let service = common::service_toml(mock, "ppe", 30).expect("the mock serves ppe");
     std::fs::write(
         dir.join("config.toml"),
         format!(

@@ -29,6 +29,9 @@
 //! (default 3), `--delay-ms N`, `--goals` (judge the first `--bin` as the base and
 //! `this` against issue 22's goals).
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -37,8 +40,8 @@ use std::time::Duration;
 // tokio's Instant, the crate's one clock (.clippy.toml): outside a runtime it is std's.
 use tokio::time::Instant;
 
-use tapegate::mock::{self, MockConfig, MockHandle};
 use tapegate::record::{Advertisement, Mac};
+use tapegate_mock::{self as mock, MockConfig, MockHandle};
 
 const CAPTURES: u64 = 500_000;
 const SLOW_CAPTURES: u64 = 200_000;
@@ -356,7 +359,7 @@ fn config(dir: &Path, replay: &Path, service: Option<&str>) -> PathBuf {
 
 /// The `[service]` section of the decode path alone (keys every version reads).
 fn decode_only_service(service: &MockHandle) -> String {
-    let e = service.environment_settings("ppe").expect("ppe");
+    let e = common::environment_settings(service, "ppe").expect("ppe");
     format!(
         "[service]\nenvironment = \"ppe\"\n[service.environments.ppe]\nbase_url = \"{}\"\nauth_url = \"{}\"\nclient_id = \"{}\"\naudience = \"{}\"\nusername = \"{}\"\npassword = \"{}\"\ncustomer_id = \"{}\"\nauthorized_groups = \"{}\"\n",
         e.base_url,

@@ -33,7 +33,9 @@ export "CC_${triple//-/_}=$gnu-gcc"
 export "AR_${triple//-/_}=$gnu-ar"
 
 start=$(date +%s)
-cargo build --release --locked --target "$triple"
+# The package's binary: the gateway alone, without the mock service and the demo (the
+# `mock` feature), as [package.metadata.deb] says for cargo deb's own builds.
+cargo build --release --locked --target "$triple" -p tapegate --bin tapegate --no-default-features
 # The binary is stripped by the release profile; the .deb's dependencies are fixed in
 # Cargo.toml (cargo-deb's detection would ask the host's dpkg about an Arm binary).
 cargo deb --no-build --no-strip --target "$triple"

@@ -1,5 +1,6 @@
 //! Exponential backoff with full jitter and a cap: the one retry delay of the daemon,
 //! used by the flusher (delivery), the token cache (grants) and ingest (outbox commits).
+//! A leaf: it imports nothing of the crate.
 //!
 //! It is data, not a loop: the caller asks for the next delay after a failure, passing
 //! the randomness in (`jitter` in `[0, 1]`; 1.0 turns jitter off), so that tests can

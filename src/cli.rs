@@ -1,4 +1,5 @@
-//! The command line (clap derive).
+//! The command line (clap derive): what a person may type, and nothing else. It touches
+//! the config's default path and the types its arguments parse into.
 
 use std::path::PathBuf;
 
@@ -81,48 +82,9 @@ pub enum Command {
         #[arg(long)]
         output: Option<PathBuf>,
     },
-    /// Activate, label, look up, deactivate and configure tapes (spec 4.6, 4.7).
-    #[command(subcommand)]
-    Device(Device),
-    /// The latest location of an AWB, or (--sensor) an asset's latest sensor reading.
-    Locate {
-        /// The AWB number, or with --sensor the device's asset barcode.
-        asset_id: String,
-        #[arg(long)]
-        sensor: bool,
-        /// One JSON document on stdout.
-        #[arg(long)]
-        json: bool,
-    },
-    /// A tape's or an asset's history, up to a year back (spec 4.2).
-    History {
-        /// The tape's QR code.
-        #[arg(long, conflicts_with = "asset", required_unless_present = "asset")]
-        qr: Option<String>,
-        /// The customer asset identifier.
-        #[arg(long)]
-        asset: Option<String>,
-        #[arg(long = "type", value_parser = ["location", "environment"])]
-        event_type: Option<String>,
-        /// RFC 3339 (2026-05-01T00:00:00Z) or a date (2026-05-01, midnight UTC).
-        #[arg(long)]
-        from: Option<String>,
-        /// RFC 3339 or a date; default now.
-        #[arg(long)]
-        to: Option<String>,
-        /// One JSON document on stdout.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Send an integration message (spec 4.5); FILE holds the `data` object (`-`: stdin).
-    Message {
-        #[arg(value_enum)]
-        message_type: crate::api::MessageType,
-        file: PathBuf,
-        /// One JSON document on stdout.
-        #[arg(long)]
-        json: bool,
-    },
+    /// The operator's commands, which talk to the rest of the service.
+    #[command(flatten)]
+    Operator(Operator),
     /// Everything on loopback: simulated tapes, the mock service, the daemon. No config needed.
     #[cfg(feature = "mock")]
     Demo {
@@ -288,4 +250,52 @@ pub struct Which {
     /// Only the dead letters of this MAC (default: all).
     #[arg(long)]
     pub mac: Option<Mac>,
+}
+
+/// The operator's commands (shown among the others): each talks to the service with the
+/// config's password.
+#[derive(Debug, Subcommand)]
+pub enum Operator {
+    /// Activate, label, look up, deactivate and configure tapes (spec 4.6, 4.7).
+    #[command(subcommand)]
+    Device(Device),
+    /// The latest location of an AWB, or (--sensor) an asset's latest sensor reading.
+    Locate {
+        /// The AWB number, or with --sensor the device's asset barcode.
+        asset_id: String,
+        #[arg(long)]
+        sensor: bool,
+        /// One JSON document on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A tape's or an asset's history, up to a year back (spec 4.2).
+    History {
+        /// The tape's QR code.
+        #[arg(long, conflicts_with = "asset", required_unless_present = "asset")]
+        qr: Option<String>,
+        /// The customer asset identifier.
+        #[arg(long)]
+        asset: Option<String>,
+        #[arg(long = "type", value_parser = ["location", "environment"])]
+        event_type: Option<String>,
+        /// RFC 3339 (2026-05-01T00:00:00Z) or a date (2026-05-01, midnight UTC).
+        #[arg(long)]
+        from: Option<String>,
+        /// RFC 3339 or a date; default now.
+        #[arg(long)]
+        to: Option<String>,
+        /// One JSON document on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Send an integration message (spec 4.5); FILE holds the `data` object (`-`: stdin).
+    Message {
+        #[arg(value_enum)]
+        message_type: crate::operator::MessageType,
+        file: PathBuf,
+        /// One JSON document on stdout.
+        #[arg(long)]
+        json: bool,
+    },
 }

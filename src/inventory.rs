@@ -3,6 +3,7 @@ The inventory: what a gateway is and runs, for a fleet that wants to see drift i
 query. Version and git commit, the hash of the effective configuration
 ([`crate::config::effective::hash`]), when the daemon started and on which boot, the
 kernel, the OS, BlueZ's version and the adapter.
+It touches the config (its hash), the clock and the machine's facts.
 
 The daemon gathers it at start (and again after a reload that changed the config),
 records it in the state database (`meta` key `inventory`) and shows it three ways:

@@ -7,18 +7,38 @@ tapes into decoded readings in the tracking service.
 ```
 
 # Layout
+The floors of the house, bottom first; a room may import its own floor and those below,
+never above, and no import goes round in a circle (`tests/layout.rs` holds both, and no
+file in `src/` over 500 lines nor function over 80): leaves ([`record`], [`text`],
+[`secret`], [`backoff`], [`tape`], [`systemd`], the clock's readings) < the pure core
+([`products`], [`dedup`], the clock's hold policy) < [`config`] < stores, shared state
+and clients ([`outbox`], [`inventory`], [`metrics`], [`heard_now`], [`api`],
+[`operator`]) < stages
+([`source`], [`ingest`], the clock keeper, [`flush`], [`telemetry`], [`health`]) < the
+daemon ([`pipeline`], [`reload`], [`http`]) < commands ([`cmd`], [`cli`]) <
+`main.rs`.
+
 - [`config`]: raw (serde) config layered from file and `TAPEGATE_*` environment
   (`config/raw.rs`, `config/env.rs`), validated purely into typed [`config::Config`]
-  in one step that reports every problem (`config/validate.rs`), defaults in one table
-  (`config/defaults.rs`), the machine's facts read by the shell (`config/host.rs`).
+  in one step that reports every problem (`config/validate.rs`), each section read by
+  its own file with its typed settings (`gateway.rs`, `service.rs`, `products.rs`,
+  `scanner.rs`, `dedup.rs`, `outbox.rs`, `flush.rs`, `readings.rs`, `log.rs`,
+  `http.rs`, `telemetry.rs`); `load.rs` the shell that reads, `problem.rs` the one
+  error, `files.rs` the files a config points to as read, defaults in one table
+  (`config/defaults.rs`), the machine's facts read by the shell (`config/host.rs`), the
+  effective config and its hash (`effective.rs`).
 - [`record`]: the shared domain types ([`record::Mac`], [`record::Advertisement`],
   [`record::Capture`]) and the JSON Lines advertisement record.
-- [`source`]: the [`source::Source`] trait, one factory ([`source::from_settings`]),
-  and the `ble` (BlueZ: `ble/mod.rs` the source, `ble/signals.rs` the D-Bus path's
-  advert signals, `ble/mgmt/` the side channel: the kernel's management socket, its
-  pure frame and AD parsers and the socket opener, `ble/passive.rs` passive scanning,
-  `ble/devices.rs` the bounded device memory, `ble/ladder.rs` the pure liveness
-  ladder, `ble/bluez.rs` the watcher), `replay` and `sim` sources.
+- [`source`]: the [`source::Source`] trait and what it sends (`stream.rs`), one factory
+  ([`source::from_settings`], `configured.rs`), what a live source shares of its
+  trouble (`health.rs`), and the `ble` (BlueZ: `ble/start.rs` the source,
+  `ble/scanner.rs` its one loop, `ble/adverts.rs` what an advert does, `ble/steps.rs`
+  the ladder's steps taken, `ble/session.rs` the D-Bus session, `ble/side.rs` the side
+  channel and a passive scan's monitor, `ble/signals.rs` the D-Bus path's advert
+  signals, `ble/mgmt/` the kernel's management socket, its pure frame and AD parsers
+  and the socket opener, `ble/passive.rs` passive scanning, `ble/devices.rs` the
+  bounded device memory, `ble/ladder.rs` the pure liveness ladder, `ble/bluez.rs` the
+  watcher), `replay` and `sim` sources.
 - [`products`]: which advertisements are tapes, and the `ble_packet` sent for them.
 - [`dedup`]: per-MAC deduplication on capture time (pure, time passed in).
 - [`ingest`]: the stage from advertisements to committed groups in the outbox.
@@ -34,24 +54,27 @@ tapes into decoded readings in the tracking service.
   splits, isolation, attempt bounds, backoff, the concurrency window), `answer.rs` what
   an answer means, `mod.rs` the loop with several batches in flight; [`backoff`] is the
   one retry delay (flusher, token cache, ingest).
-- [`api`]: the tracking service client (`auth.rs` the token cache and its lifetime
-  bounds, `decode.rs` bulk and single decode, `pause.rs` the service's `Retry-After`
-  held for every decode request from the instant it is read, `error.rs` answers and
-  transport failures mapped to typed kinds that say what to do) and the operator's client (`devices.rs` add, label, relabel,
-  show, deactivate, configure with their rules; `locate.rs`, `history.rs`,
-  `messages.rs`; `send.rs` the one send every operator call goes through, with the
-  retry policy declared per call; `rate.rs` the shared, sliding rate window kept in the
-  state database; `assumed.rs` the request shapes the spec does not show and how both
-  readings of its open points are read). [`secret`] keeps the
-  password and token out of every text.
+- [`api`]: the transport shared by the daemon and the operator room (`grant.rs` the
+  password grant, `auth.rs` the token cache and its lifetime bounds, `decode.rs` bulk and single decode, `pause.rs`
+  the service's `Retry-After` held for every decode request from the instant it is
+  read, `error.rs` answers and transport failures mapped to typed kinds that say what
+  to do). [`secret`] keeps the password and token out of every text.
+- [`operator`]: the operator room, the client of the rest of the service, one file per
+  capability (`add.rs`, `label.rs` label and relabel, `show.rs`, `deactivate.rs`,
+  `configure.rs`, with `devices.rs` the multi-device run they share; `locate.rs`,
+  `history.rs`, `messages.rs`), `send.rs` the one send every call goes through with
+  its retry policy declared per call, `rate.rs` the shared, sliding rate window kept
+  in the state database, `assumed.rs` the request shapes the spec does not show and
+  how both readings of its open points are read.
 - [`pipeline`]: the only place that creates channels, spawns stages, watches them all
   at once (a stage that dies ends the daemon non-zero), wires SIGHUP and orders
   shutdown. [`health`] keeps `STATUS=` and the scanner's counts current and gives
   `/healthz` its verdict (stages turning, commits succeeding, requests answered);
   [`systemd`] is sd_notify, the watchdog that pings only while every stage makes
   progress, and the stop signals.
-- [`reload`]: SIGHUP applies what changed, restarting the delivery stage, the HTTP
-  server or the pusher in-process where needed, and names what needs a restart.
+- [`reload`]: SIGHUP applies what changed (`reload/changes.rs`, pure), restarting the
+  delivery stage (`reload/delivery.rs`), the HTTP server or the pusher
+  (`reload/services.rs`) in-process where needed, and names what needs a restart.
 - [`http`]: the read-only HTTP server of `[http] listen`: `/metrics` (every metric
   defined in [`metrics`]), `/healthz` ([`health::verdict`]) and the status page
   (`http/page.rs`), which joins the tapes the ingest stage heard ([`heard_now`]) with
@@ -60,21 +83,29 @@ tapes into decoded readings in the tracking service.
   the daemon for `status --json`, `/metrics` and the pushed telemetry.
 - [`telemetry`]: `[telemetry]`, the metrics of `/metrics` pushed to a Prometheus
   remote-write receiver (`remote_write.rs` the protobuf by hand), kept through outages.
-- [`cmd`]: the commands a person runs beside the daemon: `status`, `tapes`,
-  `dead-letters` (`state.rs`), `decode`, `check` (for installers), `scan` (the live
-  view and recorder), `demo`, and the operator's `device`, `locate`, `history` and
-  `message` (`manifest.rs` the strict CSV of `--csv`), and `support-bundle`
-  (`support_bundle.rs`, its tar.gz by `archive.rs`). [`cli`] is the command line.
+- [`cmd`]: one file per command, each thin over the library: `run` (the daemon),
+  `status`, `tapes`, `dead-letters` (`state.rs`), `decode`, `check` (for installers),
+  `scan` (the live view and recorder), `side-channel`, `demo`, and the operator's
+  `device` (`device/`: `add.rs`, `nearest.rs`, `many.rs` the multi-device calls,
+  `input.rs` and `manifest.rs` the checks of `--qr` and the strict CSV of `--csv`),
+  `locate`, `history` and `message`, over `client.rs`, the operator's client as every
+  operator command makes it (waits told on stderr, Ctrl-C); and `support-bundle`
+  (`support_bundle.rs`; its secrets found and scrubbed by `support_bundle/secrets.rs`,
+  the journal by `support_bundle/journal.rs`, its tar.gz by `archive.rs`);
+  `cmd::block_on` and `cmd::until_stopped` give a command its runtime. [`cli`] is the
+  command line; `main.rs` only starts logging, loads the config a command needs, picks
+  the command and maps errors to exit codes.
 - [`clock`]: time on a gateway without a real-time clock: wall and boot time and the
   kernel's sync state behind one trait (`source.rs`; in debug builds a test clock
   driven by a file, `fake.rs`), the pure hold policy and repair
   arithmetic (`policy.rs`), and the keeper that holds and releases captures in the
   outbox (`keeper.rs`, run by the ingest stage); also time formatting.
-- `mock` (cargo feature `mock`, on by default): the spec-faithful mock tracking service
-  used by tests, `tapegate demo` and `tapegate mock`, one file per endpoint, each open
-  point of the spec playable both ways (`readings.rs`); not part of the gateway's API.
-- [`tape`]: the simulated tape's packet layout, written by the `sim` source and read by
-  the mock.
+- The mock tracking service is a crate of its own (`mock/`, `tapegate-mock`), which
+  depends on nothing here; the gateway uses it only in `tapegate demo` and `tapegate
+  mock` (`cmd/demo.rs`, cargo feature `mock`, on by default; the package is built
+  without it), and the tests and benchmarks start it on loopback.
+- [`tape`]: the simulated tape's packet layout, written by the `sim` source (the mock
+  reads it with a decoder of its own).
 - [`text`]: text from elsewhere (the service, CSV, arguments) bounded and made inert
   before it is stored or shown.
 */
@@ -93,8 +124,7 @@ pub mod http;
 pub mod ingest;
 pub mod inventory;
 pub mod metrics;
-#[cfg(feature = "mock")]
-pub mod mock;
+pub mod operator;
 pub mod outbox;
 pub mod pipeline;
 pub mod products;

@@ -7,14 +7,16 @@
 use std::io::Write;
 use std::process::ExitCode;
 
+use std::path::Path;
+
 use clap::Parser;
-use tapegate::cli::{Cli, Command, DeadLetters};
-use tapegate::cmd::CmdError;
+use tapegate::cli::{Cli, Command, DeadLetters, Operator};
+use tapegate::cmd::{self, block_on, check, decode, device, history, locate, message, scan, state};
+use tapegate::cmd::{side_channel, support_bundle, CmdError};
 use tapegate::config::{self, Config, ConfigError, Password};
 use tapegate::pipeline::{
-    self, Reload, RunError, RunOptions, SetLogLevel, EXIT_STATE_NOT_WRITABLE, EXIT_UNDRAINED,
+    Reload, RunError, RunOptions, SetLogLevel, EXIT_STATE_NOT_WRITABLE, EXIT_UNDRAINED,
 };
-use tapegate::systemd::stop_signals;
 use tracing_journald::{Priority, PriorityMappings};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -64,7 +66,7 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match dispatch(cli) {
+    match dispatch(&cli) {
         Ok(()) | Err(Failure::BrokenPipe) => ExitCode::SUCCESS,
         Err(Failure::Undrained) => ExitCode::from(EXIT_UNDRAINED),
         Err(Failure::Config(e)) => {
@@ -145,16 +147,184 @@ fn stderr_is_journal() -> bool {
     stream.to_string_lossy() == format!("{}:{}", stderr.dev(), stderr.ino())
 }
 
-/// The config with the service password: for what talks to the service.
-fn load(cli: &Cli) -> Result<Config, Failure> {
-    config::load(&cli.config, std::env::vars()).map_err(Failure::Config)
+/// One arm a command, each calling into `tapegate::cmd`; what the arm loads first says
+/// what the command needs: the config with the password ([`service`]), without it
+/// ([`local`]), and logging at which level.
+fn dispatch(cli: &Cli) -> Result<(), Failure> {
+    let path = cli.config.as_path();
+    let out = &mut std::io::stdout().lock();
+    match &cli.command {
+        Command::Run { until_drained } => daemon(path, *until_drained),
+        Command::Status { json } => Ok(state::status(&local(path)?, *json, out)?),
+        Command::Tapes { json, limit } => Ok(state::tapes(&local(path)?, *json, *limit, out)?),
+        Command::DeadLetters(DeadLetters::List { json, limit }) => {
+            Ok(state::dead_letters_list(&local(path)?, *json, *limit, out)?)
+        }
+        Command::DeadLetters(DeadLetters::Retry(which)) => Ok(writeln!(
+            out,
+            "re-queued {} dead letter(s)",
+            state::dead_letters_change(&local(path)?, true, which.mac)?
+        )?),
+        Command::DeadLetters(DeadLetters::Purge(which)) => Ok(writeln!(
+            out,
+            "purged {} dead letter(s)",
+            state::dead_letters_change(&local(path)?, false, which.mac)?
+        )?),
+        Command::SupportBundle { output } => {
+            Ok(support_bundle::run(path, output.as_deref(), out).map(drop)?)
+        }
+        Command::Check { config_only: true } => Ok(check::config_only(path, &local(path)?, out)?),
+        Command::Check { config_only: false } => Ok(block_on(check::command(
+            &service(path, "error")?,
+            path,
+            out,
+        ))??),
+        Command::Scan {
+            record,
+            duration,
+            all,
+        } => Ok(scan::watch(
+            &logged(local(path)?, "warn"),
+            scan::ScanOptions::new(record.clone(), *duration, *all)?,
+        )
+        .map(drop)?),
+        Command::Decode {
+            mac,
+            packet,
+            product,
+        } => Ok(writeln!(
+            out,
+            "{}",
+            block_on(decode::decode(
+                &service(path, "warn")?,
+                *mac,
+                packet,
+                product.as_deref()
+            ))??
+        )?),
+        #[cfg(feature = "mock")]
+        Command::Demo {
+            duration,
+            tapes,
+            state_dir,
+            http,
+        } => demo(tapegate::cmd::demo::DemoOptions {
+            duration: duration.map(std::time::Duration::from_secs_f64),
+            tapes: *tapes,
+            state_dir: state_dir.clone(),
+            http: *http,
+        }),
+        Command::SideChannel => Ok(side_channel::run(out)?),
+        #[cfg(feature = "mock")]
+        Command::Mock { listen } => mock(*listen),
+        Command::Operator(op) => operator(path, op, out),
+    }
+}
+
+/// The operator's commands: the config with the password, logging at WARN.
+fn operator(path: &Path, op: &Operator, out: &mut dyn Write) -> Result<(), Failure> {
+    let config = &service(path, "warn")?;
+    match op {
+        Operator::Device(d) => Ok(block_on(device::run(config, d, out))??),
+        Operator::Locate {
+            asset_id,
+            sensor,
+            json,
+        } => Ok(block_on(locate::run(
+            config, asset_id, *sensor, *json, out,
+        ))??),
+        Operator::History {
+            qr,
+            asset,
+            event_type,
+            from,
+            to,
+            json,
+        } => Ok(block_on(history::run(
+            config,
+            history::HistoryArgs {
+                qr: qr.as_deref(),
+                asset: asset.as_deref(),
+                event_type: event_type.as_deref(),
+                from: from.as_deref(),
+                to: to.as_deref(),
+                json: *json,
+            },
+            out,
+        ))??),
+        Operator::Message {
+            message_type,
+            file,
+            json,
+        } => Ok(block_on(message::run(
+            config,
+            *message_type,
+            file,
+            *json,
+            out,
+        ))??),
+    }
+}
+
+/// `tapegate run`: the daemon, logging at `log.level` (which a reload may change).
+fn daemon(path: &Path, until_drained: bool) -> Result<(), Failure> {
+    let config = load(path)?;
+    let level = init_logging(&config.log.level);
+    let options = RunOptions {
+        until_drained,
+        reload: Some(Reload {
+            path: path.to_path_buf(),
+            set_log_level: level_setter(level),
+        }),
+    };
+    let report = cmd::run::run(config, path, options)??;
+    if report.stopped && until_drained {
+        return Err(Failure::Undrained);
+    }
+    Ok(())
+}
+
+/// `tapegate demo`: the mock service, the daemon and the status page in one process.
+#[cfg(feature = "mock")]
+fn demo(options: tapegate::cmd::demo::DemoOptions) -> Result<(), Failure> {
+    init_logging("warn");
+    let mut out = std::io::stdout();
+    block_on(async {
+        let stop = tapegate::systemd::stop_signals()?;
+        anyhow::Ok(tapegate::cmd::demo::run(options, stop, &mut out).await?)
+    })??;
+    Ok(())
+}
+
+/// `tapegate mock`: the mock service alone.
+#[cfg(feature = "mock")]
+fn mock(listen: std::net::SocketAddr) -> Result<(), Failure> {
+    init_logging("info");
+    block_on(tapegate::cmd::demo::mock(listen))??;
+    Ok(())
+}
+
+/// The config with the service password, then logging at `level`: for what talks to the
+/// service.
+fn service(path: &Path, level: &str) -> Result<Config, Failure> {
+    Ok(logged(load(path)?, level))
+}
+
+fn load(path: &Path) -> Result<Config, Failure> {
+    config::load(path, std::env::vars()).map_err(Failure::Config)
 }
 
 /// The config without reading the password: for what only reads the state database or
 /// the radio, so that it works with the unit stopped and as any user who can read the
 /// config.
-fn load_local(cli: &Cli) -> Result<Config, Failure> {
-    config::load_with(&cli.config, std::env::vars(), Password::Skip).map_err(Failure::Config)
+fn local(path: &Path) -> Result<Config, Failure> {
+    config::load_with(path, std::env::vars(), Password::Skip).map_err(Failure::Config)
+}
+
+/// `config`, once logging at `level` has started.
+fn logged(config: Config, level: &str) -> Config {
+    init_logging(level);
+    config
 }
 
 /// Changes the log level of the running daemon (SIGHUP).
@@ -199,12 +369,6 @@ fn init_logging(level: &str) -> LevelHandle {
     handle
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
-    Ok(tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?)
-}
-
 /// Applies a reloaded `log.level`, unless `RUST_LOG` decides.
 fn level_setter(level: LevelHandle) -> SetLogLevel {
     Box::new(move |new| {
@@ -214,220 +378,4 @@ fn level_setter(level: LevelHandle) -> SetLogLevel {
         let filter = EnvFilter::try_new(new).map_err(|e| e.to_string())?;
         level.reload(filter).map_err(|e| e.to_string())
     })
-}
-
-fn dispatch(cli: Cli) -> Result<(), Failure> {
-    let mut stdout = std::io::stdout().lock();
-    match &cli.command {
-        Command::Run { until_drained } => {
-            let config = load(&cli)?;
-            let level = init_logging(&config.log.level);
-            if let Some(warning) = config::world_readable_password(&cli.config) {
-                tracing::warn!("{warning}");
-            }
-            for warning in config.deprecations() {
-                tracing::warn!("{warning}");
-            }
-            let options = RunOptions {
-                until_drained: *until_drained,
-                reload: Some(Reload {
-                    path: cli.config.clone(),
-                    set_log_level: level_setter(level),
-                }),
-            };
-            let rt = runtime()?;
-            let result = rt.block_on(async move {
-                let stop = stop_signals()?;
-                anyhow::Ok(pipeline::run(config, stop, options).await?)
-            });
-            // Everything is committed by now. A blocking read of stdin (replay from
-            // "-") cannot be interrupted; do not wait for it.
-            rt.shutdown_background();
-            if result?.stopped && *until_drained {
-                return Err(Failure::Undrained);
-            }
-        }
-        Command::Status { json } => {
-            let config = load_local(&cli)?;
-            tapegate::cmd::state::status(&config, *json, &mut stdout)?;
-        }
-        Command::DeadLetters(DeadLetters::List { json, limit }) => {
-            let config = load_local(&cli)?;
-            tapegate::cmd::state::dead_letters_list(&config, *json, *limit, &mut stdout)?;
-        }
-        Command::SupportBundle { output } => {
-            tapegate::cmd::support_bundle::run(&cli.config, output.as_deref(), &mut stdout)?;
-        }
-        Command::Tapes { json, limit } => {
-            let config = load_local(&cli)?;
-            tapegate::cmd::state::tapes(&config, *json, *limit, &mut stdout)?;
-        }
-        Command::Check { config_only: true } => {
-            let config = load_local(&cli)?;
-            writeln!(
-                stdout,
-                "ok   config           {} is valid (gateway {}, {} product(s), source {:?}; the password is not read here, `tapegate check` reads it)",
-                cli.config.display(),
-                config.gateway.id,
-                config.products.0.len(),
-                config.scanner.source
-            )?;
-            if let Some(warning) = config
-                .http
-                .listen
-                .and_then(tapegate::http::exposure_warning)
-            {
-                writeln!(stdout, "warn http             {warning}")?;
-            }
-        }
-        Command::Check { config_only: false } => {
-            let config = load(&cli)?;
-            init_logging("error");
-            let path = cli.config.display().to_string();
-            if !runtime()?.block_on(tapegate::cmd::check::run(&config, &path, &mut stdout)) {
-                return Err(Failure::Other(anyhow::anyhow!("check failed")));
-            }
-        }
-        Command::Scan {
-            record,
-            duration,
-            all,
-        } => {
-            let config = load_local(&cli)?;
-            init_logging("warn");
-            let options = tapegate::cmd::scan::ScanOptions {
-                record: record.clone(),
-                duration: duration
-                    .map(|d| std::time::Duration::try_from_secs_f64(d.max(0.0)))
-                    .transpose()?,
-                all: *all,
-            };
-            let rt = runtime()?;
-            let mut out = std::io::stdout();
-            let result = rt.block_on(async {
-                let stop = stop_signals()?;
-                anyhow::Ok(tapegate::cmd::scan::run(&config, options, stop, &mut out).await?)
-            });
-            rt.shutdown_background();
-            result?;
-        }
-        Command::Decode {
-            mac,
-            packet,
-            product,
-        } => {
-            let config = load(&cli)?;
-            init_logging("warn");
-            let decoded = runtime()?.block_on(tapegate::cmd::decode::decode(
-                &config,
-                *mac,
-                packet,
-                product.as_deref(),
-            ))?;
-            writeln!(stdout, "{decoded}")?;
-        }
-        #[cfg(feature = "mock")]
-        Command::Demo {
-            duration,
-            tapes,
-            state_dir,
-            http,
-        } => {
-            init_logging("warn");
-            let options = tapegate::cmd::demo::DemoOptions {
-                duration: duration.map(std::time::Duration::from_secs_f64),
-                tapes: *tapes,
-                state_dir: state_dir.clone(),
-                http: *http,
-            };
-            let mut out = std::io::stdout();
-            runtime()?.block_on(async {
-                let stop = stop_signals()?;
-                anyhow::Ok(tapegate::cmd::demo::run(options, stop, &mut out).await?)
-            })?;
-        }
-        Command::SideChannel => {
-            use tapegate::source::ble::mgmt::socket::{hand_to_systemd, Handed};
-            let said = match hand_to_systemd() {
-                Ok(Handed::Stored) => "the kernel's Bluetooth management socket is open for tapegate (the side channel)".to_string(),
-                Ok(Handed::NoManager) => "not under systemd: no file descriptor store to hand the management socket to".to_string(),
-                Err(e) => format!("no Bluetooth management socket here ({e}): tapegate reads adverts over D-Bus"),
-            };
-            writeln!(stdout, "{said}")?;
-        }
-        #[cfg(feature = "mock")]
-        Command::Mock { listen } => {
-            init_logging("info");
-            runtime()?.block_on(tapegate::mock::serve_forever(
-                *listen,
-                tapegate::mock::MockConfig::demo(),
-            ))?;
-        }
-        Command::Device(device) => {
-            let config = load(&cli)?;
-            init_logging("warn");
-            runtime()?.block_on(tapegate::cmd::device::run(&config, device, &mut stdout))?;
-        }
-        Command::Locate {
-            asset_id,
-            sensor,
-            json,
-        } => {
-            let config = load(&cli)?;
-            init_logging("warn");
-            runtime()?.block_on(tapegate::cmd::locate::run(
-                &config,
-                asset_id,
-                *sensor,
-                *json,
-                &mut stdout,
-            ))?;
-        }
-        Command::History {
-            qr,
-            asset,
-            event_type,
-            from,
-            to,
-            json,
-        } => {
-            let config = load(&cli)?;
-            init_logging("warn");
-            let args = tapegate::cmd::history::HistoryArgs {
-                qr: qr.as_deref(),
-                asset: asset.as_deref(),
-                event_type: event_type.as_deref(),
-                from: from.as_deref(),
-                to: to.as_deref(),
-                json: *json,
-            };
-            runtime()?.block_on(tapegate::cmd::history::run(&config, args, &mut stdout))?;
-        }
-        Command::Message {
-            message_type,
-            file,
-            json,
-        } => {
-            let config = load(&cli)?;
-            init_logging("warn");
-            runtime()?.block_on(tapegate::cmd::message::run(
-                &config,
-                *message_type,
-                file,
-                *json,
-                &mut stdout,
-            ))?;
-        }
-        Command::DeadLetters(DeadLetters::Retry(which)) => {
-            let config = load_local(&cli)?;
-            let n = tapegate::cmd::state::dead_letters_change(&config, true, which.mac)?;
-            writeln!(stdout, "re-queued {n} dead letter(s)")?;
-        }
-        Command::DeadLetters(DeadLetters::Purge(which)) => {
-            let config = load_local(&cli)?;
-            let n = tapegate::cmd::state::dead_letters_change(&config, false, which.mac)?;
-            writeln!(stdout, "purged {n} dead letter(s)")?;
-        }
-    }
-    Ok(())
 }

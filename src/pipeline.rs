@@ -88,8 +88,7 @@ pub struct Reload {
     pub set_log_level: SetLogLevel,
 }
 
-/// Applies a log filter (`info`, `tapegate=debug`); the error says why it was not.
-pub type SetLogLevel = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+pub use crate::reload::SetLogLevel;
 
 /// What a run did.
 #[derive(Debug, Clone, Default)]

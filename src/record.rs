@@ -2,6 +2,7 @@
 The shared domain types: [`Mac`], [`Advertisement`] (what a source hears), [`Capture`]
 (what dedup admits into the outbox), and the JSON Lines advertisement record that the
 `replay` source reads and `tapegate scan --record` writes.
+A leaf: it imports nothing of the crate.
 
 Record format (one advertisement per line, see DESIGN.md):
 

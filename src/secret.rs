@@ -1,6 +1,7 @@
 //! Secrets (password, token) behind a newtype that never prints its value, and the
 //! helpers that keep them out of text from elsewhere: [`scrub`] for what a server
 //! answered, [`is_secret_key`] for what a config file or the environment holds.
+//! A leaf: it imports nothing of the crate.
 
 use std::fmt;
 

@@ -1,6 +1,7 @@
 /*!
 Living under systemd: `sd_notify` (READY, STATUS, STOPPING, WATCHDOG) and the watchdog
 rule that pings only while every stage is making progress.
+A leaf: it touches systemd's sockets only.
 
 Each long-running stage owns a [`Beat`] and touches it whenever it completes a turn of
 its loop (ingest on every input and commit, the flusher on every batch or idle wait). A

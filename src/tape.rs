@@ -1,6 +1,8 @@
 /*!
-The simulated tape's packet: one layout, written by the `sim` source and read back by
-the mock service, so that the two cannot drift apart.
+The simulated tape's packet: one layout, written by the `sim` source. The mock service
+(`mock/`) reads it with a decoder of its own, a second implementation: a slip here
+shows as items the mock cannot decode, never read back by the same code
+(`tests/api_mock.rs` checks the two agree).
 
 The real tapes' packet format is not public, so the simulated fleet and the mock agree
 on this one. It is shaped like the one observed advert (DESIGN.md:
@@ -105,12 +107,11 @@ impl TapeReading {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
 
-    /// A reading with every field in use (and a temperature below zero), for the tests
-    /// of this layout and of the mock's reading of it.
-    pub(crate) const SAMPLE: TapeReading = TapeReading {
+    /// A reading with every field in use (and a temperature below zero).
+    const SAMPLE: TapeReading = TapeReading {
         counter: 0x1234,
         temp_centi: -1250,
         battery: 87,

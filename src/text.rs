@@ -2,6 +2,7 @@
 //! a bound ([`bounded`]) and made inert for a terminal or a log line ([`inert`]), so that
 //! a server's 1 MB reason or an escape sequence in a QR code cannot flood or repaint an
 //! operator's screen. Pure functions; every command that prints such text uses them.
+//! A leaf: it imports nothing of the crate.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;

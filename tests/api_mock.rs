@@ -1,17 +1,20 @@
 //! The service client against the mock tracking service, over real loopback HTTP: the
 //! answers of spec sections 4.3, 4.4, 5 and 7, and what the client makes of them.
 
+mod common;
+
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
 use tapegate::api::{ApiError, BulkItem, ServiceClient, TransportKind};
 use tapegate::config::ServiceSettings;
-use tapegate::mock::{
-    self, Fault, MacFormat, MockConfig, MockEnvironment, MockHandle, Registry, Storm, WireRules,
-};
 use tapegate::record::hex_upper;
 use tapegate::secret::Secret;
 use tapegate::tape::TapeReading;
+use tapegate_mock::{
+    self as mock, Fault, MacFormat, MockConfig, MockEnvironment, MockHandle, Registry, Storm,
+    WireRules,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -28,8 +31,7 @@ async fn mock() -> MockHandle {
 }
 
 fn settings(mock: &MockHandle, timeout: Duration) -> ServiceSettings {
-    mock.service_settings("ppe", timeout)
-        .expect("ppe is configured")
+    common::service_settings(mock, "ppe", timeout).expect("ppe is configured")
 }
 
 fn client(mock: &MockHandle) -> ServiceClient {
@@ -205,7 +207,7 @@ async fn a_token_the_service_refuses_even_fresh_is_unauthorized() {
         ..MockConfig::demo()
     };
     let mock = mock::start(config).await.unwrap();
-    let mut s = mock.service_settings("a", TIMEOUT).unwrap();
+    let mut s = common::service_settings(&mock, "a", TIMEOUT).unwrap();
     s.endpoint.auth_url = mock.auth_url("b");
     let client = ServiceClient::new(&s).unwrap();
     let err = client.decode_bulk(&items(1), "c").await.unwrap_err();
@@ -788,5 +790,58 @@ async fn talking_tls_to_a_plain_http_port_is_a_tls_failure() {
     assert_eq!(
         err.operator_cause(),
         "token endpoint unreachable: TLS failure, the server does not speak TLS on this port"
+    );
+}
+
+/// The mock reads the simulated tapes' packets with a decoder of its own (a second
+/// implementation of the layout in `tapegate::tape`, so that a slip in the gateway's
+/// encoder cannot be read back by the same code): the two agree on every field, in
+/// every encoding, and on which tapes the simulated fleet leaves unregistered.
+#[test]
+fn the_mock_reads_the_simulated_tapes_packets_with_a_decoder_of_its_own() {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let readings = [
+        TapeReading {
+            counter: 0,
+            temp_centi: 0,
+            battery: 0,
+            shock_count: 0,
+            serial: 0,
+        },
+        TapeReading {
+            counter: u16::MAX,
+            temp_centi: i16::MIN,
+            battery: 100,
+            shock_count: u8::MAX,
+            serial: 0x00FF_FFFF,
+        },
+        TapeReading {
+            counter: 0x1234,
+            temp_centi: -1250,
+            battery: 87,
+            shock_count: 3,
+            serial: 0x00AB_CDEF,
+        },
+    ];
+    for r in readings {
+        for text in [
+            hex_upper(&r.manufacturer_data()),
+            hex_upper(&r.payload()),
+            b64.encode(r.manufacturer_data()),
+        ] {
+            let p = mock::packet::decode_packet(&text)
+                .unwrap_or_else(|| panic!("the mock cannot read {text}"));
+            assert_eq!(
+                (p.counter, p.temp_centi, p.battery, p.shock_count, p.serial),
+                (r.counter, r.temp_centi, r.battery, r.shock_count, r.serial),
+                "{text}"
+            );
+            assert_eq!(p.temp_c(), r.temp_c(), "{text}");
+        }
+    }
+    assert_eq!(
+        mock::UNREGISTERED_PREFIX,
+        hex_upper(&tapegate::tape::UNREGISTERED_PREFIX)
     );
 }

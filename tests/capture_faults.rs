@@ -839,7 +839,7 @@ fn an_operator_command_run_as_root_creates_the_database_for_the_daemons_user() {
         println!("skipped: needs root to act as two users");
         return;
     }
-    let (_rt, mock) = mock_with(tapegate::mock::MockConfig::demo());
+    let (_rt, mock) = mock_with(tapegate_mock::MockConfig::demo());
     let g = gateway_of_nobody(&format!(
         "{}{}",
         mock_service_section(&mock),

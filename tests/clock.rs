@@ -13,9 +13,9 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{mock_with as mock_on_own_runtime, text, wait_for, Gateway};
-use tapegate::mock::{MockConfig, MockHandle, ReceivedItem};
 use tapegate::outbox::Stats;
 use tapegate::tape::TapeReading;
+use tapegate_mock::{MockConfig, MockHandle, ReceivedItem};
 
 const WEEK_MS: i64 = 7 * 24 * 3_600_000;
 
@@ -24,7 +24,7 @@ const WEEK_MS: i64 = 7 * 24 * 3_600_000;
 /// repeated or reordered. Ten captures a second: a batch carries one capture per tape,
 /// so this is a rate the flusher keeps up with on a loaded machine.
 fn sim_config(mock: &MockHandle) -> String {
-    let service = mock.service_toml("ppe", 5).expect("the mock serves ppe");
+    let service = common::service_toml(mock, "ppe", 5).expect("the mock serves ppe");
     format!(
         r#"{service}
 

@@ -19,14 +19,14 @@ use tokio::time::Instant;
 
 use common::{mock_with as mock_on_own_runtime, text, write_records, Gateway};
 use tapegate::config::{self, Config};
-use tapegate::mock::{
-    self, DecodeKind, Fault, MacFault, MockConfig, MockEnvironment, MockHandle, Received,
-    ReceivedItem, Storm,
-};
 use tapegate::outbox::{Stats, Store, StoreOptions};
 use tapegate::pipeline::{self, RunOptions, RunReport};
 use tapegate::record::{hex_upper, Advertisement, Capture, Mac};
 use tapegate::tape::UNREGISTERED_PREFIX;
+use tapegate_mock::{
+    self as mock, DecodeKind, Fault, MacFault, MockConfig, MockEnvironment, MockHandle, Received,
+    ReceivedItem, Storm,
+};
 
 /// Capture time of the first advert of every trace (2025-11-21 10:00 UTC).
 const T0_MS: i64 = 1_763_719_200_000;
@@ -178,9 +178,7 @@ impl Default for Knobs {
 /// A gateway replaying `trace` into the mock's "ppe" environment with its demo
 /// credentials: dedup off (every advert is a capture), quick commits, short waits.
 fn delivery_config(mock: &MockHandle, trace: &Path, k: &Knobs) -> String {
-    let e = mock
-        .environment_settings("ppe")
-        .expect("the mock serves ppe");
+    let e = common::environment_settings(mock, "ppe").expect("the mock serves ppe");
     format!(
         r#"
 [service]

@@ -13,8 +13,7 @@ use common::{
     mock_service_section, mock_with, tape_advert, tape_mac, text, wait_for, write_records, Gateway,
     T0_MS,
 };
-use tapegate::mock::{MockConfig, MockEnvironment, MockHandle};
-use tapegate::secret::Secret;
+use tapegate_mock::{MockConfig, MockEnvironment, MockHandle};
 
 /// Longest any daemon here may take to do its work.
 const LIMIT: Duration = Duration::from_secs(40);
@@ -205,7 +204,7 @@ fn a_toml_syntax_error_on_the_password_line_names_the_line_but_never_echoes_the_
 #[test]
 fn a_password_override_of_1e3_reaches_the_grant_as_the_string_1e3() {
     let env = MockEnvironment {
-        password: Secret::new("1e3"),
+        password: "1e3".to_string(),
         ..MockEnvironment::demo()
     };
     let (_rt, mock) = mock_with(MockConfig {
@@ -462,9 +461,7 @@ fn a_wire_mistake_is_an_item_error_the_operator_sees_not_a_silent_success() {
 fn a_missing_permission_is_401_even_with_a_fresh_token_and_reported_as_such() {
     let (rt, mock) = mock_on_own_runtime();
     mock.set_decode_permission(false);
-    let settings = mock
-        .service_settings("ppe", Duration::from_secs(5))
-        .unwrap();
+    let settings = common::service_settings(&mock, "ppe", Duration::from_secs(5)).unwrap();
     let client = tapegate::api::ServiceClient::new(&settings).unwrap();
     let item = tapegate::api::BulkItem {
         mac_id: tape_mac(1).plain(),
@@ -488,7 +485,7 @@ fn a_server_error_text_quoting_the_token_is_scrubbed_before_it_is_stored_or_show
     let (_rt, mock) = mock_on_own_runtime();
     mock.set_token_text(Some("tok-SECRET-4242".into()));
     mock.set_echo_token_in_errors(true);
-    mock.set_registry(tapegate::mock::Registry::Only(Default::default()));
+    mock.set_registry(tapegate_mock::Registry::Only(Default::default()));
     let g = replaying(&mock, 2);
     let (status, log) = run_until_drained(&g, &[]);
     assert!(status.success(), "{log}");
@@ -673,7 +670,7 @@ fn assert_inert(what: &str, shown: &str) {
 
 #[test]
 fn service_texts_are_stored_and_shown_bounded_and_inert() {
-    use tapegate::mock::MacFault;
+    use tapegate_mock::MacFault;
     let (rt, mock) = mock_on_own_runtime();
     let huge = format!("refused: {}", "x".repeat(1_000_000));
     let hostile = "\u{1b}[2J\u{1b}[31mRED\u{202e}txet desrever\u{7}\u{9b}2J".to_string();
@@ -743,7 +740,7 @@ fn service_texts_are_stored_and_shown_bounded_and_inert() {
     let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
     assert!(said.contains("TT\\e]0;owned"), "{said}");
     // A refusal's message becomes the last error `status` shows.
-    mock.push_fault(tapegate::mock::Fault::Refuse {
+    mock.push_fault(tapegate_mock::Fault::Refuse {
         status: 400,
         message: "Missing required headers \u{1b}[31mRED\u{202e}".into(),
     });
@@ -786,7 +783,7 @@ fn assert_no_password(what: &str, shown: &str) {
 #[test]
 fn a_token_endpoint_echoing_the_password_form_encoded_shows_it_nowhere() {
     let env = MockEnvironment {
-        password: Secret::new("Sup3rSecretPw!"),
+        password: "Sup3rSecretPw!".to_string(),
         ..MockEnvironment::demo()
     };
     let (rt, mock) = mock_with(MockConfig {

@@ -13,9 +13,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use common::{other_advert, stdin_replay_config, tape_advert, tape_mac, Daemon, Gateway};
-use tapegate::mock::{self, Fault, MockConfig, MockHandle, Storm};
 use tapegate::record::{Advertisement, Mac};
 use tapegate::tape::UNREGISTERED_PREFIX;
+use tapegate_mock::{self as mock, Fault, MockConfig, MockHandle, Storm};
 
 /// Longest wait for a condition (generous: the machine may be busy; a pass costs no more).
 const LIMIT: Duration = Duration::from_secs(60);
@@ -29,9 +29,8 @@ fn free_port() -> u16 {
 /// `[service]` pointing at the mock's "ppe" environment, quick retries, and the HTTP
 /// server on `port`.
 fn service_and_http(mock: &MockHandle, port: u16, request_timeout_secs: u64) -> String {
-    let service = mock
-        .service_toml("ppe", request_timeout_secs)
-        .expect("the mock serves ppe");
+    let service =
+        common::service_toml(mock, "ppe", request_timeout_secs).expect("the mock serves ppe");
     format!(
         "{service}\n[flush]\nmax_delay_secs = 0.05\nbackoff_initial_ms = 50\nbackoff_max_secs = 1\n\n[http]\nlisten = \"127.0.0.1:{port}\"\n"
     )
@@ -407,8 +406,7 @@ async fn the_status_page_shows_the_tapes_of_a_sim_run_in_headless_chromium() {
 async fn no_password_or_token_in_any_answer() {
     let mock = start_mock().await;
     let (g, base) = replay_gateway(&mock, 10);
-    let password = mock
-        .environment_settings("ppe")
+    let password = common::environment_settings(&mock, "ppe")
         .unwrap()
         .password
         .expose()

@@ -9,8 +9,8 @@
 //! Each figure is per capture with the fixed cost taken out: the daemon runs once on
 //! [`CAPTURES`] captures and once on none, and the difference is divided by
 //! [`CAPTURES`]. The binary is the release build the package ships (`cargo build
-//! --release`, shared with the systemd container test's `cargo deb`); the mock runs in
-//! this test's process, so its work is not counted.
+//! --release --no-default-features`, shared with the systemd container test's `cargo
+//! deb`); the mock runs in this test's process, so its work is not counted.
 //!
 //! `TAPEGATE_GUARD_BIN=/path/to/tapegate cargo test --test instructions -- --nocapture`
 //! measures another build (another commit's, side by side) and compares nothing.
@@ -22,12 +22,14 @@
 //! It needs `valgrind`. Without it, it says so loudly and passes, except under CI (`CI`
 //! set), where it fails: `.ci/run` installs it.
 
+mod common;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use tapegate::mock::{self, MockConfig};
 use tapegate::record::{Advertisement, Mac};
+use tapegate_mock::{self as mock, MockConfig};
 
 /// Captures in the replay (a tape's packet changes every capture, so dedup keeps all).
 const CAPTURES: u64 = 30_000;
@@ -179,7 +181,7 @@ impl Budget {
 /// The `[service]` section of the decode path alone (the keys every version since the
 /// first reads, so that an older commit's build can be measured with the same input).
 fn decode_only_service(service: &mock::MockHandle) -> String {
-    let e = service.environment_settings("ppe").unwrap();
+    let e = common::environment_settings(service, "ppe").unwrap();
     format!(
         "[service]\nenvironment = \"ppe\"\n[service.environments.ppe]\nbase_url = \"{}\"\nauth_url = \"{}\"\nclient_id = \"{}\"\naudience = \"{}\"\nusername = \"{}\"\npassword = \"{}\"\ncustomer_id = \"{}\"\nauthorized_groups = \"{}\"\n",
         e.base_url,
@@ -222,7 +224,9 @@ fn release_binary() -> PathBuf {
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args(["build", "--release", "--bin", "tapegate"])
+        .args(["build", "--release", "-p", "tapegate", "--bin", "tapegate"])
+        // As the package ships it (no mock service), so the build is cargo deb's.
+        .arg("--no-default-features")
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo build --release");

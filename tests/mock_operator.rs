@@ -9,12 +9,13 @@ use tokio::time::Instant;
 
 use reqwest::Method;
 use serde_json::{json, Value};
-use tapegate::mock::{
-    self, seed, Device, DeviceStatus, Endpoint, Fault, HistoryKeeps, HistoryOrder, LookupShape,
-    MockConfig, MockHandle, QrEcho, Readings, HISTORY_OPERATION_ID, LOCATION_UUID, VENDOR_ID,
-};
 use tapegate::record::hex_upper;
 use tapegate::tape::TapeReading;
+use tapegate_mock::{
+    self as mock, seed, Device, DeviceStatus, Endpoint, Fault, HistoryKeeps, HistoryOrder,
+    LookupShape, MockConfig, MockHandle, QrEcho, Readings, HISTORY_OPERATION_ID, LOCATION_UUID,
+    VENDOR_ID,
+};
 
 const LABEL: &str = "external/v1/devices/label";
 const STATUS: &str = "external/v1/devices/status";

@@ -9,7 +9,7 @@
 //! AWB retry, history splitting, CSV manifests and `device add --nearest`; and issue
 //! 21, each item against the reading of the spec that shows it.
 //!
-//! Where the spec is silent the mock plays each reading (`tapegate::mock::Readings`):
+//! Where the spec is silent the mock plays each reading (`tapegate_mock::Readings`):
 //! the tests run under every variant of [`Readings::variants`] (a loop inside the
 //! test), except those that wait for the rate window, which run under one variant per
 //! rate reading. The mock runs in-process; each command is a child process with its own
@@ -22,11 +22,11 @@ use std::process::{Output, Stdio};
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
-use tapegate::mock::{
-    self, seed, Device, DeviceStatus, Endpoint, Fault, MockConfig, MockHandle, QrEcho, RateWindows,
-    Readings,
-};
 use tapegate::record::{Advertisement, Mac};
+use tapegate_mock::{
+    self as mock, seed, Device, DeviceStatus, Endpoint, Fault, MockConfig, MockHandle, QrEcho,
+    RateWindows, Readings,
+};
 
 use common::{collect_stderr, tape_advert, text, wait_for, write_records, Gateway};
 
@@ -45,7 +45,7 @@ async fn start_mock(readings: Readings) -> MockHandle {
 /// A gateway speaking to the mock's "ppe" environment, every operator key set, with a
 /// rate window of `window_secs` on both sides.
 fn gateway_with(mock: &MockHandle, window_secs: u64) -> Gateway {
-    let e = mock.environment_settings("ppe").expect("ppe");
+    let e = common::environment_settings(mock, "ppe").expect("ppe");
     let g = Gateway::new("");
     g.write_config(&format!(
         r#"
@@ -520,7 +520,7 @@ async fn sensor_mode_prints_six_readings_with_units_and_no_reading_exits_1() {
     let out = g.run(&["locate", seed::SENSOR_ASSET, "--sensor"]);
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
-    for (kind, units) in tapegate::api::SENSORS {
+    for (kind, units) in tapegate::operator::SENSORS {
         assert!(
             stdout
                 .lines()
@@ -810,7 +810,7 @@ async fn configure_rows_with_different_changes_go_in_separate_requests() {
 async fn a_refused_password_is_reported_without_the_password() {
     let (mock, g) = setup().await;
     let config = std::fs::read_to_string(g.config_path()).unwrap();
-    let password = mock.environment_settings("ppe").unwrap().password;
+    let password = common::environment_settings(&mock, "ppe").unwrap().password;
     let wrong = "hunter2-not-the-password";
     std::fs::write(g.config_path(), config.replace(password.expose(), wrong)).unwrap();
     for args in [

@@ -13,7 +13,7 @@ use common::{
     mock_service_section, mock_with, stdin_replay_config, tape_advert, tape_mac, wait_for, Daemon,
     Gateway, T0_MS,
 };
-use tapegate::mock::MockConfig;
+use tapegate_mock::MockConfig;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -68,7 +68,7 @@ fn a_reload_restarts_delivery_moves_the_server_and_loses_nothing() {
     };
     daemon.send(&(0..40).map(advert).collect::<Vec<_>>());
     delivered(40);
-    let sizes = |mock: &tapegate::mock::MockHandle| -> Vec<usize> {
+    let sizes = |mock: &tapegate_mock::MockHandle| -> Vec<usize> {
         mock.received()
             .iter()
             .filter(|r| r.status == Some(200))

@@ -10,6 +10,8 @@
 //! run), `zstd` and `cargo deb`. Without them it says so loudly and passes, except under
 //! CI (`CI` set), where it fails: `.ci/run` installs them.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -17,7 +19,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
-use tapegate::mock::{self, Fault, MockConfig, MockHandle, Storm};
+use tapegate_mock::{self as mock, Fault, MockConfig, MockHandle, Storm};
 use tokio::time::Instant;
 
 /// Upgrades from a signed apt repository, downgrades refused (issue 24).
@@ -372,7 +374,7 @@ fn field<'a>(record: &'a Value, name: &str) -> &'a str {
 /// The gateway's config: the sim source delivering to `service`, the password in the
 /// file beside the config (as shipped), short delays so that the checks are quick.
 fn config(service: &MockHandle) -> String {
-    let env = service.environment_settings("ppe").unwrap();
+    let env = common::environment_settings(service, "ppe").unwrap();
     let onboarding = [
         ("base_url", env.base_url.to_string()),
         ("auth_url", env.auth_url.to_string()),
@@ -404,8 +406,21 @@ fn install(c: &Container, deb: &Path, service: &MockHandle) {
         !c.sh("dpkg -s bluez").status.success(),
         "BlueZ must be absent"
     );
+    // The package's binary is the gateway alone: no mock service, no demo (README,
+    // "What the package holds"); clap refuses a command it does not have with 2.
+    for command in ["demo", "mock"] {
+        let out = c.sh(&format!("tapegate {command} --help"));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "`tapegate {command}` is in the package: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
     c.write("/etc/tapegate/config.toml", &config(service));
-    let password = service.environment_settings("ppe").unwrap().password;
+    let password = common::environment_settings(service, "ppe")
+        .unwrap()
+        .password;
     c.ok(&format!(
         "umask 077; printf '%s\\n' '{}' > /etc/tapegate/password",
         password.expose()

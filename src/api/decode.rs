@@ -221,26 +221,40 @@ impl ServiceClient {
     }
 }
 
+/// The bulk answer's elements; a bad answer when it is not a JSON array.
+fn bulk_elements(body: &[u8]) -> Result<Vec<Element>, ApiError> {
+    match super::bulk_answer::read(body) {
+        Ok(Top::Array(elements)) => Ok(elements),
+        Ok(Top::NotArray) => Err(ApiError::BadAnswer(
+            "bulk answer is not a JSON array".into(),
+        )),
+        Err(e) => Err(ApiError::BadAnswer(format!(
+            "bulk answer is not JSON ({e}): {}",
+            truncate(&String::from_utf8_lossy(body), 80)
+        ))),
+    }
+}
+
+/// What one answered item says: decoded or refused; `None` when neither (only
+/// `mac_id`, or `"error": null`): no answer for its capture, never a delivery with an
+/// empty reading.
+fn item_result(item: super::bulk_answer::Item) -> Option<Result<Decoded, String>> {
+    match item.error {
+        None | Some(Value::Null) if !item.qr_present => None,
+        None | Some(Value::Null) => Some(Ok(item.decoded)),
+        Some(Value::String(s)) if s.is_empty() => Some(Err("(no error text)".to_string())),
+        Some(Value::String(s)) => Some(Err(s)),
+        Some(other) => Some(Err(truncate(&other.to_string(), 300))),
+    }
+}
+
 /// Reads the bulk answer: a JSON array of items matched to the request by `mac_id`.
 fn parse_bulk_answer(
     body: &[u8],
     sent: &[BulkItem],
     correlation_id: &str,
 ) -> Result<Vec<BulkAnswerItem>, ApiError> {
-    let elements = match super::bulk_answer::read(body) {
-        Ok(Top::Array(elements)) => elements,
-        Ok(Top::NotArray) => {
-            return Err(ApiError::BadAnswer(
-                "bulk answer is not a JSON array".into(),
-            ))
-        }
-        Err(e) => {
-            return Err(ApiError::BadAnswer(format!(
-                "bulk answer is not JSON ({e}): {}",
-                truncate(&String::from_utf8_lossy(body), 80)
-            )))
-        }
-    };
+    let elements = bulk_elements(body)?;
     let by_key: HashMap<String, &str> = sent
         .iter()
         .map(|i| (mac_key(&i.mac_id), i.mac_id.as_str()))
@@ -282,22 +296,14 @@ fn parse_bulk_answer(
             );
             continue;
         }
-        let result = match item.error {
-            // Neither decoded nor refused (only `mac_id`, or `"error": null`): no
-            // answer for this capture, never a delivery with an empty reading.
-            None | Some(Value::Null) if !item.qr_present => {
-                tracing::debug!(
-                    correlation_id,
-                    index,
-                    mac_id,
-                    "bulk answer item with neither qr_code nor error; its capture will be retried"
-                );
-                continue;
-            }
-            None | Some(Value::Null) => Ok(item.decoded),
-            Some(Value::String(s)) if s.is_empty() => Err("(no error text)".to_string()),
-            Some(Value::String(s)) => Err(s),
-            Some(other) => Err(truncate(&other.to_string(), 300)),
+        let Some(result) = item_result(item) else {
+            tracing::debug!(
+                correlation_id,
+                index,
+                mac_id,
+                "bulk answer item with neither qr_code nor error; its capture will be retried"
+            );
+            continue;
         };
         out.push(BulkAnswerItem {
             mac_id: mac_id.to_string(),

@@ -1,13 +1,15 @@
 /*!
-The tracking service client: password-grant token (spec section 5), bulk decode (4.4)
-and single decode (4.3), with answers mapped to errors that say what to do (section 7,
-[`ApiError`]).
+The transport shared by the daemon and the operator room: the password-grant token
+(spec section 5), bulk decode (4.4) and single decode (4.3), and the one request every
+operator call is sent as, with answers mapped to errors that say what to do (section 7,
+[`ApiError`]). It may touch the configuration's service settings and nothing above it;
+the operator's calls, their retry policy and the rate window are `crate::operator`'s.
 
-This file is the client itself: its setup, the password grant, and the plumbing every
-call shares (the request headers, the one retry after a 401, reading an answer with a
-cap). Each group of endpoints is a file beside it (`decode` so far); `auth` is the
-token cache, `pause` the service's `Retry-After` held for every decode request, and
-`error` what can go wrong, by kind.
+This file is the client itself: its setup and the plumbing every call shares (the
+request headers, the one retry after a 401 of a decode, reading an answer with a cap,
+`call` for the operator room). `grant` is the password grant, `auth` the token cache,
+`decode` the decode calls, `pause` the service's `Retry-After` held for every decode
+request, and `error` what can go wrong, by kind.
 
 Why it is built this way:
 - One [`ServiceClient`] is shared (it is an `Arc` inside) so that the flusher and
@@ -22,18 +24,12 @@ Why it is built this way:
   output, and answer text is scrubbed of both before it goes into an error.
 */
 
-mod assumed;
 mod auth;
 mod bulk_answer;
 mod decode;
-mod devices;
 mod error;
-mod history;
-mod locate;
-mod messages;
+mod grant;
 mod pause;
-pub mod rate;
-mod send;
 
 use std::fmt;
 use std::sync::Arc;
@@ -42,27 +38,16 @@ use std::time::{Duration, SystemTime};
 use bytes::{Bytes, BytesMut};
 use reqwest::header::{HeaderValue, ACCEPT, CONTENT_TYPE, RETRY_AFTER};
 use reqwest::{RequestBuilder, Response, StatusCode};
-use serde_json::Value;
+
 use url::Url;
 
 use crate::config::{EnvironmentSettings, ServiceSettings};
 use crate::secret::{scrub, Secret};
 
-pub use assumed::{ConfigChange, DeviceEntry, LabelDevice, LabelRecord, LabelState};
 pub use decode::{BulkAnswerItem, BulkItem, Decoded};
-pub use devices::{
-    check_id, hint, AddDevice, AddOutcome, DeviceOp, DeviceOutcome, DeviceReport, DeviceRun,
-    Operator, OperatorError, Progress, MAX_ID_CHARS,
-};
 pub use error::{parse_retry_after, ApiError, Endpoint, TransientKind, Transport, TransportKind};
-pub use history::{
-    merge, month_windows, HistoricalEvent, HistoryFilter, HistoryQuery, HistoryRead, HistoryWindow,
-};
-pub use locate::{Asset, LocationEvent, ReadingMark, SensorReading, SENSORS};
-pub use messages::{check_payload, MessageSent, MessageType};
-pub use send::Interrupt;
 
-use auth::{Grant, TokenCache};
+use auth::TokenCache;
 use error::{answer_message, carries_errors};
 use pause::DecodeGate;
 
@@ -71,8 +56,6 @@ use pause::DecodeGate;
 pub const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
 /// Largest error answer read (only its message is kept).
 const MAX_ERROR_BYTES: usize = 64 * 1024;
-/// Used when the token answer has no usable `expires_in` (the spec requires it).
-const FALLBACK_TOKEN_LIFETIME: Duration = Duration::from_secs(300);
 
 /// The tracking service client. Cheap to clone; clones share the connection pool and
 /// the token cache.
@@ -113,7 +96,7 @@ impl fmt::Debug for ServiceClient {
 
 /// Where an operator call's account comes from (spec 5.8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Account {
+pub(crate) enum Account {
     /// The `customer_id` and `authorized_groups` headers: decode, locations, messages,
     /// history, add-device.
     Headers,
@@ -122,16 +105,16 @@ enum Account {
 }
 
 /// An HTTP answer, read (capped) into memory.
-struct Answer {
-    status: StatusCode,
-    retry_after: Option<Duration>,
+pub(crate) struct Answer {
+    pub(crate) status: StatusCode,
+    pub(crate) retry_after: Option<Duration>,
     /// The body of a success answer; of an error answer, its first
     /// [`MAX_ERROR_BYTES`] (the operator calls read 207-shaped and validation bodies
     /// from it; it is never logged or shown whole).
-    body: Bytes,
+    pub(crate) body: Bytes,
     /// The message of an error answer, scrubbed of the token and password (empty on
     /// success). For people: no decision reads it.
-    message: String,
+    pub(crate) message: String,
 }
 
 impl Answer {
@@ -178,7 +161,7 @@ fn header_value(name: &str, value: &str) -> Result<HeaderValue, ApiError> {
 
 /// `base` with `segments` appended to its path (a trailing slash of `base` is not
 /// doubled; segments are percent-encoded as needed).
-fn join(base: &Url, segments: &[&str]) -> Result<Url, ApiError> {
+pub(crate) fn join(base: &Url, segments: &[&str]) -> Result<Url, ApiError> {
     let mut url = base.clone();
     url.path_segments_mut()
         .map_err(|()| ApiError::Setup("base_url cannot have a path".into()))?
@@ -313,12 +296,12 @@ impl ServiceClient {
 
     /// The token for an operator call: the cached one, or a new grant. A failure here
     /// means nothing was sent to the service.
-    async fn operator_token(&self) -> Result<Secret, ApiError> {
+    pub(crate) async fn operator_token(&self) -> Result<Secret, ApiError> {
         self.inner.tokens.get(|| self.grant()).await
     }
 
     /// The service refused `token` (401): drop it if it is still the cached one.
-    fn token_refused(&self, token: &Secret) {
+    pub(crate) fn token_refused(&self, token: &Secret) {
         self.inner.tokens.invalidate_if(token);
     }
 
@@ -327,7 +310,7 @@ impl ServiceClient {
     /// `headers` given, and `body` as JSON. No retry of any kind, not even after a 401:
     /// the operator's send decides, by the policy of each call (`send.rs`).
     #[allow(clippy::too_many_arguments)]
-    async fn call(
+    pub(crate) async fn call(
         &self,
         token: &Secret,
         method: reqwest::Method,
@@ -360,12 +343,12 @@ impl ServiceClient {
     }
 
     /// `{base_url}` with `segments` appended.
-    fn url(&self, segments: &[&str]) -> Result<Url, ApiError> {
+    pub(crate) fn url(&self, segments: &[&str]) -> Result<Url, ApiError> {
         join(&self.inner.endpoint.base_url, segments)
     }
 
     /// The account the client's configuration names, for bodies that carry it (4.2).
-    fn account_ids(&self) -> (&str, &str) {
+    pub(crate) fn account_ids(&self) -> (&str, &str) {
         let e = &self.inner.endpoint;
         (&e.customer_id, &e.authorized_groups)
     }
@@ -474,133 +457,6 @@ impl ServiceClient {
             message,
         })
     }
-
-    /// One password grant (spec 5.3, 5.4).
-    async fn grant(&self) -> Result<Grant, ApiError> {
-        let e = &self.inner.endpoint;
-        let form = [
-            ("grant_type", "password"),
-            ("username", e.username.as_str()),
-            ("password", e.password.expose()),
-            ("client_id", e.client_id.as_str()),
-            ("audience", e.audience.as_str()),
-        ];
-        let transport = |err: reqwest::Error| ApiError::from_transport(&err, Endpoint::Token);
-        let resp = self
-            .inner
-            .http
-            .post(e.auth_url.clone())
-            .header(ACCEPT, "application/json")
-            .form(&form)
-            .send()
-            .await
-            .map_err(transport)?;
-        let status = resp.status();
-        let retry_after = retry_after_of(&resp);
-        if let Some(server) = resp
-            .headers()
-            .get(reqwest::header::DATE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| httpdate::parse_http_date(v).ok())
-        {
-            let skew = match server.duration_since(SystemTime::now()) {
-                Ok(ahead) => ahead.as_secs() as i64,
-                Err(behind) => -(behind.duration().as_secs() as i64),
-            };
-            if let Ok(mut g) = self.inner.clock_skew.lock() {
-                *g = Some(skew);
-            }
-        }
-        let body = read_capped(resp, MAX_ERROR_BYTES)
-            .await
-            .map_err(transport)?
-            .unwrap_or_else(|| Bytes::from_static(b"(body too large)"));
-        let code = status.as_u16();
-        if status.is_success() {
-            // A success that is no token is the token endpoint's trouble, never the
-            // service's answer to a batch.
-            let grant = parse_token_answer(&body).map_err(|e| match e {
-                ApiError::BadAnswer(m) => ApiError::Transient {
-                    endpoint: Endpoint::Token,
-                    kind: TransientKind::Unreadable(m),
-                    retry_after: None,
-                },
-                other => other,
-            })?;
-            if let Some(m) = &self.metrics {
-                m.token_granted();
-            }
-            tracing::debug!(
-                environment = %self.inner.environment,
-                expires_in_secs = grant.expires_in.as_secs(),
-                "token granted"
-            );
-            return Ok(grant);
-        }
-        match code {
-            429 | 500..=599 => Err(ApiError::status(Endpoint::Token, code, retry_after)),
-            _ => Err(ApiError::AuthRejected {
-                status: code,
-                message: auth::refusal(&body, e.password.expose()),
-            }),
-        }
-    }
-}
-
-/// Reads the token answer: `access_token` required (and able to travel in a header),
-/// `expires_in` as a number (or a numeric string) clamped to a sane lifetime,
-/// `token_type` expected to be Bearer.
-fn parse_token_answer(body: &[u8]) -> Result<Grant, ApiError> {
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::BadAnswer(format!("token answer is not JSON: {e}")))?;
-    let token = v
-        .get("access_token")
-        .and_then(Value::as_str)
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| ApiError::BadAnswer("token answer has no access_token".into()))?;
-    // A token that cannot go into `Authorization` would fail every request for its whole
-    // life; refused here, it is not cached and the grant backs off like any failure.
-    if HeaderValue::from_str(&format!("Bearer {token}")).is_err() {
-        return Err(ApiError::BadAnswer(
-            "token answer's access_token holds characters an HTTP header cannot carry".into(),
-        ));
-    }
-    if let Some(t) = v.get("token_type").and_then(Value::as_str) {
-        if !t.eq_ignore_ascii_case("bearer") {
-            tracing::warn!(
-                token_type = t,
-                "token endpoint granted a non-Bearer token; using it as Bearer"
-            );
-        }
-    }
-    let secs = match v.get("expires_in") {
-        Some(Value::Number(n)) => n.as_f64(),
-        Some(Value::String(s)) => s.trim().parse::<f64>().ok(),
-        _ => None,
-    };
-    let expires_in = match secs.and_then(auth::clamp_lifetime) {
-        Some(d) => {
-            if secs != Some(d.as_secs_f64()) {
-                tracing::warn!(
-                    expires_in = secs.unwrap_or_default(),
-                    used_secs = d.as_secs(),
-                    "token answer's expires_in is out of range; using the nearest sane lifetime"
-                );
-            }
-            d
-        }
-        None => {
-            tracing::warn!(
-                fallback_secs = FALLBACK_TOKEN_LIFETIME.as_secs(),
-                "token answer has no usable expires_in"
-            );
-            FALLBACK_TOKEN_LIFETIME
-        }
-    };
-    Ok(Grant {
-        token: Secret::new(token),
-        expires_in,
-    })
 }
 
 #[cfg(test)]
@@ -632,66 +488,5 @@ mod tests {
             one.as_str(),
             "https://h/ppe/external/v1/devices/AA:BB:CC:DD:EE:FF/decode"
         );
-    }
-
-    #[test]
-    fn token_answer_needs_an_access_token_and_reads_expires_in() {
-        let g =
-            parse_token_answer(br#"{"access_token":"t","token_type":"Bearer","expires_in":86400}"#)
-                .unwrap();
-        assert_eq!(g.token.expose(), "t");
-        assert_eq!(g.expires_in, Duration::from_secs(86400));
-        let g = parse_token_answer(br#"{"access_token":"t","expires_in":"60"}"#).unwrap();
-        assert_eq!(g.expires_in, Duration::from_secs(60));
-        let g = parse_token_answer(br#"{"access_token":"t"}"#).unwrap();
-        assert_eq!(g.expires_in, FALLBACK_TOKEN_LIFETIME);
-        assert!(matches!(
-            parse_token_answer(br#"{"token_type":"Bearer"}"#),
-            Err(ApiError::BadAnswer(_))
-        ));
-        assert!(matches!(
-            parse_token_answer(b"nope"),
-            Err(ApiError::BadAnswer(_))
-        ));
-    }
-
-    #[test]
-    fn a_hostile_expires_in_is_clamped_not_a_panic() {
-        for (body, want) in [
-            (
-                r#"{"access_token":"t","expires_in":1e19}"#,
-                auth::MAX_LIFETIME,
-            ),
-            (
-                r#"{"access_token":"t","expires_in":1e20}"#,
-                auth::MAX_LIFETIME,
-            ),
-            (
-                r#"{"access_token":"t","expires_in":"1e400"}"#,
-                auth::MAX_LIFETIME,
-            ),
-            (
-                r#"{"access_token":"t","expires_in":-5}"#,
-                auth::MIN_LIFETIME,
-            ),
-            (
-                r#"{"access_token":"t","expires_in":"NaN"}"#,
-                FALLBACK_TOKEN_LIFETIME,
-            ),
-        ] {
-            assert_eq!(
-                parse_token_answer(body.as_bytes()).unwrap().expires_in,
-                want,
-                "{body}"
-            );
-        }
-    }
-
-    #[test]
-    fn a_token_a_header_cannot_carry_is_refused_without_echoing_it() {
-        let err =
-            parse_token_answer(br#"{"access_token":"abc\ndef","expires_in":60}"#).unwrap_err();
-        assert!(matches!(err, ApiError::BadAnswer(_)), "{err:?}");
-        assert!(!err.to_string().contains("abc"), "{err}");
     }
 }

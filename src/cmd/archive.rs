@@ -1,7 +1,7 @@
 //! A `.tar.gz` written by hand: POSIX ustar headers for regular files under one
 //! directory, gzip by `flate2`. What the support bundle needs and no more (no links,
 //! no long names: every name here is ours and short), in a few dozen lines instead of
-//! the `tar` crate.
+//! the `tar` crate. It touches nothing but the writer it is given.
 
 use std::io::Write;
 

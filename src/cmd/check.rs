@@ -7,16 +7,19 @@ be a per-item array holding an item for the MAC sent, or the endpoint is not the
 decode the spec describes and the check fails. Warnings (`warn`) do not fail the check: a `base_url` that looks doubled
 (`/external/external`), a password readable by every user, an `[http] listen` beyond
 loopback (the page and `/metrics` have no password).
+It touches the config, the service client, the clock and the state database
+(read-only).
 */
 
 use std::io::Write;
 
+use super::CmdError;
 use crate::api::{ApiError, BulkAnswerItem, BulkItem, ServiceClient, TransportKind};
 use crate::clock::{
     clock, decide, now_ms, ClockPolicy, ClockSettings, Facts, Reading, Trust,
     Verdict as ClockVerdict,
 };
-use crate::config::{Config, MacFormat};
+use crate::config::{Config, MacFormat, ServiceSettings};
 use crate::outbox::Store;
 use crate::record::Mac;
 
@@ -38,45 +41,42 @@ enum Verdict {
     Fail,
 }
 
-/// Runs the checks; true when all passed (warnings do not fail it).
-pub async fn run(config: &Config, config_path: &str, out: &mut dyn Write) -> bool {
-    let mut ok = true;
-    let mut say = |verdict: Verdict, what: &str, detail: String| {
-        ok &= verdict != Verdict::Fail;
+/// The report: one line a check, and whether every check passed so far.
+struct Report<'a> {
+    out: &'a mut dyn Write,
+    ok: bool,
+}
+
+impl Report<'_> {
+    fn say(&mut self, verdict: Verdict, what: &str, detail: String) {
+        self.ok &= verdict != Verdict::Fail;
         let mark = match verdict {
             Verdict::Ok => "ok  ",
             Verdict::Warn => "warn",
             Verdict::Fail => "FAIL",
         };
-        let _ = writeln!(out, "{mark} {what:<16} {detail}");
-    };
-    say(
-        Verdict::Ok,
-        "config",
-        format!(
-            "{config_path} is valid (gateway {}, {} product(s))",
-            config.gateway.id,
-            config.products.0.len()
-        ),
-    );
-    let c = clock();
-    say(
-        Verdict::Ok,
-        "time sync",
-        time_sync(config.gateway.clock, &c.read(), c.time_service().as_deref()),
-    );
-    if let Some(warning) = crate::config::world_readable_password(std::path::Path::new(config_path))
-    {
-        say(Verdict::Warn, "password", warning);
+        let _ = writeln!(self.out, "{mark} {what:<16} {detail}");
     }
-    for warning in config.deprecations() {
-        say(Verdict::Warn, "config", warning);
+}
+
+/// `tapegate check`: [`run`], the command failing when a check failed.
+pub async fn command(
+    config: &Config,
+    config_path: &std::path::Path,
+    out: &mut dyn Write,
+) -> Result<(), CmdError> {
+    match run(config, &config_path.display().to_string(), out).await {
+        true => Ok(()),
+        false => Err(CmdError::Failed("check failed".into())),
     }
-    if let Some(warning) = config.http.listen.and_then(crate::http::exposure_warning) {
-        say(Verdict::Warn, "http", warning);
-    }
+}
+
+/// Runs the checks; true when all passed (warnings do not fail it).
+pub async fn run(config: &Config, config_path: &str, out: &mut dyn Write) -> bool {
+    let mut r = Report { out, ok: true };
+    local(&mut r, config, config_path);
     let Some(service) = &config.service else {
-        say(
+        r.say(
             Verdict::Fail,
             "service",
             "no [service] section: captures would only accumulate in the outbox".into(),
@@ -86,12 +86,48 @@ pub async fn run(config: &Config, config_path: &str, out: &mut dyn Write) -> boo
     let client = match ServiceClient::new(service) {
         Ok(c) => c,
         Err(e) => {
-            say(Verdict::Fail, "client", e.to_string());
+            r.say(Verdict::Fail, "client", e.to_string());
             return false;
         }
     };
+    warnings(&mut r, &client, service);
+    if !token(&mut r, &client, service).await {
+        return false;
+    }
+    clock_skew(&mut r, &client);
+    decode(&mut r, &client, config, service).await;
+    r.ok
+}
+
+/// What is checked without the service: the config, the time sync, who may read the
+/// password, who may reach the HTTP server.
+fn local(r: &mut Report, config: &Config, config_path: &str) {
+    r.say(
+        Verdict::Ok,
+        "config",
+        format!(
+            "{config_path} is valid (gateway {}, {} product(s))",
+            config.gateway.id,
+            config.products.0.len()
+        ),
+    );
+    let c = clock();
+    let sync = time_sync(config.gateway.clock, &c.read(), c.time_service().as_deref());
+    r.say(Verdict::Ok, "time sync", sync);
+    let path = std::path::Path::new(config_path);
+    let password = crate::config::world_readable_password(path).map(|w| ("password", w));
+    let http = config.http.listen.and_then(crate::http::exposure_warning);
+    let deprecated = config.deprecations().into_iter().map(|w| ("config", w));
+    let warned = password.into_iter().chain(deprecated);
+    for (what, warning) in warned.chain(http.map(|w| ("http", w))) {
+        r.say(Verdict::Warn, what, warning);
+    }
+}
+
+/// A `base_url` that looks doubled, a password too short to scrub.
+fn warnings(r: &mut Report, client: &ServiceClient, service: &ServiceSettings) {
     if let Some(doubled) = doubled_path(client.decode_bulk_url().path()) {
-        say(
+        r.say(
             Verdict::Warn,
             "base_url",
             format!(
@@ -100,9 +136,8 @@ pub async fn run(config: &Config, config_path: &str, out: &mut dyn Write) -> boo
             ),
         );
     }
-    let env = &service.endpoint;
-    if env.password.expose().chars().count() < crate::secret::SCRUB_MIN_CHARS {
-        say(
+    if service.endpoint.password.expose().chars().count() < crate::secret::SCRUB_MIN_CHARS {
+        r.say(
             Verdict::Warn,
             "password",
             format!(
@@ -111,28 +146,40 @@ pub async fn run(config: &Config, config_path: &str, out: &mut dyn Write) -> boo
             ),
         );
     }
+}
+
+/// A token fetched; `false` when none could be (nothing else can be checked then).
+async fn token(r: &mut Report<'_>, client: &ServiceClient, service: &ServiceSettings) -> bool {
+    let env = &service.endpoint;
     match client.fetch_token().await {
-        Ok(expires) => say(
-            Verdict::Ok,
-            "token",
-            format!(
-                "granted by {} (environment {}, valid {} s)",
-                env.auth_url,
-                service.environment,
-                expires.as_secs()
-            ),
-        ),
+        Ok(expires) => {
+            r.say(
+                Verdict::Ok,
+                "token",
+                format!(
+                    "granted by {} (environment {}, valid {} s)",
+                    env.auth_url,
+                    service.environment,
+                    expires.as_secs()
+                ),
+            );
+            true
+        }
         Err(e) => {
-            say(
+            r.say(
                 Verdict::Fail,
                 "token",
                 token_advice(&e, env.auth_url.as_ref()),
             );
-            return false;
+            false
         }
     }
+}
+
+/// This gateway's clock against the service's (tokens carry validity times).
+fn clock_skew(r: &mut Report, client: &ServiceClient) {
     match client.clock_skew_secs() {
-        Some(skew) if skew.abs() > MAX_SKEW_SECS => say(
+        Some(skew) if skew.abs() > MAX_SKEW_SECS => r.say(
             Verdict::Fail,
             "clock",
             format!(
@@ -141,40 +188,69 @@ pub async fn run(config: &Config, config_path: &str, out: &mut dyn Write) -> boo
                 if skew > 0 { "behind" } else { "ahead of" }
             ),
         ),
-        Some(skew) => say(
+        Some(skew) => r.say(
             Verdict::Ok,
             "clock",
             format!("within {} s of the service's", skew.abs().max(1)),
         ),
-        None => say(
+        None => r.say(
             Verdict::Ok,
             "clock",
             "not checked (the token endpoint sent no Date header)".into(),
         ),
     }
+}
+
+/// One real item sent to the bulk decode endpoint, and its answer judged.
+async fn decode(
+    r: &mut Report<'_>,
+    client: &ServiceClient,
+    config: &Config,
+    service: &ServiceSettings,
+) {
     let (probe, what) = test_item(config, service.mac_format);
     let correlation_id = format!("{}-check-{}", config.gateway.id, now_ms());
     let url = client.decode_bulk_url().to_string();
     match client.decode_bulk(std::slice::from_ref(&probe), &correlation_id).await {
         Ok(answer) => {
             let (verdict, detail) = judge_answer(&answer, &probe.mac_id, &what);
-            say(
+            r.say(
                 verdict,
                 "decode endpoint",
                 format!(
                     "{url} {detail} (customer {}, correlation_id {correlation_id})",
-                    env.customer_id
+                    service.endpoint.customer_id
                 ),
             );
         }
-        Err(ApiError::BadAnswer(m)) => say(
+        Err(ApiError::BadAnswer(m)) => r.say(
             Verdict::Fail,
             "decode endpoint",
             format!("{url} answered 200, but not with a per-item array as spec 4.4 describes ({m}): is base_url right?"),
         ),
-        Err(e) => say(Verdict::Fail, "decode endpoint", decode_advice(&e, &url)),
+        Err(e) => r.say(Verdict::Fail, "decode endpoint", decode_advice(&e, &url)),
     }
-    ok
+}
+
+/// `tapegate check --config-only`: the config is valid (loading it checked that),
+/// without the password; and the HTTP server's reach, when it is wider than loopback.
+pub fn config_only(
+    config_path: &std::path::Path,
+    config: &Config,
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "ok   config           {} is valid (gateway {}, {} product(s), source {:?}; the password is not read here, `tapegate check` reads it)",
+        config_path.display(),
+        config.gateway.id,
+        config.products.0.len(),
+        config.scanner.source
+    )?;
+    if let Some(warning) = config.http.listen.and_then(crate::http::exposure_warning) {
+        writeln!(out, "warn http             {warning}")?;
+    }
+    Ok(())
 }
 
 /// The item `check` sends: the oldest capture waiting in the outbox (a real packet of a

@@ -1,5 +1,5 @@
 //! `tapegate decode`: one packet through the single decode endpoint (spec 4.3), for
-//! checking a tape by hand.
+//! checking a tape by hand. It touches the service client and the config.
 
 use crate::api::ServiceClient;
 use crate::clock::now_ms;

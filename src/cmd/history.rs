@@ -8,12 +8,12 @@ use std::io::Write;
 use jiff::tz::TimeZone;
 use jiff::Timestamp;
 
-use super::device::{interrupts, operator_on, Console};
+use super::client::{interrupts, operator_on, Console};
 use super::CmdError;
-use crate::api::{
+use crate::config::Config;
+use crate::operator::{
     check_id, HistoricalEvent, HistoryFilter, HistoryQuery, HistoryRead, ReadingMark,
 };
-use crate::config::Config;
 use crate::text::shown;
 
 const CELL: usize = 40;

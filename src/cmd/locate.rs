@@ -6,10 +6,10 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use super::device::{interrupts, operator_on, Console};
+use super::client::{interrupts, operator_on, Console};
 use super::CmdError;
-use crate::api::{LocationEvent, ReadingMark, SensorReading};
 use crate::config::Config;
+use crate::operator::{LocationEvent, ReadingMark, SensorReading};
 use crate::text::shown;
 
 const CELL: usize = 60;

@@ -7,10 +7,10 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::device::{interrupts, operator_on, Console};
+use super::client::{interrupts, operator_on, Console};
 use super::CmdError;
-use crate::api::MessageType;
 use crate::config::Config;
+use crate::operator::MessageType;
 
 pub async fn run(
     config: &Config,

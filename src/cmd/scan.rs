@@ -1,5 +1,6 @@
 /*!
 `tapegate scan`: the live view for installers, and the recorder.
+It touches the source, the products and the config; no outbox.
 
 It runs the configured source (normally `ble`; `sim` and `replay` work too) without the
 outbox and prints one line per advertisement: time (UTC), MAC, RSSI, product and
@@ -37,6 +38,31 @@ pub struct ScanOptions {
     pub all: bool,
 }
 
+impl ScanOptions {
+    /// From the command line: `duration_secs` (a negative one is none) as a duration.
+    pub fn new(
+        record: Option<PathBuf>,
+        duration_secs: Option<f64>,
+        all: bool,
+    ) -> Result<ScanOptions, ScanError> {
+        let duration = duration_secs
+            .map(|d| Duration::try_from_secs_f64(d.max(0.0)))
+            .transpose()?;
+        Ok(ScanOptions {
+            record,
+            duration,
+            all,
+        })
+    }
+}
+
+/// `tapegate scan` on a runtime of its own, the view on stdout, until stopped (SIGTERM,
+/// SIGINT), the duration is over or the source ends.
+pub fn watch(config: &Config, options: ScanOptions) -> Result<ScanReport, ScanError> {
+    let mut out = std::io::stdout();
+    super::until_stopped(|stop| run(config, options, stop, &mut out)).map_err(ScanError::Runtime)?
+}
+
 /// What a scan saw.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ScanReport {
@@ -63,6 +89,12 @@ pub enum ScanError {
     Output(std::io::Error),
     #[error("the source task failed: {0}")]
     Task(String),
+    /// `--duration` cannot be a duration (too large).
+    #[error(transparent)]
+    Duration(#[from] std::time::TryFromFloatSecsError),
+    /// The command's runtime or its stop signals cannot be had.
+    #[error(transparent)]
+    Runtime(std::io::Error),
 }
 
 /// Adverts in flight between the source and the view.

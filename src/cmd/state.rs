@@ -1,6 +1,7 @@
 //! The operator commands that read or change the state database while the daemon
 //! runs: `status`, `tapes` and `dead-letters`. Each opens its own short-lived
 //! connection (WAL lets it read beside the daemon) and prints for a person or as JSON.
+//! They touch the state database and the config.
 
 use std::io::Write;
 
@@ -157,6 +158,22 @@ pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), Cm
         )?;
         return Ok(());
     }
+    let mut lines = store_lines(&s, stats.as_ref(), now);
+    lines.extend(daemon_lines(&s, stats.unwrap_or_default(), now));
+    // Every value may hold text from elsewhere (the service's errors, BlueZ's): shown
+    // inert, so that no escape sequence or bidi override acts on the terminal.
+    for (k, v) in lines {
+        writeln!(out, "{k:<14} {}", inert(&v))?;
+    }
+    Ok(())
+}
+
+/// The lines of `status` on what the state database holds.
+fn store_lines(
+    s: &StatusJson,
+    stats: Option<&Stats>,
+    now: EpochMillis,
+) -> Vec<(&'static str, String)> {
     let mut lines = vec![
         ("gateway", s.gateway_id.clone()),
         (
@@ -169,7 +186,6 @@ pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), Cm
         ),
     ];
     let oldest = stats
-        .as_ref()
         .and_then(|st| st.oldest_pending_at)
         .map(|t| format!(", oldest captured {}", ago(t, now)))
         .unwrap_or_default();
@@ -208,7 +224,12 @@ pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), Cm
     if let (Some(n), Some(limit)) = (s.in_flight, s.concurrency_limit) {
         lines.push(("in flight", format!("{n} batches (limit now {limit})")));
     }
-    let st = stats.unwrap_or_default();
+    lines
+}
+
+/// The lines of `status` on delivery, the scanner and the daemon.
+fn daemon_lines(s: &StatusJson, st: Stats, now: EpochMillis) -> Vec<(&'static str, String)> {
+    let mut lines = Vec::new();
     lines.push((
         "last flush ok",
         st.last_flush_ok_at
@@ -267,12 +288,7 @@ pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), Cm
             ),
         ));
     }
-    // Every value may hold text from elsewhere (the service's errors, BlueZ's): shown
-    // inert, so that no escape sequence or bidi override acts on the terminal.
-    for (k, v) in lines {
-        writeln!(out, "{k:<14} {}", inert(&v))?;
-    }
-    Ok(())
+    lines
 }
 
 /// Reads rows from the state database. Prints them as JSON, or `empty` when there are

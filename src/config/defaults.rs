@@ -3,7 +3,7 @@ The one table of defaults: the value a key takes when neither the file nor the
 environment sets it. Validation reads its defaults from here and nowhere else; the raw
 structs say what each key means, not its default; and a test holds
 `config.example.toml` to this table (every key below appears there, commented out or
-not, with exactly this value).
+not, with exactly this value). It touches nothing: a table of constants.
 
 The table is shaped like the file: `DEFAULTS.flush.max_batch` is `flush.max_batch`, in
 the unit its key names. Keys without a default are not in it: the onboarding values of

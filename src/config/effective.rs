@@ -1,7 +1,7 @@
 /*!
 The effective configuration: the validated [`Config`] written back as a document in the
 file's own sections and key names, every default filled in and every secret replaced
-by `<redacted>`, and its hash.
+by `<redacted>`, and its hash. It touches the typed config only.
 
 Built from the typed values, not from the file's text, so that two files that mean the
 same (keys in another order, other formatting, `0x0EF7` or `3831`, a default written out
@@ -17,10 +17,14 @@ first 16 hex digits of the SHA-256 of the document's compact JSON.
 
 use serde_json::{json, Map, Value};
 
-use super::{AdvertsPath, Config, MacFormat, ScanMode, SourceKind, TelemetryAuth};
+use super::{
+    AdvertsPath, Config, FlushSettings, GatewaySettings, MacFormat, OperatorSettings,
+    OutboxSettings, ScanMode, ScannerSettings, ServiceSettings, SourceKind, TelemetryAuth,
+    TelemetrySettings,
+};
 use crate::clock::ClockPolicy;
 use crate::outbox::Durability;
-use crate::products::{PacketEncoding, PacketSource};
+use crate::products::{PacketEncoding, PacketSource, Products};
 
 /// What stands for a secret's value.
 pub const REDACTED: &str = "<redacted>";
@@ -28,68 +32,99 @@ pub const REDACTED: &str = "<redacted>";
 /// The effective configuration as a document (see the module doc).
 pub fn document(c: &Config) -> Value {
     let mut doc = Map::new();
-    let g = &c.gateway;
+    doc.insert("gateway".into(), gateway(&c.gateway));
+    if let Some(s) = &c.service {
+        doc.insert("service".into(), service(s, c.operator.as_ref()));
+    }
+    doc.insert("products".into(), products(&c.products));
+    doc.insert("scanner".into(), scanner(&c.scanner));
     doc.insert(
-        "gateway".into(),
+        "dedup".into(),
         json!({
-            "id": g.id,
-            "state_dir": g.state_dir,
-            "shutdown_grace_secs": g.shutdown_grace.as_secs(),
-            "clock": match g.clock.policy {
-                ClockPolicy::Auto => "auto",
-                ClockPolicy::Wait => "wait",
-                ClockPolicy::Trust => "trust",
-            },
-            "clock_max_hold_secs": g.clock.max_hold.as_secs(),
+            "window_secs": c.dedup.window_ms as f64 / 1000.0,
+            "min_interval_secs": c.dedup.min_interval_ms as f64 / 1000.0,
+            "max_tracked": c.dedup.max_tracked,
         }),
     );
-    if let Some(s) = &c.service {
-        let e = &s.endpoint;
-        let mut env = json!({
-            "base_url": e.base_url.as_str(),
-            "auth_url": e.auth_url.as_str(),
-            "client_id": e.client_id,
-            "audience": e.audience,
-            "username": e.username,
-            "password": REDACTED,
-            "customer_id": e.customer_id,
-            "authorized_groups": e.authorized_groups,
-        });
-        if let Some(o) = &c.operator {
-            let fields = [
-                (
-                    "historical_base_url",
-                    o.historical_base_url.as_ref().map(|u| u.to_string()),
-                ),
-                ("history_operation_id", o.history_operation_id.clone()),
-                ("default_app_id", o.default_app_id.clone()),
-                ("default_tape_type", Some(o.default_tape_type.clone())),
-            ];
-            for (k, v) in fields {
-                if let Some(v) = v {
-                    env[k] = v.into();
-                }
+    doc.insert("outbox".into(), outbox(&c.outbox));
+    doc.insert("flush".into(), flush(&c.flush));
+    doc.insert(
+        "readings".into(),
+        json!({ "retention_hours": c.readings.retention.as_secs() / 3600 }),
+    );
+    doc.insert("log".into(), json!({ "level": c.log.level }));
+    let mut http = Map::new();
+    if let Some(addr) = c.http.listen {
+        http.insert("listen".into(), addr.to_string().into());
+    }
+    doc.insert("http".into(), http.into());
+    doc.insert("telemetry".into(), telemetry(c.telemetry.as_ref()).into());
+    Value::Object(doc)
+}
+
+fn gateway(g: &GatewaySettings) -> Value {
+    json!({
+        "id": g.id,
+        "state_dir": g.state_dir,
+        "shutdown_grace_secs": g.shutdown_grace.as_secs(),
+        "clock": match g.clock.policy {
+            ClockPolicy::Auto => "auto",
+            ClockPolicy::Wait => "wait",
+            ClockPolicy::Trust => "trust",
+        },
+        "clock_max_hold_secs": g.clock.max_hold.as_secs(),
+    })
+}
+
+/// `[service]` with the selected environment, its password redacted.
+fn service(s: &ServiceSettings, operator: Option<&OperatorSettings>) -> Value {
+    let e = &s.endpoint;
+    let mut env = json!({
+        "base_url": e.base_url.as_str(),
+        "auth_url": e.auth_url.as_str(),
+        "client_id": e.client_id,
+        "audience": e.audience,
+        "username": e.username,
+        "password": REDACTED,
+        "customer_id": e.customer_id,
+        "authorized_groups": e.authorized_groups,
+    });
+    if let Some(o) = operator {
+        let fields = [
+            (
+                "historical_base_url",
+                o.historical_base_url.as_ref().map(|u| u.to_string()),
+            ),
+            ("history_operation_id", o.history_operation_id.clone()),
+            ("default_app_id", o.default_app_id.clone()),
+            ("default_tape_type", Some(o.default_tape_type.clone())),
+        ];
+        for (k, v) in fields {
+            if let Some(v) = v {
+                env[k] = v.into();
             }
         }
-        let mut service = json!({
-            "environment": s.environment,
-            "mac_format": match s.mac_format {
-                MacFormat::Plain => "plain",
-                MacFormat::Colon => "colon",
-            },
-            "request_timeout_secs": s.request_timeout.as_secs(),
-            "environments": { s.environment.clone(): env },
-        });
-        if let Some(o) = &c.operator {
-            service["rate_window_secs"] = o.rate_window.as_secs().into();
-        }
-        if let Some(ca) = &s.ca_file {
-            service["ca_file"] = json!(ca.path);
-        }
-        doc.insert("service".into(), service);
     }
-    let products: Vec<Value> = c
-        .products
+    let mut service = json!({
+        "environment": s.environment,
+        "mac_format": match s.mac_format {
+            MacFormat::Plain => "plain",
+            MacFormat::Colon => "colon",
+        },
+        "request_timeout_secs": s.request_timeout.as_secs(),
+        "environments": { s.environment.clone(): env },
+    });
+    if let Some(o) = operator {
+        service["rate_window_secs"] = o.rate_window.as_secs().into();
+    }
+    if let Some(ca) = &s.ca_file {
+        service["ca_file"] = json!(ca.path);
+    }
+    service
+}
+
+fn products(products: &Products) -> Value {
+    let products: Vec<Value> = products
         .0
         .iter()
         .map(|p| {
@@ -127,8 +162,10 @@ pub fn document(c: &Config) -> Value {
             v
         })
         .collect();
-    doc.insert("products".into(), products.into());
-    let sc = &c.scanner;
+    products.into()
+}
+
+fn scanner(sc: &ScannerSettings) -> Value {
     let mut scanner = json!({
         "source": match sc.source {
             SourceKind::Ble => "ble",
@@ -165,72 +202,57 @@ pub fn document(c: &Config) -> Value {
     if let Some(d) = sc.sim.duration_ms {
         scanner["sim_duration_secs"] = (d as f64 / 1000.0).into();
     }
-    doc.insert("scanner".into(), scanner);
-    doc.insert(
-        "dedup".into(),
-        json!({
-            "window_secs": c.dedup.window_ms as f64 / 1000.0,
-            "min_interval_secs": c.dedup.min_interval_ms as f64 / 1000.0,
-            "max_tracked": c.dedup.max_tracked,
-        }),
-    );
-    doc.insert(
-        "outbox".into(),
-        json!({
-            "max_pending": c.outbox.max_pending,
-            "durability": match c.outbox.durability {
-                Durability::Full => "full",
-                Durability::Normal => "normal",
-            },
-            "commit_interval_ms": c.outbox.commit_interval.as_millis() as u64,
-            "max_age_secs": c.outbox.max_age.map_or(0, |d| d.as_secs()),
-            "max_bytes": c.outbox.max_bytes.unwrap_or(0),
-        }),
-    );
-    let f = &c.flush;
-    doc.insert(
-        "flush".into(),
-        json!({
-            "max_batch": f.max_batch,
-            "max_delay_secs": f.max_delay.as_secs_f64(),
-            "backoff_initial_ms": f.backoff_initial.as_millis() as u64,
-            "backoff_max_secs": f.backoff_max.as_secs(),
-            "max_in_flight": f.max_in_flight,
-            "max_attempts": f.max_attempts,
-        }),
-    );
-    doc.insert(
-        "readings".into(),
-        json!({ "retention_hours": c.readings.retention.as_secs() / 3600 }),
-    );
-    doc.insert("log".into(), json!({ "level": c.log.level }));
-    let mut http = Map::new();
-    if let Some(addr) = c.http.listen {
-        http.insert("listen".into(), addr.to_string().into());
-    }
-    doc.insert("http".into(), http.into());
+    scanner
+}
+
+fn outbox(o: &OutboxSettings) -> Value {
+    json!({
+        "max_pending": o.max_pending,
+        "durability": match o.durability {
+            Durability::Full => "full",
+            Durability::Normal => "normal",
+        },
+        "commit_interval_ms": o.commit_interval.as_millis() as u64,
+        "max_age_secs": o.max_age.map_or(0, |d| d.as_secs()),
+        "max_bytes": o.max_bytes.unwrap_or(0),
+    })
+}
+
+fn flush(f: &FlushSettings) -> Value {
+    json!({
+        "max_batch": f.max_batch,
+        "max_delay_secs": f.max_delay.as_secs_f64(),
+        "backoff_initial_ms": f.backoff_initial.as_millis() as u64,
+        "backoff_max_secs": f.backoff_max.as_secs(),
+        "max_in_flight": f.max_in_flight,
+        "max_attempts": f.max_attempts,
+    })
+}
+
+/// `[telemetry]`, its credential redacted; empty when off.
+fn telemetry(t: Option<&TelemetrySettings>) -> Map<String, Value> {
     let mut telemetry = Map::new();
-    if let Some(t) = &c.telemetry {
-        telemetry.insert("url".into(), t.url.as_str().into());
-        telemetry.insert("interval_secs".into(), t.interval.as_secs().into());
-        telemetry.insert("timeout_secs".into(), t.timeout.as_secs().into());
-        telemetry.insert("max_buffered".into(), t.max_buffered.into());
-        if let Some(ca) = &t.ca_file {
-            telemetry.insert("ca_file".into(), json!(ca.path));
+    let Some(t) = t else {
+        return telemetry;
+    };
+    telemetry.insert("url".into(), t.url.as_str().into());
+    telemetry.insert("interval_secs".into(), t.interval.as_secs().into());
+    telemetry.insert("timeout_secs".into(), t.timeout.as_secs().into());
+    telemetry.insert("max_buffered".into(), t.max_buffered.into());
+    if let Some(ca) = &t.ca_file {
+        telemetry.insert("ca_file".into(), json!(ca.path));
+    }
+    match &t.auth {
+        TelemetryAuth::None => {}
+        TelemetryAuth::Basic { username, .. } => {
+            telemetry.insert("username".into(), username.as_str().into());
+            telemetry.insert("password".into(), REDACTED.into());
         }
-        match &t.auth {
-            TelemetryAuth::None => {}
-            TelemetryAuth::Basic { username, .. } => {
-                telemetry.insert("username".into(), username.as_str().into());
-                telemetry.insert("password".into(), REDACTED.into());
-            }
-            TelemetryAuth::Bearer(_) => {
-                telemetry.insert("bearer_token".into(), REDACTED.into());
-            }
+        TelemetryAuth::Bearer(_) => {
+            telemetry.insert("bearer_token".into(), REDACTED.into());
         }
     }
-    doc.insert("telemetry".into(), telemetry.into());
-    Value::Object(doc)
+    telemetry
 }
 
 /// The hash of the effective configuration (see the module doc): equal for configs that

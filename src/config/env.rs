@@ -2,6 +2,7 @@
 The environment layer: `TAPEGATE_<SECTION>__<KEY>=value` overrides a key of the file
 (`TAPEGATE_FLUSH__MAX_BATCH=100` sets `flush.max_batch`), applied to the file's TOML
 table before the sections are read, so an override is checked exactly like the file.
+It touches the TOML table only.
 */
 
 use super::Problem;

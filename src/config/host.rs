@@ -3,6 +3,7 @@ The machine's side of loading a config: what validation needs besides the file (
 host name, the credentials directory) and the one file the config points to (the
 password file). `load` reads these; validation is handed them, so that it does no I/O
 and tests can hand it any machine they like.
+The only room of config that reads the machine.
 */
 
 use std::path::{Path, PathBuf};

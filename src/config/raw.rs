@@ -4,6 +4,7 @@ The raw layer: what the file says, before any check. One serde struct per sectio
 comment per field saying what the key means; every field is optional here, and the
 default it takes when absent is in [`DEFAULTS`](super::DEFAULTS). Each section is read
 on its own, so that one bad section does not hide the problems of the others.
+It touches serde and the problems list only.
 */
 
 use std::collections::BTreeMap;

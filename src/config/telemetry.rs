@@ -1,26 +1,47 @@
 /*!
-`[telemetry]`: raw to typed, on its own (validate.rs holds the rest). Off unless `url`
-is set; every other key is checked all the same, so that a mistake shows before the
-day someone turns it on. The receiver's credential (a basic-auth password or a bearer
-token, inline or in a file) is handled as the service password: never in a problem,
-read only when the caller reads secrets ([`Password::Read`]).
+`[telemetry]`: where the metrics of `/metrics` are pushed and how the receiver is told
+who pushes; raw to typed. It touches its raw section and the files as read. Off unless
+`url` is set; every other key is checked all the same, so that a mistake shows before
+the day someone turns it on. The receiver's credential (a basic-auth password or a
+bearer token, inline or in a file) is handled as the service password: never in a
+problem, read only when the caller reads secrets ([`Password::Read`]).
 */
 
 use std::time::Duration;
 
-use super::host::{CaFileRead, PasswordFile};
+use url::Url;
+
+use super::files::{ca_file, CaFile, Files, Password};
+use super::host::PasswordFile;
+use super::problem::Check;
 use super::raw::RawTelemetry;
-use super::validate::{ca_file, Check, Files};
-use super::{Password, TelemetryAuth, TelemetrySettings, DEFAULTS};
+use super::DEFAULTS;
 use crate::secret::Secret;
 
-/// The files `[telemetry]` names, as the caller read them.
-#[derive(Default, Clone, Copy)]
-pub struct TelemetryFiles<'a> {
-    /// The file [`RawTelemetry::secret_file`] names (unread with [`Password::Skip`]).
-    pub secret: Option<&'a PasswordFile>,
-    /// `ca_file`.
-    pub ca_file: Option<&'a CaFileRead>,
+/// `[telemetry]`: the metrics of `/metrics`, pushed to a Prometheus remote-write
+/// receiver (see [`crate::telemetry`]).
+#[derive(Debug, Clone)]
+pub struct TelemetrySettings {
+    pub url: Url,
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// Pushes kept while the receiver cannot be reached; the oldest go first.
+    pub max_buffered: usize,
+    /// CA certificates trusted besides the system's, for the receiver.
+    pub ca_file: Option<CaFile>,
+    pub auth: TelemetryAuth,
+}
+
+/// How the receiver is told who pushes. A credential is `None` when the config was
+/// loaded without reading secrets ([`Password::Skip`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TelemetryAuth {
+    None,
+    Basic {
+        username: String,
+        password: Option<Secret>,
+    },
+    Bearer(Option<Secret>),
 }
 
 /// The typed `[telemetry]`, `None` when no `url` is set (or it is refused: the

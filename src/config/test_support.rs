@@ -4,7 +4,8 @@
 use std::path::Path;
 
 use super::host::Host;
-use super::{from_toml_on, Config, ConfigError, Password, Problem};
+use super::load::from_toml_on;
+use super::{Config, ConfigError, Password, Problem};
 
 /// A `[service]` section with every onboarding value, the password inline.
 pub const SERVICE: &str = r#"

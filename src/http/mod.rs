@@ -257,7 +257,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Serves one connection until it ends, or until `stop`: then the request in progress
 /// gets a second to finish. (The mock service serves its connections the same way.)
-pub(crate) async fn serve_connection<S>(
+async fn serve_connection<S>(
     conn: http1::Connection<TokioIo<TcpStream>, S>,
     stop: &CancellationToken,
 ) where

@@ -383,6 +383,28 @@ mod tests {
         assert_eq!(again.len(), 5);
     }
 
+    /// A batch answered row by row as `pattern` says: delivered, refused or left out.
+    fn answer(store: &mut Store, batch: Vec<PendingCapture>, pattern: &[u8]) {
+        let mut settle = Vec::new();
+        let mut back = Vec::new();
+        for (row, p) in batch.into_iter().zip(pattern.iter().cycle()) {
+            match p {
+                0 | 1 => settle.push((
+                    row,
+                    Outcome::Delivered(crate::outbox::Reading {
+                        qr_code: None,
+                        temp: None,
+                        bat: None,
+                    }),
+                )),
+                2 => settle.push((row, Outcome::DeadLetter("refused".into()))),
+                _ => back.push(row.id),
+            }
+        }
+        store.unclaim(&back);
+        store.settle(&settle, 0).unwrap();
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(300))]
         #[test]
@@ -427,22 +449,7 @@ mod tests {
                         }
                     }
                     Op::Answer(pattern) if !in_flight.is_empty() => {
-                        let batch = in_flight.remove(0);
-                        let mut settle = Vec::new();
-                        let mut back = Vec::new();
-                        for (row, p) in batch.into_iter().zip(pattern.iter().cycle()) {
-                            match p {
-                                0 | 1 => settle.push((row, Outcome::Delivered(crate::outbox::Reading {
-                                    qr_code: None,
-                                    temp: None,
-                                    bat: None,
-                                }))),
-                                2 => settle.push((row, Outcome::DeadLetter("refused".into()))),
-                                _ => back.push(row.id),
-                            }
-                        }
-                        store.unclaim(&back);
-                        store.settle(&settle, 0).unwrap();
+                        answer(&mut store, in_flight.remove(0), &pattern);
                     }
                     Op::Park if !in_flight.is_empty() => {
                         let batch = in_flight.remove(0);

@@ -1,5 +1,6 @@
 /*!
 The `replay` source: JSON Lines advertisement records from a file or stdin (`-`).
+It touches the records and the clock.
 
 Replay exists to re-run what a gateway heard (`tapegate scan --record`) through the
 whole pipeline, so it keeps the capture times from the file and does not pace them:

@@ -5,6 +5,7 @@ serve is read back into series, stamped with the time, labelled with the gateway
 Prometheus remote write 1.0 (protobuf, snappy, `X-Prometheus-Remote-Write-Version:
 0.1.0`) to the configured receiver: for docks behind NAT, proxies and LTE that no
 Prometheus can scrape.
+It touches the metrics registry, the outbox's reads and the config.
 
 Why remote write and not OTLP: every collector a fleet is likely to run takes it as is
 (Prometheus with `--web.enable-remote-write-receiver`, Mimir, Thanos Receive,

@@ -2,6 +2,7 @@
 Prometheus remote write 1.0, by hand: the few messages of `prometheus/prompb` that a
 push needs, encoded as protobuf, and the exposition `/metrics` serves read back into
 series, so that what is pushed is exactly what a scrape would see.
+Pure encoding: it touches the records only.
 
 ```text
 message WriteRequest { repeated TimeSeries timeseries = 1; }

@@ -159,24 +159,103 @@ pub fn stdin_replay_config(commit_interval_ms: u64) -> String {
 /// (or on an in-process daemon's runtime) while the mock answers.
 #[cfg(feature = "mock")]
 pub fn mock_with(
-    config: tapegate::mock::MockConfig,
-) -> (tokio::runtime::Runtime, tapegate::mock::MockHandle) {
+    config: tapegate_mock::MockConfig,
+) -> (tokio::runtime::Runtime, tapegate_mock::MockHandle) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .expect("runtime");
     let mock = rt
-        .block_on(tapegate::mock::start(config))
+        .block_on(tapegate_mock::start(config))
         .expect("mock starts");
     (rt, mock)
+}
+
+/// The settings a client needs for environment `env` of `mock` (its URLs and
+/// credentials), or `None` if the mock does not serve `env`.
+#[cfg(feature = "mock")]
+pub fn environment_settings(
+    mock: &tapegate_mock::MockHandle,
+    env: &str,
+) -> Option<tapegate::config::EnvironmentSettings> {
+    let e = mock.environment(env)?;
+    Some(tapegate::config::EnvironmentSettings {
+        base_url: mock.base_url(env),
+        auth_url: mock.auth_url(env),
+        client_id: e.client_id,
+        audience: e.audience,
+        username: e.username,
+        password: tapegate::secret::Secret::new(e.password),
+        customer_id: e.customer_id,
+        authorized_groups: e.authorized_groups,
+    })
+}
+
+/// Service settings for environment `env` of `mock` (plain MACs on the wire).
+#[cfg(feature = "mock")]
+pub fn service_settings(
+    mock: &tapegate_mock::MockHandle,
+    env: &str,
+    request_timeout: Duration,
+) -> Option<tapegate::config::ServiceSettings> {
+    Some(tapegate::config::ServiceSettings {
+        environment: env.to_string(),
+        mac_format: tapegate::config::MacFormat::Plain,
+        request_timeout,
+        ca_file: None,
+        endpoint: environment_settings(mock, env)?,
+    })
+}
+
+/// The `[service]` section (with its `[service.environments.<env>]` table) of a gateway
+/// config that delivers to environment `env` of `mock`, with the keys the operator
+/// commands need (historical base URL, history operation, application).
+#[cfg(feature = "mock")]
+pub fn service_toml(
+    mock: &tapegate_mock::MockHandle,
+    env: &str,
+    request_timeout_secs: u64,
+) -> Option<String> {
+    let e = environment_settings(mock, env)?;
+    Some(format!(
+        r#"
+[service]
+environment = "{env}"
+request_timeout_secs = {request_timeout_secs}
+
+[service.environments.{env}]
+base_url = "{base}"
+auth_url = "{auth}"
+client_id = "{client}"
+audience = "{audience}"
+username = "{user}"
+password = "{password}"
+customer_id = "{customer}"
+authorized_groups = "{groups}"
+historical_base_url = "{historical}"
+history_operation_id = "{operation}"
+default_app_id = "{app}"
+"#,
+        historical = mock.historical_base_url(env),
+        operation = tapegate_mock::HISTORY_OPERATION_ID,
+        app = tapegate_mock::seed::SEED_APP,
+        base = e.base_url,
+        auth = e.auth_url,
+        client = e.client_id,
+        audience = e.audience,
+        user = e.username,
+        password = e.password.expose(),
+        customer = e.customer_id,
+        groups = e.authorized_groups,
+    ))
 }
 
 /// A `[service]` section for the mock's "ppe" environment with its demo credentials
 /// (password inline), short timeouts and quick backoff.
 #[cfg(feature = "mock")]
-pub fn mock_service_section(mock: &tapegate::mock::MockHandle) -> String {
-    let service = mock.service_toml("ppe", 5).expect("the mock serves ppe");
+pub fn mock_service_section(mock: &tapegate_mock::MockHandle) -> String {
+    let service = service_toml(mock, "ppe", 5).expect("the mock serves ppe");
     format!("{service}\n[flush]\nmax_delay_secs = 0.05\nbackoff_initial_ms = 50\nbackoff_max_secs = 1\n")
 }
 

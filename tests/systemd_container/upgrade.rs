@@ -17,7 +17,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
-use tapegate::mock::{Fault, MockHandle, Storm};
+use tapegate_mock::{Fault, MockHandle, Storm};
 
 use super::{cargo, config, run, target_dir, wait_until, Container};
 
@@ -91,6 +91,11 @@ pub fn build_previous_deb(work: &Path) -> PathBuf {
         .args(["deb", "--deb-version", PREVIOUS_VERSION, "--output"])
         .arg(&partial)
         .env("CARGO_TARGET_DIR", target_dir())
+        // This tree's release profile (fat LTO, one codegen unit; N's Cargo.toml has
+        // thin and 4), so that the dependencies compiled for N are N+1's: the profile
+        // changes the machine code, not what N does.
+        .env("CARGO_PROFILE_RELEASE_LTO", "fat")
+        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1")
         .current_dir(&src));
     std::fs::rename(&partial, &deb).unwrap();
     let _ = std::fs::remove_dir_all(&src);
@@ -197,7 +202,9 @@ fn version_n_from_the_signed_repository_piles_up_captures(
         config(service)
     );
     c.write("/etc/tapegate/config.toml", &text);
-    let password = service.environment_settings("ppe").unwrap().password;
+    let password = super::common::environment_settings(service, "ppe")
+        .unwrap()
+        .password;
     c.ok(&format!(
         "umask 077; printf '%s\\n' '{}' > /etc/tapegate/password",
         password.expose()
@@ -369,7 +376,9 @@ fn a_support_bundle_from_the_real_journal_holds_no_password(c: &Container, servi
         records.iter().any(|r| r["PRIORITY"] == "4"),
         "no WARN record in the bundle's journal:\n{journal}"
     );
-    let password = service.environment_settings("ppe").unwrap().password;
+    let password = super::common::environment_settings(service, "ppe")
+        .unwrap()
+        .password;
     let all = c.ok("find /root/bundle -type f -exec cat {} +");
     assert!(all.contains("config_hash"), "{all}");
     assert!(

@@ -1,5 +1,6 @@
 /*!
 What the BLE source remembers of each device between its adverts, bounded.
+Memory only: it touches the records.
 
 BlueZ gives a device's properties once (when it is discovered) and then only what
 changed (`PropertiesChanged`), so each advert is completed from what is remembered of

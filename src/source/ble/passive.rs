@@ -8,6 +8,7 @@ kernel scans passively and sends `Advertisement Monitor Device Found` for the re
 each with its RSSI: with the controller's pattern offload (MSFT extension) only the
 matching ones; without it (the Raspberry Pi's Broadcom/Cypress parts) every report,
 with handle 0, and the products filter does the rest.
+It touches the products and the kernel's release.
 
 What the research behind this found (README, "Passive scanning"):
 - the kernel disables the controller's duplicate filter for passive scans of an

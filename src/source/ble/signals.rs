@@ -7,7 +7,7 @@ signal, whatever it changed together: RSSI and data arrive in one signal from Bl
 whose property changes of one main-loop turn are sent as one), `InterfacesAdded` (a new
 device object with all its properties: BlueZ forgets a device 30 s after it was last
 seen, and its next advert comes as a new object, whose data is read from this signal)
-and `InterfacesRemoved`.
+and `InterfacesRemoved`. It touches D-Bus and the records only.
 
 The match rules name the adapter's path, so the bus sends nothing of other adapters
 and nothing of the adapter itself (the watcher's business, `bluez.rs`).

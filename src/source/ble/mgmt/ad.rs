@@ -4,7 +4,7 @@ an [`Advertisement`] holds, the way BlueZ fills a device's properties from the s
 bytes (`src/eir.c`): each structure is a length octet, a type octet and `length - 1`
 data octets; a zero length ends the data (padding). A structure whose length runs past
 the end is dropped with everything after it, and the report is marked truncated; what
-came before it is kept.
+came before it is kept. Pure: it touches the records only.
 
 - Manufacturer Specific Data (0xFF): company identifier (u16 LE), then the data; a
   company seen twice (advertising data and scan response) keeps the later bytes, as

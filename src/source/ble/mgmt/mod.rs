@@ -6,6 +6,7 @@ dbus-daemon. bluetoothd keeps owning the adapter: the `ble` source still starts 
 keeps discovery alive over D-Bus; the kernel sends every management socket a copy of
 each report (`Device Found`, and `Advertisement Monitor Device Found` while a monitor
 scans passively), with its own RSSI and the raw advertising data.
+It touches the kernel's socket (through `socket.rs`) and the records.
 
 - `wire.rs`: frames and events, pure (the layouts of BlueZ's doc/mgmt-api.txt);
 - `ad.rs`: the advertising data's AD structures, pure;

@@ -2,7 +2,7 @@
 The Bluetooth management protocol on the wire, pure: a byte stream cut into frames, and
 the frames the `ble` source reads decoded into events. Written from BlueZ's
 `doc/mgmt-api.txt` (now `doc/mgmt-protocol.rst`), "Packet Structures" and the events
-and commands named below; nothing here does I/O.
+and commands named below; nothing here does I/O. It touches nothing but bytes.
 
 Every frame is a 6-byte header, then its parameters:
 

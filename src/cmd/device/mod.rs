@@ -1,0 +1,130 @@
+//! `tapegate device add|label|relabel|show|deactivate|configure`: the device calls of
+//! spec 4.6 and 4.7 through the operator room, with devices from `--qr` or a CSV
+//! manifest (`--csv FILE`, `-` for stdin), a table for a person or one JSON document
+//! with `--json`, and the exit code of DESIGN.md (0 every device succeeded, 1 any
+//! failed, 2 usage or config). It may touch the operator's client (`cmd::client`) and,
+//! for `add`, the state database.
+//!
+//! `add.rs` and `nearest.rs` are `device add`; `many.rs` the multi-device calls;
+//! `input.rs` the checks of what a person typed, before anything is sent, over
+//! `manifest.rs`, the strict CSV. Every text that came from elsewhere (the service, the
+//! CSV file) goes through [`crate::text`] before it is printed.
+
+mod add;
+mod input;
+pub mod manifest;
+mod many;
+mod nearest;
+
+use std::io::Write;
+
+use serde::Serialize;
+
+use super::CmdError;
+use crate::config::Config;
+use crate::operator::{DeviceEntry, DeviceOp};
+use add::{add, add_rows, AddArgs};
+use input::{json_arg, Devices};
+use manifest::BadRow;
+use many::run_devices;
+
+pub use add::{AddRow, Added};
+pub use input::{parse_tape_id, TapeId, CSV_COLUMNS};
+pub use nearest::{choose_nearest, Nearest, NEAREST_MARGIN_DB, NEAREST_WINDOW_MS};
+
+/// Widest cell of a table.
+const CELL: usize = 60;
+
+/// One JSON document on `out`.
+fn print_json(out: &mut dyn Write, v: &impl Serialize) -> Result<(), CmdError> {
+    let text =
+        serde_json::to_string_pretty(v).map_err(|e| CmdError::Output(std::io::Error::other(e)))?;
+    writeln!(out, "{text}")?;
+    Ok(())
+}
+
+fn print_bad_rows(bad: &[BadRow], out: &mut dyn Write) -> Result<(), CmdError> {
+    for b in bad {
+        writeln!(
+            out,
+            "line {}: {} (not sent)",
+            b.line,
+            crate::text::inert(&b.message)
+        )?;
+    }
+    Ok(())
+}
+
+/// The note and the hint of an outcome, in one cell.
+fn note_cell(note: Option<&str>, hint: Option<&str>) -> String {
+    let text = match (note, hint) {
+        (Some(n), Some(h)) => format!("{n}; {h}"),
+        (Some(t), None) | (None, Some(t)) => t.to_string(),
+        (None, None) => String::new(),
+    };
+    crate::text::inert(&text).into_owned()
+}
+
+/// `tapegate device ...` from its command line.
+pub async fn run(
+    config: &Config,
+    device: &crate::cli::Device,
+    out: &mut dyn Write,
+) -> Result<(), CmdError> {
+    use crate::cli::Device as D;
+    let default_app = config
+        .operator
+        .as_ref()
+        .and_then(|o| o.default_app_id.clone());
+    let (op, devices, template) = match device {
+        D::Add(a) => {
+            let (rows, bad) = add_rows(a)?;
+            let args = AddArgs {
+                rows,
+                bad,
+                csv: a.csv.is_some(),
+                nearest: a.nearest,
+                json: a.json,
+            };
+            return add(config, args, out).await;
+        }
+        D::Label(l) => (
+            DeviceOp::Label {
+                override_label: l.override_label,
+            },
+            &l.devices,
+            DeviceEntry {
+                asset_barcode: l.asset.clone(),
+                application_id: l.app.clone().or(default_app),
+                shipment: json_arg("--shipment", l.shipment.as_deref())?,
+                ..DeviceEntry::default()
+            },
+        ),
+        D::Relabel(l) => (
+            DeviceOp::Relabel,
+            &l.devices,
+            DeviceEntry {
+                asset_barcode: l.asset.clone(),
+                shipment: json_arg("--shipment", l.shipment.as_deref())?,
+                ..DeviceEntry::default()
+            },
+        ),
+        D::Show(l) => (DeviceOp::Show, &l.devices, DeviceEntry::default()),
+        D::Deactivate(l) => (DeviceOp::Deactivate, &l.devices, DeviceEntry::default()),
+        D::Configure(c) => (
+            DeviceOp::Configure,
+            &c.devices,
+            DeviceEntry {
+                firmware: c.firmware.clone(),
+                metadata: json_arg("--metadata", c.metadata.as_deref())?,
+                ..DeviceEntry::default()
+            },
+        ),
+    };
+    let from = Devices {
+        qr: &devices.qr,
+        csv: devices.csv.as_deref(),
+        template,
+    };
+    run_devices(config, op, from, devices.json, out).await
+}

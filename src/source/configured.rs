@@ -1,0 +1,85 @@
+//! The one source `[scanner]` names, built by [`from_settings`] and run as a [`Source`]
+//! whatever it is. Touches the config and the three sources.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::{ble, replay, sim};
+use super::{Heard, Source, SourceError, SourceHealth, SourceReport};
+use crate::config::{ScannerSettings, SourceKind};
+use crate::products::Products;
+
+/// The source `[scanner]` names.
+pub fn from_settings(scanner: &ScannerSettings) -> Configured {
+    match scanner.source {
+        SourceKind::Ble => Configured::Ble(ble::Ble::new(ble::BleSettings::from_scanner(scanner))),
+        SourceKind::Replay => Configured::Replay(replay::Replay::new(
+            scanner.replay_path.clone().unwrap_or_else(|| "-".into()),
+        )),
+        SourceKind::Sim => Configured::Sim(sim::Sim::new(scanner.sim.clone())),
+    }
+}
+
+/// One of the sources, as [`from_settings`] builds it.
+pub enum Configured {
+    Ble(ble::Ble),
+    Replay(replay::Replay),
+    Sim(sim::Sim),
+}
+
+impl Configured {
+    /// Whether the source hears the radio as it happens (the BLE source, a simulation in
+    /// real time), so that held captures are released on the wall clock rather than
+    /// only on the capture times seen.
+    pub fn is_live(&self) -> bool {
+        match self {
+            Configured::Ble(_) => true,
+            Configured::Replay(_) => false,
+            Configured::Sim(s) => s.settings.realtime,
+        }
+    }
+
+    /// Lets a source that can drop early what matches none of `products` (and of each
+    /// new set `reload` delivers) do so, sending on the captures it built (the BLE
+    /// source); the others leave matching to the ingest stage.
+    pub fn with_filter(
+        self,
+        products: Products,
+        reload: Option<watch::Receiver<Products>>,
+    ) -> Configured {
+        match self {
+            Configured::Ble(b) => Configured::Ble(b.with_filter(products, reload)),
+            other => other,
+        }
+    }
+
+    /// Whether the source says when it is up through [`SourceHealth::started`] (BLE,
+    /// once discovery has started); the others are up as soon as they run.
+    pub fn announces_start(&self) -> bool {
+        matches!(self, Configured::Ble(_))
+    }
+
+    /// Shares what a live source goes through (the BLE ladder's counts) with `health`.
+    pub fn with_health(self, health: Arc<SourceHealth>) -> Configured {
+        match self {
+            Configured::Ble(b) => Configured::Ble(b.with_health(health)),
+            other => other,
+        }
+    }
+}
+
+impl Source for Configured {
+    async fn run(
+        self,
+        out: mpsc::Sender<Heard>,
+        stop: CancellationToken,
+    ) -> Result<SourceReport, SourceError> {
+        match self {
+            Configured::Ble(s) => s.run(out, stop).await,
+            Configured::Replay(s) => s.run(out, stop).await,
+            Configured::Sim(s) => s.run(out, stop).await,
+        }
+    }
+}

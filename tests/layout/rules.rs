@@ -1,0 +1,164 @@
+//! The four rules over a [`House`], each returning what breaks it (one line each, saying
+//! where and what to do), allow-listed exceptions taken out and stale ones reported.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::graph::{self, House};
+
+/// The floor of a module: the index in `layers` of its longest listed prefix.
+pub fn layer_of(node: &str, layers: &[(&str, &[&str])]) -> Option<usize> {
+    let mut best: Option<(usize, usize)> = None;
+    for (floor, (_, members)) in layers.iter().enumerate() {
+        for m in *members {
+            let under = node == *m || node.starts_with(&format!("{m}::"));
+            if under && best.is_none_or(|(len, _)| m.len() > len) {
+                best = Some((m.len(), floor));
+            }
+        }
+    }
+    best.map(|(_, floor)| floor)
+}
+
+/// Circles not in `allowed` (each an exact set of modules), and allowed ones now gone.
+pub fn circles(house: &House, allowed: &[(&[&str], &str)]) -> Vec<String> {
+    let edges: BTreeMap<String, BTreeSet<String>> = house
+        .arrows
+        .iter()
+        .map(|(from, tos)| (from.clone(), tos.keys().cloned().collect()))
+        .collect();
+    let found = graph::circles(&edges);
+    let mut out = Vec::new();
+    for circle in &found {
+        if allowed.iter().any(|(members, _)| same(members, circle)) {
+            continue;
+        }
+        let mut text = format!("import circle: {}; its arrows:", circle.join(", "));
+        for from in circle {
+            for (to, site) in &house.arrows[from] {
+                if circle.contains(to) {
+                    text.push_str(&format!(
+                        "\n    {from} -> {to}  ({} {})",
+                        site.at, site.path
+                    ));
+                }
+            }
+        }
+        out.push(text);
+    }
+    for (members, _) in allowed {
+        if !found.iter().any(|c| same(members, c)) {
+            out.push(format!(
+                "the allowed circle {members:?} is no longer there (gone or changed): remove or correct it in tests/layout/allow.rs"
+            ));
+        }
+    }
+    out
+}
+
+fn same(members: &[&str], circle: &[String]) -> bool {
+    members.len() == circle.len() && members.iter().all(|m| circle.iter().any(|c| c == m))
+}
+
+/// Arrows from a lower floor to a higher one not in `allowed`, and allowed ones gone.
+pub fn upward(
+    house: &House,
+    layers: &[(&str, &[&str])],
+    allowed: &[(&str, &str, &str)],
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (from, tos) in &house.arrows {
+        for (to, site) in tos {
+            let (Some(a), Some(b)) = (layer_of(from, layers), layer_of(to, layers)) else {
+                continue;
+            };
+            if a >= b {
+                continue;
+            }
+            if allowed.iter().any(|(f, t, _)| f == from && t == to) {
+                seen.insert((from.as_str(), to.as_str()));
+                continue;
+            }
+            out.push(format!(
+                "{from} -> {to} runs up from \"{}\" to \"{}\" ({} {})",
+                short(layers[a].0),
+                short(layers[b].0),
+                site.at,
+                site.path
+            ));
+        }
+    }
+    for (f, t, _) in allowed {
+        if !seen.contains(&(*f, *t)) {
+            out.push(format!(
+                "the allowed arrow {f} -> {t} no longer runs up (gone or moved): remove it from tests/layout/allow.rs"
+            ));
+        }
+    }
+    out
+}
+
+fn short(floor: &str) -> &str {
+    floor.split(':').next().unwrap_or(floor)
+}
+
+/// Files over `max` lines not in `allowed`, and allowed ones now within it.
+pub fn long_files(house: &House, max: usize, allowed: &[(&str, &str)]) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in &house.files {
+        let excused = allowed.iter().any(|(p, _)| *p == f.path);
+        if f.lines > max && !excused {
+            out.push(format!(
+                "{} is {} lines (at most {max}): split it by seam",
+                f.path, f.lines
+            ));
+        }
+        if f.lines <= max && excused {
+            out.push(format!(
+                "{} is {} lines now: its allowance is no longer needed, remove it from tests/layout/allow.rs",
+                f.path, f.lines
+            ));
+        }
+    }
+    for (p, _) in allowed {
+        if !house.files.iter().any(|f| f.path == *p) {
+            out.push(format!(
+                "{p} is allowed but gone: remove it from tests/layout/allow.rs"
+            ));
+        }
+    }
+    out
+}
+
+/// Functions over `max` lines not in `allowed` (by file and name), and allowed ones
+/// now within it.
+pub fn long_functions(house: &House, max: usize, allowed: &[(&str, &str, &str)]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut still = BTreeSet::new();
+    for f in &house.files {
+        for func in &f.functions {
+            if func.lines <= max {
+                continue;
+            }
+            if allowed
+                .iter()
+                .any(|(p, n, _)| *p == f.path && *n == func.name)
+            {
+                still.insert((f.path.as_str(), func.name.as_str()));
+                continue;
+            }
+            out.push(format!(
+                "{}:{} {} is {} lines (at most {max}): name its steps",
+                f.path, func.line, func.name, func.lines
+            ));
+        }
+    }
+    for (p, n, _) in allowed {
+        if !still.contains(&(*p, *n)) {
+            out.push(format!(
+                "{p} {n} is within {max} lines or gone: its allowance is no longer needed, remove it from tests/layout/allow.rs"
+            ));
+        }
+    }
+    out
+}
