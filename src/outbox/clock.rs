@@ -350,6 +350,33 @@ mod tests {
         b.iter().map(|p| p.capture.ts_ms).collect()
     }
 
+    /// Groups past one INSERT statement's rows (`queue.rs`): a hold that begins after
+    /// some of a group's rows were written still starts at the first held row.
+    #[test]
+    fn a_large_group_is_held_from_its_first_held_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = open(&dir);
+        s.begin_boot("boot-a").unwrap();
+        let group: Vec<Capture> = (0..120).map(|i| live(i as u8, 1_000 + i)).collect();
+        s.enqueue(&group).unwrap();
+        assert_eq!(s.clock.first_held, None);
+        let mut s = holding(s);
+        s.enqueue(&group).unwrap();
+        assert_eq!(
+            s.clock.first_held,
+            Some(121),
+            "the first row of the held group"
+        );
+        let held = s.pending_captures().unwrap();
+        assert_eq!(held.len(), 240);
+        assert!(
+            held.iter().zip(1..).all(|(p, id)| p.id == id),
+            "ids in order"
+        );
+        assert_eq!(held[130].capture.packet, format!("{:X}", 1_010));
+        assert_eq!(batch_times(&s).len(), 120, "the group before the hold only");
+    }
+
     #[test]
     fn held_captures_are_accepted_but_not_handed_to_the_flusher() {
         let dir = tempfile::tempdir().unwrap();

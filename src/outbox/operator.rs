@@ -6,7 +6,7 @@
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::clock::{clock_status, ClockStatus};
-use super::store::{int_to_mac, mac_to_int, read_counters, write_counters, write_tx};
+use super::store::{int_to_mac, mac_to_int, packet_text, read_counters, write_counters, write_tx};
 use super::{OutboxError, Store};
 use crate::record::{EpochMillis, Mac};
 
@@ -262,7 +262,7 @@ impl Store {
                     mac: int_to_mac(r.get(1)?),
                     captured_at: r.get(2)?,
                     product_id: r.get(3)?,
-                    packet: r.get(4)?,
+                    packet: packet_text(r.get_ref(4)?)?,
                     rssi: r.get(5)?,
                     error: bounded(&r.get::<_, String>(6)?),
                     dead_at: r.get(7)?,

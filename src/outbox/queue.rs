@@ -12,13 +12,26 @@ use super::dock::record_heard;
 use super::retention::{evict_oldest, evict_past, Bound, Evictions};
 use super::scan::Walk;
 use super::store::{
-    hold_id_floor, int_to_mac, mac_to_int, read_counters, release_id_floor, write_counters,
-    write_tx, Counters,
+    hold_id_floor, int_to_mac, mac_to_int, packet_text, packet_value, read_counters,
+    release_id_floor, write_counters, write_tx, Counters,
 };
 use super::{FlusherState, OutboxError, Store, TapeRow, MAX_DEAD_LETTERS};
 use crate::clock::now_ms;
 use crate::heard_now::HeardChanges;
 use crate::record::{Capture, EpochMillis, Mac};
+
+/// Rows of a commit group inserted by one statement (and the columns of each).
+const INSERT_ROWS: usize = 50;
+const INSERT_COLUMNS: usize = 8;
+
+/// An INSERT of `rows` captures.
+fn insert_sql(rows: usize) -> String {
+    let row = "(?, ?, ?, ?, ?, ?, ?, ?)";
+    format!(
+        "INSERT INTO pending(mac, captured_at, product_id, packet, rssi, boot, boot_ms, held) VALUES {}",
+        vec![row; rows].join(", ")
+    )
+}
 
 /// A pending capture as the flusher sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,42 +99,82 @@ impl Store {
         let clock = self.clock;
         let retention = self.retention;
         let mut evictions = Evictions::default();
-        let (next, held_from, first_id) = (|| -> rusqlite::Result<(Counters, Option<i64>, Option<i64>)> {
-            let current = read_counters(&tx)?;
-            let mut next = current;
-            let mut held_from = clock.first_held;
-            let mut retimed = Retimed::default();
-            hold_id_floor(&tx, self.id_floor)?;
-            let mut first_id = None;
-            {
-                let mut insert = tx.prepare_cached(
-                    "INSERT INTO pending(mac, captured_at, product_id, packet, rssi, boot, boot_ms, held) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                )?;
-                for c in group {
-                    let live = c.boot_ms.is_some();
-                    let held = clock.holds(live);
-                    let captured_at = clock.captured_at(c, &mut retimed);
-                    insert.execute(params![mac_to_int(c.mac), captured_at, c.product_id, c.packet, c.rssi, clock.boot_of(live), c.boot_ms, held])?;
-                    first_id.get_or_insert_with(|| tx.last_insert_rowid());
-                    if held && held_from.is_none() {
-                        held_from = Some(tx.last_insert_rowid());
+        let (next, held_from, first_id) =
+            (|| -> rusqlite::Result<(Counters, Option<i64>, Option<i64>)> {
+                let current = read_counters(&tx)?;
+                let mut next = current;
+                let mut held_from = clock.first_held;
+                let mut retimed = Retimed::default();
+                hold_id_floor(&tx, self.id_floor)?;
+                // Rows go in INSERT_ROWS at a time (one statement for many rows costs far
+                // less than a statement each), the rest one by one. The ids of one
+                // statement's rows follow each other.
+                let mut first_id = None;
+                let mut single = tx.prepare_cached(&insert_sql(1))?;
+                let mut many = tx.prepare_cached(&insert_sql(INSERT_ROWS))?;
+                for rows in group.chunks(INSERT_ROWS) {
+                    let insert = if rows.len() == INSERT_ROWS {
+                        &mut many
+                    } else {
+                        &mut single
+                    };
+                    for part in rows.chunks(if rows.len() == INSERT_ROWS {
+                        INSERT_ROWS
+                    } else {
+                        1
+                    }) {
+                        let mut at = 1;
+                        for c in part {
+                            let live = c.boot_ms.is_some();
+                            let captured_at = clock.captured_at(c, &mut retimed);
+                            insert.raw_bind_parameter(at, mac_to_int(c.mac))?;
+                            insert.raw_bind_parameter(at + 1, captured_at)?;
+                            insert.raw_bind_parameter(at + 2, c.product_id.as_str())?;
+                            insert.raw_bind_parameter(at + 3, packet_value(&c.packet))?;
+                            insert.raw_bind_parameter(at + 4, c.rssi)?;
+                            insert.raw_bind_parameter(at + 5, clock.boot_of(live))?;
+                            insert.raw_bind_parameter(at + 6, c.boot_ms)?;
+                            insert.raw_bind_parameter(at + 7, clock.holds(live))?;
+                            at += INSERT_COLUMNS;
+                        }
+                        insert.raw_execute()?;
+                        let last = tx.last_insert_rowid();
+                        let first = last + 1 - part.len() as i64;
+                        first_id.get_or_insert(first);
+                        if held_from.is_none() {
+                            let held = part.iter().position(|c| clock.holds(c.boot_ms.is_some()));
+                            held_from = held.map(|i| first + i as i64);
+                        }
                     }
                 }
-            }
-            release_id_floor(&tx, self.id_floor)?;
-            retimed.count(&tx)?;
-            next.admitted += group.len() as u64;
-            let excess = next.pending().saturating_sub(self.options.max_pending);
-            let claimed = &self.claimed;
-            evict_oldest(&tx, excess, Bound::Pending, claimed, &mut next, &mut evictions)?;
-            evict_past(&tx, &retention, now_ms(), claimed, &mut next, &mut evictions)?;
-            if evictions.total() > 0 && held_from.is_some() {
-                held_from = first_held(&tx)?;
-            }
-            write_counters(&tx, &current, &next)?;
-            Ok((next, held_from, first_id))
-        })()
-        .map_err(OutboxError::WriteFailed)?;
+                release_id_floor(&tx, self.id_floor)?;
+                retimed.count(&tx)?;
+                next.admitted += group.len() as u64;
+                let excess = next.pending().saturating_sub(self.options.max_pending);
+                let claimed = &self.claimed;
+                evict_oldest(
+                    &tx,
+                    excess,
+                    Bound::Pending,
+                    claimed,
+                    &mut next,
+                    &mut evictions,
+                )?;
+                evict_past(
+                    &tx,
+                    &retention,
+                    now_ms(),
+                    claimed,
+                    &mut next,
+                    &mut evictions,
+                )?;
+                if evictions.total() > 0 && held_from.is_some() {
+                    held_from = first_held(&tx)?;
+                }
+                write_counters(&tx, &current, &next)?;
+                Ok((next, held_from, first_id))
+            })()
+            .map_err(OutboxError::WriteFailed)?;
         tx.commit().map_err(OutboxError::WriteFailed)?;
         if evictions.total() > 0 {
             // Rows the flusher's walk remembered may be gone: it starts over.
@@ -302,7 +355,7 @@ impl Store {
                     Outcome::DeadLetter(error) if gone => {
                         // The service's reason, bounded as every text from elsewhere.
                         let error = crate::text::bounded(error, crate::text::SHOWN_MAX_CHARS);
-                        dead.execute(params![mac_to_int(c.mac), c.ts_ms, c.product_id, c.packet, c.rssi, error, now])?;
+                        dead.execute(params![mac_to_int(c.mac), c.ts_ms, c.product_id, packet_value(&c.packet), c.rssi, error, now])?;
                         next.dead_lettered += 1;
                     }
                     Outcome::DeadLetter(_) => {}
@@ -363,7 +416,7 @@ fn row_to_pending(r: &rusqlite::Row<'_>) -> rusqlite::Result<PendingCapture> {
             mac: int_to_mac(r.get(1)?),
             ts_ms: r.get(2)?,
             product_id: r.get(3)?,
-            packet: r.get(4)?,
+            packet: packet_text(r.get_ref(4)?)?,
             rssi: r.get(5)?,
             boot_ms: r.get(6)?,
         },
