@@ -277,6 +277,55 @@ fn slow_clean_answers_grow_the_window_past_8_to_the_shipped_max_and_trouble_halv
     assert_eq!(p.window(), max / 2, "a round of 503s halves it once");
 }
 
+/// A window is only as wide as the tapes free to fill its batches: with 10 tapes and
+/// batches of 4, the third batch of a round is a part (2 tapes), and no wider window
+/// would send anything but smaller batches.
+#[test]
+fn the_window_grows_no_wider_than_the_tapes_that_fill_its_batches() {
+    let mut p = Planner::new(FlushSettings {
+        max_in_flight: 32,
+        ..settings()
+    });
+    let pending = rows(0..400, 10);
+    let mut t = Instant::now();
+    for _ in 0..20 {
+        let mut batches: Vec<Batch> = Vec::new();
+        while let Step::Send(b) = fetch_and_offer(&mut p, &pending, t) {
+            batches.push(b);
+        }
+        t += Duration::from_millis(100);
+        for b in batches {
+            let res = p.answered(b.id, all_ok(&b), t, 1.0);
+            p.recorded(&res.settle);
+        }
+    }
+    assert_eq!(p.window(), 3, "two full batches and a part");
+}
+
+/// Fast answers (a near service) need no more than 8 batches in flight: the window
+/// stays there however high `max_in_flight` is.
+#[test]
+fn fast_answers_grow_the_window_to_8_and_no_further() {
+    let mut p = Planner::new(FlushSettings {
+        max_in_flight: 32,
+        ..settings()
+    });
+    let pending = rows(0..2_000, 200);
+    let mut t = Instant::now();
+    for _ in 0..40 {
+        let mut batches: Vec<Batch> = Vec::new();
+        while let Step::Send(b) = fetch_and_offer(&mut p, &pending, t) {
+            batches.push(b);
+        }
+        t += Duration::from_millis(5);
+        for b in batches {
+            let res = p.answered(b.id, all_ok(&b), t, 1.0);
+            p.recorded(&res.settle);
+        }
+    }
+    assert_eq!(p.window(), 8);
+}
+
 #[test]
 fn a_slow_answer_does_not_grow_the_window() {
     let mut p = Planner::new(settings());
