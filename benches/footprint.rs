@@ -6,7 +6,8 @@
 //! ```
 //!
 //! For each round and each binary in turn (`--bin LABEL=PATH`, repeatable; this build's
-//! release binary is always one of them, labelled `this`):
+//! release binary is always one of them, labelled `this`, the last; `--bin this=PATH`,
+//! given last, measures that build of this tree instead):
 //! 1. **ingest**: `run --until-drained` replays [`CAPTURES`] captures over [`MACS`] tapes
 //!    (dedup off, no service) into a fresh state directory. The binary under test fills
 //!    its own outbox through its own replay ingest, so binaries with different schemas
@@ -88,8 +89,12 @@ fn args() -> Args {
             _ => {}
         }
     }
-    a.bins
-        .push(("this".into(), PathBuf::from(env!("CARGO_BIN_EXE_tapegate"))));
+    // `--bin this=PATH` measures another build of this tree (the package's, built
+    // `--no-default-features`) in place of the bench's own.
+    if !a.bins.iter().any(|(label, _)| label == "this") {
+        a.bins
+            .push(("this".into(), PathBuf::from(env!("CARGO_BIN_EXE_tapegate"))));
+    }
     a
 }
 
