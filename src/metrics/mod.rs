@@ -8,7 +8,7 @@ Two kinds:
   failed requests by cause, the clock's state. They start at zero with each start of
   the daemon, as Prometheus expects of a process's counters.
 - **Stored**, read from the state database at each scrape ([`Metrics::encode`] takes a
-  [`Stats`]): the counters and state of `tapegate status` (pending, delivered, dead
+  [`Stats`](crate::outbox::Stats)): the counters and state of `tapegate status` (pending, delivered, dead
   letters, evicted, the scanner's ladder), accumulated across restarts, so that
   `/metrics` and `status --json` always agree.
 
@@ -22,7 +22,7 @@ wording of an answer.
 
 The room in three parts: `registry.rs` defines every live metric and its labels,
 `stored.rs` turns what the state database holds into metrics, `render.rs` writes the
-exposition. It reads the outbox's [`Stats`] it is handed and touches no stage.
+exposition. It reads the outbox's [`Stats`](crate::outbox::Stats) it is handed and touches no stage.
 */
 
 use std::sync::atomic::{AtomicU64, Ordering};
