@@ -61,11 +61,12 @@ daemon ([`pipeline`], [`reload`], [`http`]) < commands ([`cmd`], [`cli`]) <
   to do; `error/transport.rs` and `error/answer.rs` read them). [`secret`] keeps the password and token out of every text.
 - [`operator`]: the operator room, the client of the rest of the service, one file per
   capability (`add.rs`, `label.rs` label and relabel, `show.rs`, `deactivate.rs`,
-  `configure.rs`, with `devices.rs` the multi-device run they share; `locate.rs`,
-  `history.rs`, `messages.rs`), `send.rs` the one send every call goes through with
-  its retry policy declared per call, `rate.rs` the shared, sliding rate window kept
-  in the state database, `assumed.rs` the request shapes the spec does not show and
-  how both readings of its open points are read.
+  `configure.rs`, with `devices.rs` the multi-device run they share and
+  `device_op.rs` its words; `locate.rs`, `history.rs`, `messages.rs`), `send.rs` the
+  one send every call goes through with its retry policy declared per call, `rate.rs`
+  the shared, sliding rate window kept in the state database, `assumed.rs` the request
+  shapes the spec does not show and how both readings of its open points are read;
+  `client.rs`, under them all, the client, its error and the check of an identifier.
 - [`pipeline`]: the only place that creates channels, spawns stages, watches them all
   at once (a stage that dies ends the daemon non-zero), wires SIGHUP and orders
   shutdown; `run` is a sequence of named steps, one file each (`open.rs`, `parts.rs`,
@@ -89,7 +90,8 @@ daemon ([`pipeline`], [`reload`], [`http`]) < commands ([`cmd`], [`cli`]) <
   `status`, `tapes`, `dead-letters` (`state.rs`), `decode`, `check` (for installers),
   `scan` (the live view and recorder), `side-channel`, `demo`, and the operator's
   `device` (`device/`: `add.rs`, `nearest.rs`, `many.rs` the multi-device calls,
-  `input.rs` and `manifest.rs` the checks of `--qr` and the strict CSV of `--csv`),
+  `input.rs` and `manifest.rs` the checks of `--qr` and the strict CSV of `--csv`,
+  `shared.rs` what they print with),
   `locate`, `history` and `message`, over `client.rs`, the operator's client as every
   operator command makes it (waits told on stderr, Ctrl-C); and `support-bundle`
   (`support_bundle.rs`; its secrets found and scrubbed by `support_bundle/secrets.rs`,
