@@ -1,5 +1,5 @@
 //! Delivery benchmark: drain a backlog of 1,000,000 captures (10,000 MACs) to the mock
-//! service on loopback, batches of 250, up to `flush.max_in_flight` (8) in flight,
+//! service on loopback, batches of 250, up to `flush.max_in_flight` (32 by default) in flight,
 //! `durability = "full"`.
 //!
 //! `cargo bench --bench drain -- [CAPTURES] [--delay-ms N] [--outage]`:

@@ -7,8 +7,8 @@ settings.
 
 | what changed | how it is applied |
 |---|---|
-| `[[products]]`, `[dedup]`, `log.level`, `outbox.max_pending`, `outbox.max_age_secs`, `outbox.max_bytes`, `outbox.durability` | at once (the stages take them from a channel; the outbox's owner sets them; a tighter bound evicts at the next commit or look) |
-| `[service]` (any key, the password too), `[flush]`, `readings.retention_hours` | the delivery stage restarts in-process: the running flusher sends nothing new, its batches in flight are answered (or, past `gateway.shutdown_grace_secs`, abandoned: their rows stay pending), then a new flusher starts with the new client and settings. No row leaves `pending` but through an answer, so nothing is lost or given two fates |
+| `[[products]]`, `[dedup]`, `log.level`, `outbox.max_pending`, `outbox.max_age_secs`, `outbox.max_bytes`, `outbox.durability` | at once (the stages take them from a channel; the outbox's owner sets them; a tighter bound evicts at the next commit or look); `readings.retention_hours` has no effect (deprecated: no reading history is kept) and is warned of |
+| `[service]` (any key, the password too), `[flush]` | the delivery stage restarts in-process: the running flusher sends nothing new, its batches in flight are answered (or, past `gateway.shutdown_grace_secs`, abandoned: their rows stay pending), then a new flusher starts with the new client and settings. No row leaves `pending` but through an answer, so nothing is lost or given two fates |
 | `[http]` | the server restarts on the new address (bound first: a port that cannot be had refuses the reload) |
 | `[telemetry]` | the pusher restarts with the new settings, keeping the pushes not yet sent |
 | anything else (`[gateway]`, `[scanner]`, `outbox.commit_interval_ms`, adding or removing `[service]`) | needs a restart of the daemon; the running value stays |
@@ -92,6 +92,9 @@ impl Reloader {
                 return;
             }
         };
+        for warning in new.deprecations() {
+            tracing::warn!("{warning}");
+        }
         let by = by_how(&self.running, &new);
         let running = in_force(&self.running, &new);
 

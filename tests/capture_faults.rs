@@ -433,7 +433,6 @@ fn gateway_with_dead_letters() -> Gateway {
         qr_code: Some(format!("TT{}", MAC_C.plain())),
         temp: Some(21.5),
         bat: Some(87.0),
-        raw: "{}".into(),
     });
     store
         .settle(
@@ -664,7 +663,6 @@ fn status_after_a_run_reports_counts_the_oldest_pending_age_the_last_flush_and_t
             qr_code: None,
             temp: None,
             bat: None,
-            raw: "{}".into(),
         });
         store
             .settle(

@@ -345,7 +345,11 @@ async fn the_status_page_shows_the_tapes_of_a_sim_run_in_headless_chromium() {
         "[scanner]\nsource = \"sim\"\nsim_tapes = 6\nsim_unregistered = 2\nsim_interval_ms = 100\n{STEADY}\n{}",
         service_and_http(&mock, port, 10)
     ));
-    let d = Daemon::start(&g);
+    // The tapes' latest readings written with each answer, so that this test's reads
+    // of the table (another process) see what the page shows.
+    let d = Daemon::start_with(&g, |c| {
+        c.env(tapegate::outbox::LATEST_EVERY_ENV, "0");
+    });
     let base = format!("http://127.0.0.1:{port}");
     until_serving(&base).await;
     // Every tape of the fleet answered: four decoded, two refused as unknown.

@@ -261,6 +261,13 @@ fn write_replay(path: &Path, n: u64) {
     f.flush().unwrap();
 }
 
+/// The window as a near service leaves it (8). Under valgrind every answer takes 50 ms
+/// or more to be read, which the flusher takes for a slow uplink and widens its window
+/// for; with 3,000 tapes a window past 12 batches of 250 leaves no tape free, and the
+/// fetches then walk the whole backlog (a cost of wide windows over few tapes that the
+/// guard would otherwise measure in place of the drain's own).
+const WINDOW: &str = "[flush]\nmax_in_flight = 8\n";
+
 /// Instructions `tapegate run --until-drained` executes with state in `dir`, replaying
 /// `replay`, delivering to `service` when given.
 fn count(bin: &Path, dir: &Path, replay: &Path, service: Option<&str>) -> u64 {
@@ -269,7 +276,7 @@ fn count(bin: &Path, dir: &Path, replay: &Path, service: Option<&str>) -> u64 {
     std::fs::write(
         &config,
         format!(
-            "[gateway]\nid = \"guard\"\nstate_dir = \"{}\"\n{}\n[scanner]\nsource = \"replay\"\nreplay_path = \"{}\"\n[dedup]\nwindow_secs = 0\nmin_interval_secs = 0\n",
+            "[gateway]\nid = \"guard\"\nstate_dir = \"{}\"\n{}\n[scanner]\nsource = \"replay\"\nreplay_path = \"{}\"\n[dedup]\nwindow_secs = 0\nmin_interval_secs = 0\n{WINDOW}",
             dir.join("state").display(),
             service.unwrap_or(""),
             replay.display()

@@ -134,7 +134,7 @@ proptest! {
                         let key = (p.capture.mac.octets()[5], seq_of(&p));
                         match o {
                             0 => {
-                                settle.push((p, Outcome::Delivered(Reading { qr_code: Some("QR".into()), temp: Some(4.5), bat: Some(90.0), raw: "{}".into() })));
+                                settle.push((p, Outcome::Delivered(Reading { qr_code: Some("QR".into()), temp: Some(4.5), bat: Some(90.0) })));
                                 m.pending.retain(|k| *k != key);
                                 m.delivered += 1;
                             }
@@ -307,7 +307,6 @@ fn reading() -> Outcome {
         qr_code: Some("QR".into()),
         temp: None,
         bat: None,
-        raw: "{}".into(),
     })
 }
 

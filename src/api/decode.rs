@@ -2,11 +2,13 @@
 Bulk decode (spec 4.4) and single decode (4.3): the request items, the decoded packet,
 and how an answer is read.
 
-Why it is built this way: the bulk answer is parsed leniently. Every field is optional,
-numbers may come as strings, and the raw JSON of each item is kept, so a server that
-adds or drops a field does not make us lose readings. Items are matched to the request
-by `mac_id` (separators and case ignored); an item we cannot match is skipped, and the
-caller retries whatever is missing.
+Why it is built this way: the bulk answer is read leniently. Every field is optional,
+numbers may come as strings, and fields we do not know are skipped, so a server that
+adds or drops a field does not make us lose readings. It is read as it streams by
+(`bulk_answer.rs`), not as a JSON tree per item: draining a backlog reads thousands of
+items a second. Items are matched to the request by `mac_id` (separators and case
+ignored); an item we cannot match is skipped, and the caller retries whatever is
+missing.
 */
 
 use std::collections::{HashMap, HashSet};
@@ -17,6 +19,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 use url::Url;
 
+use super::bulk_answer::{Element, Top};
 use super::error::truncate;
 use super::{join, Answer, ApiError, Endpoint, ServiceClient};
 
@@ -40,8 +43,7 @@ pub struct BulkAnswerItem {
 }
 
 /// A decoded BLE packet (spec 2.3). Every field is optional because the bulk answer
-/// carries fewer fields than the single decode, and `raw` keeps everything the server
-/// sent for this item.
+/// carries fewer fields than the single decode.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Decoded {
     pub qr_code: Option<String>,
@@ -55,8 +57,9 @@ pub struct Decoded {
     pub shock_ts: Option<f64>,
     pub shock_count: Option<f64>,
     pub fw_ver: Option<String>,
-    /// The item's JSON object as received.
-    pub raw: Value,
+    /// The single decode's answer as received (`tapegate decode` shows it); `None` for
+    /// a bulk item, whose fields are read as they stream by and not kept whole.
+    pub raw: Option<Value>,
 }
 
 impl Decoded {
@@ -85,7 +88,7 @@ impl Decoded {
             shock_ts: num("shock_ts"),
             shock_count: num("shock_count"),
             fw_ver: text("fw_ver"),
-            raw: value.clone(),
+            raw: Some(value.clone()),
         }
     }
 }
@@ -218,31 +221,56 @@ impl ServiceClient {
     }
 }
 
+/// The bulk answer's elements; a bad answer when it is not a JSON array.
+fn bulk_elements(body: &[u8]) -> Result<Vec<Element>, ApiError> {
+    match super::bulk_answer::read(body) {
+        Ok(Top::Array(elements)) => Ok(elements),
+        Ok(Top::NotArray) => Err(ApiError::BadAnswer(
+            "bulk answer is not a JSON array".into(),
+        )),
+        Err(e) => Err(ApiError::BadAnswer(format!(
+            "bulk answer is not JSON ({e}): {}",
+            truncate(&String::from_utf8_lossy(body), 80)
+        ))),
+    }
+}
+
+/// What one answered item says: decoded or refused; `None` when neither (only
+/// `mac_id`, or `"error": null`): no answer for its capture, never a delivery with an
+/// empty reading.
+fn item_result(item: super::bulk_answer::Item) -> Option<Result<Decoded, String>> {
+    match item.error {
+        None | Some(Value::Null) if !item.qr_present => None,
+        None | Some(Value::Null) => Some(Ok(item.decoded)),
+        Some(Value::String(s)) if s.is_empty() => Some(Err("(no error text)".to_string())),
+        Some(Value::String(s)) => Some(Err(s)),
+        Some(other) => Some(Err(truncate(&other.to_string(), 300))),
+    }
+}
+
 /// Reads the bulk answer: a JSON array of items matched to the request by `mac_id`.
 fn parse_bulk_answer(
     body: &[u8],
     sent: &[BulkItem],
     correlation_id: &str,
 ) -> Result<Vec<BulkAnswerItem>, ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::BadAnswer(format!(
-            "bulk answer is not JSON ({e}): {}",
-            truncate(&String::from_utf8_lossy(body), 80)
-        ))
-    })?;
-    let Value::Array(items) = value else {
-        return Err(ApiError::BadAnswer(
-            "bulk answer is not a JSON array".into(),
-        ));
-    };
+    let elements = bulk_elements(body)?;
     let by_key: HashMap<String, &str> = sent
         .iter()
         .map(|i| (mac_key(&i.mac_id), i.mac_id.as_str()))
         .collect();
-    let mut seen = HashSet::new();
-    let mut out = Vec::with_capacity(items.len());
-    for (index, item) in items.into_iter().enumerate() {
-        let Some(answered) = item.get("mac_id").and_then(Value::as_str) else {
+    let mut seen = HashSet::with_capacity(sent.len());
+    let mut out = Vec::with_capacity(elements.len());
+    for (index, element) in elements.into_iter().enumerate() {
+        let Element(Some(item)) = element else {
+            tracing::warn!(
+                correlation_id,
+                index,
+                "bulk answer item without a mac_id skipped; its capture will be retried"
+            );
+            continue;
+        };
+        let Some(answered) = item.mac_id.as_deref() else {
             tracing::warn!(
                 correlation_id,
                 index,
@@ -268,22 +296,14 @@ fn parse_bulk_answer(
             );
             continue;
         }
-        let result = match item.get("error") {
-            // Neither decoded nor refused (only `mac_id`, or `"error": null`): no
-            // answer for this capture, never a delivery with an empty reading.
-            None | Some(Value::Null) if item.get("qr_code").is_none_or(Value::is_null) => {
-                tracing::debug!(
-                    correlation_id,
-                    index,
-                    mac_id,
-                    "bulk answer item with neither qr_code nor error; its capture will be retried"
-                );
-                continue;
-            }
-            None | Some(Value::Null) => Ok(Decoded::from_json(&item)),
-            Some(Value::String(s)) if s.is_empty() => Err("(no error text)".to_string()),
-            Some(Value::String(s)) => Err(s.clone()),
-            Some(other) => Err(truncate(&other.to_string(), 300)),
+        let Some(result) = item_result(item) else {
+            tracing::debug!(
+                correlation_id,
+                index,
+                mac_id,
+                "bulk answer item with neither qr_code nor error; its capture will be retried"
+            );
+            continue;
         };
         out.push(BulkAnswerItem {
             mac_id: mac_id.to_string(),
@@ -331,7 +351,8 @@ mod tests {
         assert_eq!(d.shock_count, Some(3.0));
         assert_eq!(d.over_temp, None);
         assert_eq!(d.fw_ver.as_deref(), Some("1.4.2"));
-        assert_eq!(d.raw["extra"], "kept");
+        // A field the gateway does not know is skipped; the item is not kept whole.
+        assert_eq!(d.raw, None);
         assert_eq!(got[1].mac_id, "C0:DE:AD:00:00:01");
         assert_eq!(
             got[1].result,

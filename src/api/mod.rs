@@ -25,6 +25,7 @@ Why it is built this way:
 */
 
 mod auth;
+mod bulk_answer;
 mod decode;
 mod error;
 mod grant;

@@ -115,17 +115,15 @@ fn local(r: &mut Report, config: &Config, config_path: &str) {
         ),
     );
     let c = clock();
-    r.say(
-        Verdict::Ok,
-        "time sync",
-        time_sync(config.gateway.clock, &c.read(), c.time_service().as_deref()),
-    );
-    if let Some(warning) = crate::config::world_readable_password(std::path::Path::new(config_path))
-    {
-        r.say(Verdict::Warn, "password", warning);
-    }
-    if let Some(warning) = config.http.listen.and_then(crate::http::exposure_warning) {
-        r.say(Verdict::Warn, "http", warning);
+    let sync = time_sync(config.gateway.clock, &c.read(), c.time_service().as_deref());
+    r.say(Verdict::Ok, "time sync", sync);
+    let path = std::path::Path::new(config_path);
+    let password = crate::config::world_readable_password(path).map(|w| ("password", w));
+    let http = config.http.listen.and_then(crate::http::exposure_warning);
+    let deprecated = config.deprecations().into_iter().map(|w| ("config", w));
+    let warned = password.into_iter().chain(deprecated);
+    for (what, warning) in warned.chain(http.map(|w| ("http", w))) {
+        r.say(Verdict::Warn, what, warning);
     }
 }
 

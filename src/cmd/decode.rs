@@ -33,5 +33,5 @@ pub async fn decode(
             &correlation_id,
         )
         .await?;
-    Ok(serde_json::to_string_pretty(&decoded.raw).unwrap_or_default())
+    Ok(serde_json::to_string_pretty(&decoded.raw.unwrap_or_default()).unwrap_or_default())
 }

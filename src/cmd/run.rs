@@ -17,5 +17,8 @@ pub fn run(
     if let Some(warning) = config::world_readable_password(path) {
         tracing::warn!("{warning}");
     }
+    for warning in config.deprecations() {
+        tracing::warn!("{warning}");
+    }
     super::until_stopped(|stop| pipeline::run(config, stop, options))
 }

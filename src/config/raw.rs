@@ -301,7 +301,7 @@ pub struct RawFlush {
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct RawReadings {
-    /// Decoded readings are kept this long; the latest of each tape always.
+    /// Deprecated: no history of readings is kept (accepted, warned of, no effect).
     pub retention_hours: Option<u64>,
 }
 

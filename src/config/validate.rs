@@ -43,6 +43,18 @@ pub struct Config {
     pub operator: Option<OperatorSettings>,
 }
 
+impl Config {
+    /// Keys that are accepted but no longer do anything, each with a sentence saying
+    /// why: `run` logs them at WARN at start, `check` shows them, a reload warns of them.
+    pub fn deprecations(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.readings.retention_set {
+            out.push("readings.retention_hours has no effect any more: the gateway keeps no history of readings (the service keeps them; nothing here read them), only each tape's latest (`tapegate tapes`); remove the key".to_string());
+        }
+        out
+    }
+}
+
 /// Turns `raw` into a [`Config`], adding a problem for each thing wrong; `None` when
 /// something is too wrong to build one (the problems say what). The sections are read in
 /// the file's order, so the problems are listed in it.

@@ -53,7 +53,6 @@ pub fn classify(mac_ids: &[String], answer: Result<Vec<BulkAnswerItem>, ApiError
                                 qr_code: d.qr_code.clone(),
                                 temp: d.temp,
                                 bat: d.bat,
-                                raw: d.raw.to_string(),
                             }),
                             Err(e) => Outcome::DeadLetter(e.clone()),
                         },

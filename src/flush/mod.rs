@@ -59,8 +59,9 @@ use tracing::Instrument;
 use crate::api::{ApiError, BulkAnswerItem, BulkItem, ServiceClient};
 use crate::clock::{now_ms, rfc3339};
 use crate::config::{FlushSettings, MacFormat};
+use crate::heard_now::HeardNow;
 use crate::metrics::Metrics;
-use crate::outbox::{FlusherState, Outbox, OutboxError, Outcome, PendingCapture};
+use crate::outbox::{AnswerNotes, FlusherState, Outbox, OutboxError, Outcome, PendingCapture};
 use crate::systemd::Beat;
 
 pub use answer::{classify, Action};
@@ -73,9 +74,6 @@ const SCAN_LIMIT: usize = 20_000;
 /// The longest the flusher waits without a turn (for the watchdog, and to notice work
 /// that did not come through ingest, such as dead letters re-queued from the CLI).
 const IDLE_RECHECK: Duration = Duration::from_secs(5);
-
-/// How often decoded readings past retention are pruned.
-const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
 /// What the flusher did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -93,7 +91,8 @@ pub struct Flusher {
     pub settings: FlushSettings,
     pub mac_format: MacFormat,
     pub gateway_id: String,
-    pub retention: Duration,
+    /// The tapes heard: told what the service said of each (for `device add --nearest`).
+    pub heard: Arc<HeardNow>,
     /// Touched on every turn, for the watchdog.
     pub beat: Beat,
     /// Request latency, batch sizes, failures by cause, for `/metrics` and `/healthz`.
@@ -168,7 +167,6 @@ impl Flusher {
             seq: 0,
         };
         let mut ingest_done = false;
-        let mut next_prune = Instant::now();
 
         loop {
             self.beat.touch();
@@ -176,10 +174,6 @@ impl Flusher {
             let stopping = ctl.stop.is_cancelled();
             if stopping && sh.requests.is_empty() {
                 break;
-            }
-            if now >= next_prune {
-                self.prune().await;
-                next_prune = now + PRUNE_EVERY;
             }
             let step = if stopping {
                 Step::Wait(None)
@@ -287,13 +281,6 @@ impl Flusher {
             tracing::debug!(error = %e, "could not record the flusher's state");
         }
         sh.report
-    }
-
-    async fn prune(&self) {
-        let before = now_ms() - self.retention.as_millis() as i64;
-        if let Err(e) = self.outbox.call(move |s| s.prune_readings(before)).await {
-            tracing::warn!(error = %e, "could not prune old readings");
-        }
     }
 
     /// Sends `batch` as a task of its own.
@@ -423,17 +410,20 @@ impl Flusher {
             .count();
         let rows = settle.clone();
         let at = now_ms();
-        let state = FlusherState {
-            ok_at: (delivered > 0).then_some(at),
-            in_flight: sh.plan.in_flight(),
-            concurrency: sh.plan.window(),
+        let notes = AnswerNotes {
+            flusher: Some(FlusherState {
+                ok_at: (delivered > 0).then_some(at),
+                in_flight: sh.plan.in_flight(),
+                concurrency: sh.plan.window(),
+            }),
+            heard: self.heard.changes(&settle),
         };
         let unclaim = sh.plan.take_unclaimed();
         let written = self
             .outbox
             .call(move |s| {
                 s.unclaim(&unclaim);
-                s.settle_noting(&rows, at, Some(&state))
+                s.settle_noting(&rows, at, &notes)
             })
             .await;
         if let Err(e) = written {
@@ -450,6 +440,7 @@ impl Flusher {
             return;
         }
         sh.plan.recorded(&settle);
+        self.heard.answered(&settle);
         sh.report.delivered += delivered as u64;
         let now = Instant::now();
         for (row, outcome) in &settle {

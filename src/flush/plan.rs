@@ -20,7 +20,9 @@ The rules, in the order a batch meets them:
   the instant a task reads the answer: see `api::pause`.)
 - **Concurrency window** (AIMD, after vector's adaptive request concurrency): at most
   `window` batches in flight, `1..=max_in_flight`. It starts at 1, grows by one on a
-  clean answer no slower than twice the usual while the window was in use, and halves
+  clean answer no slower than twice the usual to a full batch sent while the window was
+  in use (so it grows no wider than the tapes free to fill its batches; past 8 only
+  while the usual answer takes 50 ms or more: a slow uplink), and halves
   on a transient failure (timeout, 429, 5xx, ...), once per round of batches.
 - **Backoff.** A transient failure of an ordinary batch pauses new sends: exponential
   with full jitter, capped at `backoff_max`, but never shorter than the server's
@@ -82,6 +84,13 @@ const ATTEMPTS_MAX: usize = 100_000;
 /// answer, a commit) or this long: it could find nothing new, and a scan of a backlog
 /// of few tapes passes every row. (Rows re-queued from the CLI are no commit of ours.)
 const EXHAUSTED_RECHECK: Duration = Duration::from_secs(5);
+
+/// The window grows past this many batches only while answers are slow (the usual
+/// answer takes [`SLOW_ANSWER`] or more): below it, this many batches of 250 already
+/// carry 40,000 captures/s, more than a gateway encodes, and a wider window only costs
+/// (fetches past busy tapes, smaller batches, connections).
+const FAST_WINDOW: usize = 8;
+const SLOW_ANSWER: Duration = Duration::from_millis(50);
 
 /// Identifies a batch launched (in flight). Increasing: a batch with a higher id was
 /// launched later.
@@ -198,7 +207,9 @@ struct InFlight {
     rows: Vec<PendingCapture>,
     origin: Origin,
     sent_at: Instant,
-    /// The window was in use when this batch was sent (growth only counts then).
+    /// The window was in use when this batch was sent, and the batch was full (growth
+    /// only counts then: a window wider than the tapes free to fill it only sends
+    /// smaller batches, each costing a request and a transaction).
     window_full: bool,
 }
 
@@ -461,7 +472,7 @@ impl Planner {
         self.next_id += 1;
         let id = self.next_id;
         self.busy.extend(rows.iter().map(|r| r.capture.mac));
-        let window_full = self.in_flight.len() + 1 >= self.window;
+        let window_full = self.in_flight.len() + 1 >= self.window && rows.len() >= self.limit;
         self.in_flight.insert(
             id,
             InFlight {
@@ -613,7 +624,8 @@ impl Planner {
         }
         let usual = self.rtt.unwrap_or(latency);
         self.rtt = Some((usual * 7 + latency) / 8);
-        if clean && batch.window_full && latency <= usual * 2 {
+        let wider = self.window < FAST_WINDOW || usual >= SLOW_ANSWER;
+        if clean && batch.window_full && latency <= usual * 2 && wider {
             let to = (self.window + 1).min(self.settings.max_in_flight.max(1));
             if to != self.window {
                 res.notes.push(Note::Window {

@@ -310,6 +310,9 @@ mod tests {
                     mac,
                     rssi: Some(-61),
                     at: 90_000,
+                    best_rssi: Some(-61),
+                    best_at: 90_000,
+                    known: None,
                 },
                 TapeKnown {
                     reading: Some(TapeRow {

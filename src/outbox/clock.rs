@@ -157,7 +157,7 @@ impl Store {
         // Startup only: the pending scan has no index, and is not repeated.
         let high_water_ms: Option<i64> = tx.query_row(
             "SELECT MAX(t) FROM (
-                SELECT MAX(decoded_at) AS t FROM readings
+                SELECT MAX(decoded_at) AS t FROM tapes
                 UNION ALL SELECT MAX(captured_at) FROM pending WHERE boot IS NOT NULL AND held = 0
                 UNION ALL SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'last_flush_ok_at')",
             [],
@@ -348,6 +348,33 @@ mod tests {
     fn batch_times(s: &Store) -> Vec<i64> {
         let b = s.next_batch(250, 100_000).unwrap();
         b.iter().map(|p| p.capture.ts_ms).collect()
+    }
+
+    /// Groups past one INSERT statement's rows (`queue.rs`): a hold that begins after
+    /// some of a group's rows were written still starts at the first held row.
+    #[test]
+    fn a_large_group_is_held_from_its_first_held_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = open(&dir);
+        s.begin_boot("boot-a").unwrap();
+        let group: Vec<Capture> = (0..120).map(|i| live(i as u8, 1_000 + i)).collect();
+        s.enqueue(&group).unwrap();
+        assert_eq!(s.clock.first_held, None);
+        let mut s = holding(s);
+        s.enqueue(&group).unwrap();
+        assert_eq!(
+            s.clock.first_held,
+            Some(121),
+            "the first row of the held group"
+        );
+        let held = s.pending_captures().unwrap();
+        assert_eq!(held.len(), 240);
+        assert!(
+            held.iter().zip(1..).all(|(p, id)| p.id == id),
+            "ids in order"
+        );
+        assert_eq!(held[130].capture.packet, format!("{:X}", 1_010));
+        assert_eq!(batch_times(&s).len(), 120, "the group before the hold only");
     }
 
     #[test]

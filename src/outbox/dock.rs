@@ -1,21 +1,17 @@
 //! What the operator commands keep in the state database besides the outbox: the times
 //! of the last requests in the service's shared rate window (spec 8), so that separate
-//! CLI runs share it, and the
-//! tapes heard lately, which the daemon writes inside the commit groups it already makes
-//! and `device add --nearest` reads.
-
-use std::collections::HashMap;
+//! CLI runs share it, and the tapes heard lately that the service refused as unknown,
+//! which `device add --nearest` chooses from. The daemon keeps the tapes it hears in
+//! memory ([`crate::heard_now`]) and writes here only those refusals (and their end),
+//! inside the transaction that records them.
 
 use rusqlite::{params, Transaction};
 
 use super::store::{int_to_mac, mac_to_int, write_tx};
 use super::{OutboxError, Store};
-use crate::record::{Capture, EpochMillis, Mac};
+use crate::heard_now::HeardChanges;
+use crate::record::{EpochMillis, Mac};
 
-/// A tape's best RSSI is kept for this long; a louder capture, or one arriving after
-/// this, replaces it. So the best RSSI read is that of the last half minute or so,
-/// without a row per capture.
-pub const HEARD_BEST_MS: EpochMillis = 30_000;
 /// Tapes not heard for this long are forgotten.
 pub const HEARD_KEEP_MS: EpochMillis = 10 * 60_000;
 
@@ -23,9 +19,9 @@ pub const HEARD_KEEP_MS: EpochMillis = 10 * 60_000;
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct HeardTape {
     pub mac: Mac,
-    /// Capture time of its latest admitted capture.
+    /// When it was last heard (wall time).
     pub last_at: EpochMillis,
-    /// Its strongest RSSI in the last [`HEARD_BEST_MS`] or so of captures.
+    /// Its strongest RSSI in the last half minute or so, and when.
     pub best_rssi: Option<i16>,
     pub best_at: EpochMillis,
     /// `Some(true)`: the service decoded it; `Some(false)`: refused as not found;
@@ -82,77 +78,46 @@ impl Store {
     }
 }
 
-/// A tape's entry in `heard` as one group of captures leaves it.
-#[derive(Clone, Copy)]
-struct Heard {
-    last_at: EpochMillis,
-    best_rssi: Option<i16>,
-    best_at: EpochMillis,
-}
-
-impl Heard {
-    /// The rule of the table: a louder capture, or any after the best one has aged
-    /// past [`HEARD_BEST_MS`], becomes the best.
-    fn replaces_best(&self, ts_ms: EpochMillis, rssi: Option<i16>) -> bool {
-        ts_ms - self.best_at > HEARD_BEST_MS || self.best_rssi.is_none() || rssi >= self.best_rssi
+/// Records, inside the transaction that records the answers, the tapes heard that the
+/// service refused as unknown (their rows) and those it now knows again; forgets rows
+/// not heard for [`HEARD_KEEP_MS`]. Nothing to record: nothing written.
+pub(super) fn record_heard(
+    tx: &Transaction<'_>,
+    changes: &HeardChanges,
+    now: EpochMillis,
+) -> rusqlite::Result<()> {
+    if changes.is_empty() {
+        return Ok(());
     }
-}
-
-/// Records the captures of a commit group in `heard`, inside the group's transaction
-/// (no transaction of its own): the group is folded per tape first, so a tape heard
-/// often costs one upsert a group. Forgets tapes not heard for [`HEARD_KEEP_MS`].
-pub(super) fn note_heard(tx: &Transaction<'_>, group: &[Capture]) -> rusqlite::Result<()> {
-    let mut folded: HashMap<Mac, Heard> = HashMap::new();
-    for c in group {
-        let h = folded.entry(c.mac).or_insert(Heard {
-            last_at: c.ts_ms,
-            best_rssi: c.rssi,
-            best_at: c.ts_ms,
-        });
-        h.last_at = h.last_at.max(c.ts_ms);
-        if h.replaces_best(c.ts_ms, c.rssi) {
-            (h.best_rssi, h.best_at) = (c.rssi, c.ts_ms);
-        }
-    }
-    // The same rule in SQL, against what earlier groups left.
     let mut upsert = tx.prepare_cached(
-        "INSERT INTO heard(mac, last_at, best_rssi, best_at) VALUES (?1, ?2, ?3, ?4)
-         ON CONFLICT(mac) DO UPDATE SET
-           last_at = max(heard.last_at, excluded.last_at),
-           best_rssi = CASE WHEN excluded.best_at - heard.best_at > ?5
-                              OR heard.best_rssi IS NULL OR excluded.best_rssi >= heard.best_rssi
-                            THEN excluded.best_rssi ELSE heard.best_rssi END,
-           best_at = CASE WHEN excluded.best_at - heard.best_at > ?5
-                            OR heard.best_rssi IS NULL OR excluded.best_rssi >= heard.best_rssi
-                          THEN excluded.best_at ELSE heard.best_at END",
+        "INSERT INTO heard(mac, last_at, best_rssi, best_at, known) VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT(mac) DO UPDATE SET last_at = excluded.last_at, best_rssi = excluded.best_rssi,
+           best_at = excluded.best_at, known = excluded.known",
     )?;
-    let mut newest = EpochMillis::MIN;
-    for (mac, h) in &folded {
+    for t in &changes.unknown {
         upsert.execute(params![
-            mac_to_int(*mac),
-            h.last_at,
-            h.best_rssi,
-            h.best_at,
-            HEARD_BEST_MS
+            mac_to_int(t.mac),
+            t.last_at,
+            t.best_rssi,
+            t.best_at,
+            t.known
         ])?;
-        newest = newest.max(h.last_at);
+    }
+    let mut known = tx.prepare_cached("UPDATE heard SET known = 1 WHERE mac = ?1")?;
+    for mac in &changes.known {
+        known.execute([mac_to_int(*mac)])?;
     }
     tx.prepare_cached("DELETE FROM heard WHERE last_at < ?1")?
-        .execute([newest.saturating_sub(HEARD_KEEP_MS)])?;
-    Ok(())
-}
-
-/// Records, inside the settling transaction, whether the service knows a tape heard.
-pub(super) fn note_known(tx: &Transaction<'_>, mac: Mac, known: bool) -> rusqlite::Result<()> {
-    tx.prepare_cached("UPDATE heard SET known = ?2 WHERE mac = ?1")?
-        .execute(params![mac_to_int(mac), known])?;
+        .execute([now.saturating_sub(HEARD_KEEP_MS)])?;
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outbox::StoreOptions;
+    use crate::heard_now::HeardNow;
+    use crate::outbox::{AnswerNotes, Outcome, Reading, StoreOptions};
+    use crate::record::Capture;
 
     fn capture(mac: &str, ts_ms: EpochMillis, rssi: i16) -> Capture {
         Capture {
@@ -171,63 +136,18 @@ mod tests {
         (dir, store)
     }
 
-    /// Commits one group of one capture.
-    fn hear(store: &mut Store, mac: &str, ts_ms: EpochMillis, rssi: i16) {
-        store.enqueue(&[capture(mac, ts_ms, rssi)]).unwrap();
-    }
-
-    #[test]
-    fn heard_keeps_the_loudest_recent_rssi_and_forgets_an_old_one() {
-        let (_dir, mut store) = store();
-        let t0 = 1_000_000_000;
-        hear(&mut store, "C0:00:00:00:00:01", t0, -50);
-        hear(&mut store, "C0:00:00:00:00:01", t0 + 5_000, -70);
-        let h = store.heard_since(t0).unwrap();
-        assert_eq!((h[0].best_rssi, h[0].last_at), (Some(-50), t0 + 5_000));
-        // Past HEARD_BEST_MS the old loud reading no longer stands.
-        hear(&mut store, "C0:00:00:00:00:01", t0 + 40_000, -80);
-        let h = store.heard_since(t0).unwrap();
-        assert_eq!((h[0].best_rssi, h[0].best_at), (Some(-80), t0 + 40_000));
-        // Within one group the same rule holds: the loud one, then a quiet one 5 s on.
+    fn known(store: &Store) -> Vec<(String, Option<bool>)> {
         store
-            .enqueue(&[
-                capture("C0:00:00:00:00:02", t0, -40),
-                capture("C0:00:00:00:00:02", t0 + 5_000, -75),
-            ])
-            .unwrap();
-        let h = store.heard_since(t0).unwrap();
-        assert_eq!(
-            (h[0].mac.to_string(), h[0].best_rssi, h[0].last_at),
-            ("C0:00:00:00:00:02".to_string(), Some(-40), t0 + 5_000)
-        );
-        let h: Vec<_> = h
-            .into_iter()
-            .filter(|h| h.mac.to_string().ends_with("01"))
-            .collect();
-        assert_eq!((h[0].best_rssi, h[0].best_at), (Some(-80), t0 + 40_000));
-        assert_eq!(h[0].known, None);
+            .heard_since(0)
+            .unwrap()
+            .iter()
+            .map(|h| (h.mac.to_string(), h.known))
+            .collect()
     }
 
-    #[test]
-    fn a_tape_is_known_once_decoded_and_unknown_once_refused_as_not_found() {
-        use crate::outbox::{Outcome, Reading};
-        let (_dir, mut store) = store();
-        hear(&mut store, "C0:00:00:00:00:01", 1_000, -50);
-        hear(&mut store, "C0:DE:AD:00:00:01", 1_000, -50);
-        hear(&mut store, "C0:00:00:00:00:02", 1_000, -50);
+    /// Settles the next batch with `outcome` per MAC, telling `heard` as the flusher does.
+    fn settle(store: &mut Store, heard: &HeardNow, outcome: impl Fn(&str) -> Outcome) {
         let batch = store.next_batch(10, 100).unwrap();
-        let outcome = |mac: &str| match mac {
-            "C0:00:00:00:00:01" => Outcome::Delivered(Reading {
-                qr_code: None,
-                temp: None,
-                bat: None,
-                raw: "{}".into(),
-            }),
-            "C0:DE:AD:00:00:01" => {
-                Outcome::DeadLetter("device not found or not associated with the customer".into())
-            }
-            _ => Outcome::DeadLetter("invalid packet".into()),
-        };
         let settled: Vec<_> = batch
             .into_iter()
             .map(|p| {
@@ -235,20 +155,61 @@ mod tests {
                 (p, o)
             })
             .collect();
-        store.settle(&settled, 2_000).unwrap();
-        let known: Vec<(String, Option<bool>)> = store
-            .heard_since(0)
-            .unwrap()
-            .iter()
-            .map(|h| (h.mac.to_string(), h.known))
-            .collect();
+        let notes = AnswerNotes {
+            flusher: None,
+            heard: heard.changes(&settled),
+        };
+        store.settle_noting(&settled, 2_000, &notes).unwrap();
+        heard.answered(&settled);
+    }
+
+    fn decoded() -> Outcome {
+        Outcome::Delivered(Reading {
+            qr_code: None,
+            temp: None,
+            bat: None,
+        })
+    }
+
+    #[test]
+    fn only_tapes_refused_as_unknown_are_written_and_known_once_decoded() {
+        let (_dir, mut store) = store();
+        let heard = HeardNow::default();
+        for (mac, rssi) in [
+            ("C0:00:00:00:00:01", -50),
+            ("C0:DE:AD:00:00:01", -40),
+            ("C0:00:00:00:00:02", -50),
+        ] {
+            heard.heard(mac.parse().unwrap(), Some(rssi), 1_500);
+            store.enqueue(&[capture(mac, 1_000, rssi)]).unwrap();
+        }
+        let enqueued = store.heard_since(0).unwrap();
+        assert!(
+            enqueued.is_empty(),
+            "nothing on the capture path: {enqueued:?}"
+        );
+        settle(&mut store, &heard, |mac| match mac {
+            "C0:00:00:00:00:01" => decoded(),
+            "C0:DE:AD:00:00:01" => {
+                Outcome::DeadLetter("device not found or not associated with the customer".into())
+            }
+            _ => Outcome::DeadLetter("invalid packet".into()),
+        });
         assert_eq!(
-            known,
-            [
-                ("C0:00:00:00:00:01".to_string(), Some(true)),
-                ("C0:00:00:00:00:02".to_string(), None),
-                ("C0:DE:AD:00:00:01".to_string(), Some(false)),
-            ]
+            known(&store),
+            [("C0:DE:AD:00:00:01".to_string(), Some(false))]
+        );
+        let h = &store.heard_since(0).unwrap()[0];
+        assert_eq!((h.best_rssi, h.last_at), (Some(-40), 1_500), "as heard");
+
+        // Activated and re-queued: decoded now, so no longer a candidate.
+        store
+            .enqueue(&[capture("C0:DE:AD:00:00:01", 3_000, -40)])
+            .unwrap();
+        settle(&mut store, &heard, |_| decoded());
+        assert_eq!(
+            known(&store),
+            [("C0:DE:AD:00:00:01".to_string(), Some(true))]
         );
     }
 
@@ -256,8 +217,28 @@ mod tests {
     fn heard_forgets_tapes_not_heard_for_ten_minutes() {
         let (_dir, mut store) = store();
         let t0 = 1_000_000_000;
-        hear(&mut store, "C0:00:00:00:00:01", t0, -50);
-        hear(&mut store, "C0:00:00:00:00:02", t0 + HEARD_KEEP_MS + 1, -60);
+        let tape = |mac: &str, at: EpochMillis| HeardTape {
+            mac: mac.parse().unwrap(),
+            last_at: at,
+            best_rssi: Some(-50),
+            best_at: at,
+            known: Some(false),
+        };
+        let write = |store: &mut Store, t: HeardTape| {
+            let notes = AnswerNotes {
+                flusher: None,
+                heard: HeardChanges {
+                    unknown: vec![t.clone()],
+                    known: vec![],
+                },
+            };
+            store.settle_noting(&[], t.last_at, &notes).unwrap();
+        };
+        write(&mut store, tape("C0:00:00:00:00:01", t0));
+        write(
+            &mut store,
+            tape("C0:00:00:00:00:02", t0 + HEARD_KEEP_MS + 1),
+        );
         let macs: Vec<String> = store
             .heard_since(0)
             .unwrap()

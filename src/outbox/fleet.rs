@@ -197,21 +197,26 @@ mod tests {
         drop(store);
         let db = Store::path_in(dir.path());
         {
-            // Back to the schema before retention, as the tapegate before it left it.
+            // Back to the schema before retention (4), as the tapegate before it left it
+            // (with the reading history that schema 6 drops).
             let c = rusqlite::Connection::open(&db).unwrap();
             c.execute_batch(
                 "DELETE FROM counters WHERE name LIKE 'evicted_max_%';
+                 CREATE TABLE readings (id INTEGER PRIMARY KEY, mac INTEGER NOT NULL, qr_code TEXT,
+                     captured_at INTEGER NOT NULL, decoded_at INTEGER NOT NULL, rssi INTEGER,
+                     temp REAL, bat REAL, raw TEXT NOT NULL);
+                 CREATE INDEX readings_by_decoded_at ON readings(decoded_at);
+                 INSERT INTO readings(mac, captured_at, decoded_at, raw) VALUES (1, 2, 3, '{}');
                  INSERT INTO pending(mac, captured_at, product_id, packet) VALUES (1, 2, 'tape', 'F70E');
                  UPDATE counters SET value = 8 WHERE name = 'admitted';
-                 UPDATE counters SET value = 7 WHERE name = 'evicted';",
+                 UPDATE counters SET value = 7 WHERE name = 'evicted';
+                 PRAGMA user_version = 4;",
             )
             .unwrap();
-            c.execute_batch(&format!("PRAGMA user_version = {};", SCHEMA_VERSION - 1))
-                .unwrap();
             c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
                 .unwrap();
         }
-        assert_eq!(header_version(&db), SCHEMA_VERSION as u32 - 1);
+        assert_eq!(header_version(&db), 4);
         let (store, report) = Store::open(dir.path(), StoreOptions::default()).unwrap();
         assert_eq!(report.pending, 1);
         assert_eq!(header_version(&db), SCHEMA_VERSION as u32);
@@ -225,5 +230,14 @@ mod tests {
             .unwrap();
         assert_eq!(evicted_by, 7);
         assert_eq!(store.stats().unwrap().evicted, 7);
+        let readings: i64 = store
+            .conn
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE name LIKE 'readings%'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(readings, 0, "the reading history is dropped (schema 6)");
     }
 }

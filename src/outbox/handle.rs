@@ -29,6 +29,12 @@ impl Outbox {
                     // replaced under us is noticed before anything else goes into it.
                     store.reopen_if_replaced();
                     job(&mut store);
+                    if let Err(e) = store.write_latest_if_due() {
+                        tracing::warn!(error = %e, "could not write the tapes' latest readings; will retry");
+                    }
+                }
+                if let Err(e) = store.write_latest() {
+                    tracing::warn!(error = %e, "could not write the tapes' latest readings at close; the last minute of them is lost (no capture is)");
                 }
             })?;
         Ok((Outbox { jobs }, thread))

@@ -5,20 +5,19 @@ The outbox: a durable, bounded SQLite store between capture and delivery.
 A dock gateway must not lose what it heard when the uplink drops, the service fails, the
 token expires or the power is cut. Every admitted capture is written here first; the
 flusher delivers from here, and a row leaves only in the transaction that records its
-outcome (a decoded reading or a dead letter). Delivery is therefore at-least-once.
+outcome (delivered, counted, or a dead letter). Delivery is therefore at-least-once.
 
-# Schema (`PRAGMA user_version` = 5)
+# Schema (`PRAGMA user_version` = 6)
 | table | holds |
 |---|---|
 | `pending` | captures not yet delivered: `id` (admission order), `mac` (48-bit integer), `captured_at` (epoch ms), `product_id`, `packet` (the `ble_packet` as sent), `rssi` |
 | `dead_letters` | captures the service refused, with its `error` and `dead_at` |
-| `readings` | decoded readings (history, bounded by `readings.retention_hours`) |
-| `tapes` | the latest reading of each tape |
+| `tapes` | the latest reading of each tape, written behind: the daemon holds the readings it has not written in memory and writes them at most a minute later, with the answers or on their own, and when it stops (`latest.rs`; no history of readings is kept: the service keeps them) |
 | `counters` | `admitted`, `delivered`, `dead_lettered`, `evicted`, `dead_letters_dropped`; `evicted_max_pending`, `evicted_max_age`, `evicted_max_bytes` (which bound evicted) |
 | `meta` | `last_flush_ok_at`, `last_error`, `last_error_at`; the flusher's batches in flight and concurrency limit (`flush_in_flight`, `flush_concurrency`, written with each settle); the BLE scanner's ladder counts (`scanner_*`); `clock_state` |
 | `boots` | each boot seen (`boot_id` from the kernel) and `synced_at`, when its clock was first seen synchronised |
 | `rate_sends` | per API identity, the times of its last requests that count in the service's shared rate window (spec 8; at most 10 each, see `api::rate`); shared by every CLI run |
-| `heard` | per tape heard in the last [`HEARD_KEEP_MS`]: last capture time, strongest recent RSSI, and whether the service knows it (decoded, or refused as not found); written in the commit groups and settlements the daemon already makes, read by `device add --nearest` |
+| `heard` | the tapes heard in the last [`HEARD_KEEP_MS`] that the service refused as unknown (not found): when last heard, strongest recent RSSI, `known` (1 once decoded since); written only in the transaction that records such a refusal (the daemon keeps every tape it hears in memory, `heard_now.rs`), read by `device add --nearest` |
 
 A live capture's `pending` row also has `boot` (its `boots.id`), `boot_ms` (`CLOCK_BOOTTIME`
 at capture) and `held` (1: the clock was not trusted when it was committed; not handed
@@ -60,8 +59,8 @@ write on the normal path.
   for `max_pending`, when every older row is claimed, the newest go (the bound holds
   whatever the flusher holds); the age and size bounds wait for claimed rows' answers.
   Re-queued dead letters can push past the bound until the next commit evicts. Stored
-  dead letters are capped at [`MAX_DEAD_LETTERS`] (oldest dropped and counted);
-  readings by retention.
+  dead letters are capped at [`MAX_DEAD_LETTERS`] (oldest dropped and counted); the
+  tapes' latest readings waiting in memory at [`LATEST_MAX`] tapes.
 - **One fate per capture.** Every admitted capture is pending, delivered, a dead letter
   or evicted; a claimed row is never evicted, and only a row still pending can be
   claimed. A settle for a row already gone (its database replaced under the daemon)
@@ -92,7 +91,8 @@ write on the normal path.
 # Code
 [`Store`] is one type in several files, by seam: `store.rs` opens, migrates and
 quarantines; `queue.rs` is the daemon's path (enqueue, next batch, settle); `operator.rs`
-is what `status`, `tapes` and `dead-letters` read and change; `clock.rs` records boots
+is what `status`, `tapes` and `dead-letters` read and change; `latest.rs` writes the tapes' latest
+readings behind; `clock.rs` records boots
 and holds and releases captures for the clock keeper; `dock.rs` the rate window and the
 tapes heard, for the operator commands of the service interface; `lock.rs` the state
 directory's one owner; `access.rs` who may create and write the state (a database is
@@ -105,20 +105,23 @@ mod clock;
 mod dock;
 mod fleet;
 mod handle;
+mod latest;
 mod lock;
 mod operator;
 mod queue;
 mod retention;
+mod scan;
 mod store;
 
 pub use access::why_unwritable;
 pub use clock::{BootStart, ClockChange, ClockStatus, Released};
-pub use dock::{HeardTape, HEARD_BEST_MS, HEARD_KEEP_MS};
+pub use dock::{HeardTape, HEARD_KEEP_MS};
 pub use fleet::{BootRecord, DeadLetterSummary};
 pub use handle::Outbox;
+pub use latest::{LATEST_EVERY, LATEST_EVERY_ENV, LATEST_MAX};
 pub use lock::{LockError, StateLock, LOCK_FILE};
 pub use operator::{DeadLetter, FlusherState, ScannerCounts, Stats, TapeKnown, TapeRow};
-pub use queue::{Fetched, Outcome, PendingCapture, Reading};
+pub use queue::{AnswerNotes, Fetched, Outcome, PendingCapture, Reading};
 pub use retention::{keep_bounds, Evictions, Retention};
 pub use store::{OpenReport, Store, StoreOptions};
 

@@ -1,12 +1,12 @@
 //! What the operator sees and changes beside the daemon: the counters and state of
 //! `tapegate status` (and the notes the daemon leaves for it: last flush, last error,
-//! the BLE scanner's counts), stored dead letters (list, retry, purge), the tapes'
-//! latest readings, and pruning old readings.
+//! the BLE scanner's counts), stored dead letters (list, retry, purge), and the tapes'
+//! latest readings (with those the daemon has not written yet, `latest.rs`).
 
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::clock::{clock_status, ClockStatus};
-use super::store::{int_to_mac, mac_to_int, read_counters, write_counters, write_tx};
+use super::store::{int_to_mac, mac_to_int, packet_text, read_counters, write_counters, write_tx};
 use super::{OutboxError, Store};
 use crate::record::{EpochMillis, Mac};
 
@@ -198,13 +198,6 @@ impl Store {
         Ok(())
     }
 
-    /// Deletes readings decoded before `before` (the latest of each tape stays in `tapes`).
-    pub fn prune_readings(&mut self, before: EpochMillis) -> Result<u64, OutboxError> {
-        Ok(self
-            .conn
-            .execute("DELETE FROM readings WHERE decoded_at < ?1", [before])? as u64)
-    }
-
     /// Counters and state, read in one transaction.
     pub fn stats(&self) -> Result<Stats, OutboxError> {
         let tx = self.conn.unchecked_transaction()?;
@@ -269,7 +262,7 @@ impl Store {
                     mac: int_to_mac(r.get(1)?),
                     captured_at: r.get(2)?,
                     product_id: r.get(3)?,
-                    packet: r.get(4)?,
+                    packet: packet_text(r.get_ref(4)?)?,
                     rssi: r.get(5)?,
                     error: bounded(&r.get::<_, String>(6)?),
                     dead_at: r.get(7)?,
@@ -304,6 +297,8 @@ impl Store {
         write_counters(&tx, &current, &next)?;
         tx.commit()?;
         self.counters = next;
+        // Rows inserted where the flusher's walk may have passed.
+        self.cursor.reset();
         Ok(moved)
     }
 
@@ -317,14 +312,31 @@ impl Store {
         )? as u64)
     }
 
-    /// Tapes by most recent capture.
+    /// Tapes by most recent capture: the table, and in the daemon the readings it has
+    /// not written yet.
     pub fn tapes(&self, limit: usize) -> Result<Vec<TapeRow>, OutboxError> {
         let mut stmt = self.conn.prepare(
             "SELECT mac, qr_code, captured_at, decoded_at, rssi, temp, bat FROM tapes ORDER BY captured_at DESC LIMIT ?1",
         )?;
-        let rows = stmt
-            .query_map([limit as i64], tape_row)?
+        // Each unwritten reading may stand for a row of the table: read that many more.
+        let read = limit
+            .saturating_add(self.latest.rows().count())
+            .min(i64::MAX as usize);
+        let mut by_mac: std::collections::HashMap<Mac, TapeRow> = stmt
+            .query_map([read as i64], tape_row)?
+            .map(|r| r.map(|r| (r.mac, r)))
             .collect::<Result<_, _>>()?;
+        for r in self.latest.rows() {
+            if by_mac
+                .get(&r.mac)
+                .is_none_or(|t| t.captured_at <= r.captured_at)
+            {
+                by_mac.insert(r.mac, r.clone());
+            }
+        }
+        let mut rows: Vec<TapeRow> = by_mac.into_values().collect();
+        rows.sort_by(|a, b| b.captured_at.cmp(&a.captured_at).then(a.mac.cmp(&b.mac)));
+        rows.truncate(limit);
         Ok(rows)
     }
 }
@@ -346,6 +358,17 @@ impl Store {
         for row in rows {
             let row = row?;
             readings.insert(row.mac, row);
+        }
+        // The daemon's readings not yet written are newer.
+        for m in macs {
+            if let Some(r) = self.latest.get(m) {
+                if readings
+                    .get(m)
+                    .is_none_or(|t: &TapeRow| t.captured_at <= r.captured_at)
+                {
+                    readings.insert(*m, r.clone());
+                }
+            }
         }
         // Newest refusal of each MAC: later rows overwrite earlier ones.
         let mut refused = std::collections::HashMap::new();
@@ -428,7 +451,6 @@ mod tests {
                         qr_code: Some("QR1".into()),
                         temp: Some(4.5),
                         bat: Some(80.0),
-                        raw: "{}".into(),
                     })
                 } else {
                     Outcome::DeadLetter("first refusal".into())

@@ -8,15 +8,30 @@ use std::collections::HashSet;
 use rusqlite::{params, Transaction};
 
 use super::clock::{first_held, Retimed};
-use super::dock::{note_heard, note_known};
+use super::dock::record_heard;
 use super::retention::{evict_oldest, evict_past, Bound, Evictions};
+use super::scan::Walk;
 use super::store::{
-    hold_id_floor, int_to_mac, mac_to_int, read_counters, release_id_floor, write_counters,
-    write_tx, Counters,
+    hold_id_floor, int_to_mac, mac_to_int, packet_text, packet_value, read_counters,
+    release_id_floor, write_counters, write_tx, Counters,
 };
-use super::{FlusherState, OutboxError, Store, MAX_DEAD_LETTERS};
+use super::{FlusherState, OutboxError, Store, TapeRow, MAX_DEAD_LETTERS};
 use crate::clock::now_ms;
+use crate::heard_now::HeardChanges;
 use crate::record::{Capture, EpochMillis, Mac};
+
+/// Rows of a commit group inserted by one statement (and the columns of each).
+const INSERT_ROWS: usize = 50;
+const INSERT_COLUMNS: usize = 8;
+
+/// An INSERT of `rows` captures.
+fn insert_sql(rows: usize) -> String {
+    let row = "(?, ?, ?, ?, ?, ?, ?, ?)";
+    format!(
+        "INSERT INTO pending(mac, captured_at, product_id, packet, rssi, boot, boot_ms, held) VALUES {}",
+        vec![row; rows].join(", ")
+    )
+}
 
 /// A pending capture as the flusher sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,18 +48,27 @@ pub struct Fetched {
     /// Every pending row was looked at: no MAC outside `busy` has a capture that is
     /// not in `rows`' MACs.
     pub complete: bool,
-    /// Some MAC of `rows` has more captures pending behind the one taken.
+    /// With `complete`: some MAC of `rows` has more captures pending behind the one
+    /// taken. (Without it, only what the walk happened to see: not to be relied on.)
     pub backlog: bool,
 }
 
-/// A decoded reading to store.
+/// What the service decoded, as far as the gateway keeps it: the tape's latest reading
+/// (`tapegate tapes`, the status page). The readings themselves are the service's.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reading {
     pub qr_code: Option<String>,
     pub temp: Option<f64>,
     pub bat: Option<f64>,
-    /// The server's item, as JSON text, so nothing it sent is lost.
-    pub raw: String,
+}
+
+/// What is recorded in the transaction that records the answers, beside them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AnswerNotes {
+    /// The flusher's state, for `status`.
+    pub flusher: Option<FlusherState>,
+    /// Tapes refused as unknown, and known again (`device add --nearest`).
+    pub heard: HeardChanges,
 }
 
 /// What became of one pending capture.
@@ -75,42 +99,90 @@ impl Store {
         let clock = self.clock;
         let retention = self.retention;
         let mut evictions = Evictions::default();
-        let (next, held_from) = (|| -> rusqlite::Result<(Counters, Option<i64>)> {
-            let current = read_counters(&tx)?;
-            let mut next = current;
-            let mut held_from = clock.first_held;
-            let mut retimed = Retimed::default();
-            hold_id_floor(&tx, self.id_floor)?;
-            {
-                let mut insert = tx.prepare_cached(
-                    "INSERT INTO pending(mac, captured_at, product_id, packet, rssi, boot, boot_ms, held) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                )?;
-                for c in group {
-                    let live = c.boot_ms.is_some();
-                    let held = clock.holds(live);
-                    let captured_at = clock.captured_at(c, &mut retimed);
-                    insert.execute(params![mac_to_int(c.mac), captured_at, c.product_id, c.packet, c.rssi, clock.boot_of(live), c.boot_ms, held])?;
-                    if held && held_from.is_none() {
-                        held_from = Some(tx.last_insert_rowid());
+        let (next, held_from, first_id) =
+            (|| -> rusqlite::Result<(Counters, Option<i64>, Option<i64>)> {
+                let current = read_counters(&tx)?;
+                let mut next = current;
+                let mut held_from = clock.first_held;
+                let mut retimed = Retimed::default();
+                hold_id_floor(&tx, self.id_floor)?;
+                // Rows go in INSERT_ROWS at a time (one statement for many rows costs far
+                // less than a statement each), the rest one by one. The ids of one
+                // statement's rows follow each other.
+                let mut first_id = None;
+                let mut single = tx.prepare_cached(&insert_sql(1))?;
+                let mut many = tx.prepare_cached(&insert_sql(INSERT_ROWS))?;
+                for rows in group.chunks(INSERT_ROWS) {
+                    let insert = if rows.len() == INSERT_ROWS {
+                        &mut many
+                    } else {
+                        &mut single
+                    };
+                    for part in rows.chunks(if rows.len() == INSERT_ROWS {
+                        INSERT_ROWS
+                    } else {
+                        1
+                    }) {
+                        let mut at = 1;
+                        for c in part {
+                            let live = c.boot_ms.is_some();
+                            let captured_at = clock.captured_at(c, &mut retimed);
+                            insert.raw_bind_parameter(at, mac_to_int(c.mac))?;
+                            insert.raw_bind_parameter(at + 1, captured_at)?;
+                            insert.raw_bind_parameter(at + 2, c.product_id.as_str())?;
+                            insert.raw_bind_parameter(at + 3, packet_value(&c.packet))?;
+                            insert.raw_bind_parameter(at + 4, c.rssi)?;
+                            insert.raw_bind_parameter(at + 5, clock.boot_of(live))?;
+                            insert.raw_bind_parameter(at + 6, c.boot_ms)?;
+                            insert.raw_bind_parameter(at + 7, clock.holds(live))?;
+                            at += INSERT_COLUMNS;
+                        }
+                        insert.raw_execute()?;
+                        let last = tx.last_insert_rowid();
+                        let first = last + 1 - part.len() as i64;
+                        first_id.get_or_insert(first);
+                        if held_from.is_none() {
+                            let held = part.iter().position(|c| clock.holds(c.boot_ms.is_some()));
+                            held_from = held.map(|i| first + i as i64);
+                        }
                     }
                 }
-            }
-            release_id_floor(&tx, self.id_floor)?;
-            retimed.count(&tx)?;
-            note_heard(&tx, group)?;
-            next.admitted += group.len() as u64;
-            let excess = next.pending().saturating_sub(self.options.max_pending);
-            let claimed = &self.claimed;
-            evict_oldest(&tx, excess, Bound::Pending, claimed, &mut next, &mut evictions)?;
-            evict_past(&tx, &retention, now_ms(), claimed, &mut next, &mut evictions)?;
-            if evictions.total() > 0 && held_from.is_some() {
-                held_from = first_held(&tx)?;
-            }
-            write_counters(&tx, &current, &next)?;
-            Ok((next, held_from))
-        })()
-        .map_err(OutboxError::WriteFailed)?;
+                release_id_floor(&tx, self.id_floor)?;
+                retimed.count(&tx)?;
+                next.admitted += group.len() as u64;
+                let excess = next.pending().saturating_sub(self.options.max_pending);
+                let claimed = &self.claimed;
+                evict_oldest(
+                    &tx,
+                    excess,
+                    Bound::Pending,
+                    claimed,
+                    &mut next,
+                    &mut evictions,
+                )?;
+                evict_past(
+                    &tx,
+                    &retention,
+                    now_ms(),
+                    claimed,
+                    &mut next,
+                    &mut evictions,
+                )?;
+                if evictions.total() > 0 && held_from.is_some() {
+                    held_from = first_held(&tx)?;
+                }
+                write_counters(&tx, &current, &next)?;
+                Ok((next, held_from, first_id))
+            })()
+            .map_err(OutboxError::WriteFailed)?;
         tx.commit().map_err(OutboxError::WriteFailed)?;
+        if evictions.total() > 0 {
+            // Rows the flusher's walk remembered may be gone: it starts over.
+            self.cursor.reset();
+        } else if let Some(first) = first_id {
+            // An id freed at the end of the table is given again: below the cursor.
+            self.cursor.lower(first);
+        }
         self.counters = next;
         self.clock.first_held = held_from;
         self.id_floor = 0;
@@ -132,78 +204,47 @@ impl Store {
 
     /// Like [`Store::next_batch`], skipping every capture of the MACs in `busy` (those
     /// in a batch in flight: a MAC is in at most one, so its captures keep their
-    /// order). Also says whether the batch is as full as it can get.
+    /// order). Also says whether the batch is as full as it can get. Walks from the
+    /// front ([`Store::claim_next_batch`] resumes where its last walk stopped).
     pub fn next_batch_excluding(
         &self,
         max: usize,
         scan_limit: usize,
         busy: &HashSet<Mac>,
     ) -> Result<Fetched, OutboxError> {
-        // The scan reads only `id` and `mac` (it may pass thousands of rows of a few
-        // tapes); the chosen rows are read whole afterwards.
-        let mut chosen = Vec::with_capacity(max.min(256));
-        let mut macs = HashSet::with_capacity(max);
-        let mut after = i64::MIN;
-        let mut scanned = 0usize;
-        let mut backlog = false;
-        // Held captures (`clock.rs`) are not deliverable, nor is anything after the
-        // first of them: the scan stops there.
-        let below = self.clock.deliverable_below();
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT id, mac FROM pending WHERE id > ?1 AND id < ?2 AND held = 0 ORDER BY id LIMIT 4096",
-        )?;
-        let complete = 'scan: loop {
-            let rows: Vec<(i64, i64)> = stmt
-                .query_map([after, below], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect::<Result<_, _>>()?;
-            let Some(last) = rows.last() else {
-                // Every pending row was seen.
-                break 'scan true;
-            };
-            after = last.0;
-            scanned += rows.len();
-            for (id, mac) in rows {
-                let mac = int_to_mac(mac);
-                if busy.contains(&mac) {
-                    continue;
-                }
-                if macs.insert(mac) {
-                    if chosen.len() == max {
-                        break 'scan false;
-                    }
-                    chosen.push(id);
-                } else {
-                    backlog = true;
-                }
-            }
-            if scanned >= scan_limit {
-                break 'scan false;
-            }
-        };
-        // One query for the chosen rows (not one per row): a full batch is almost always
-        // the same length, so its statement stays cached.
-        let rows = if chosen.is_empty() {
+        let walk = self.walk(max, scan_limit, busy)?;
+        self.fetched(walk)
+    }
+
+    /// The chosen rows, read whole: one query (not one per row); a full batch is almost
+    /// always the same length, so its statement stays cached.
+    fn fetched(&self, walk: Walk) -> Result<Fetched, OutboxError> {
+        let rows = if walk.chosen.is_empty() {
             Vec::new()
         } else {
             let sql = format!(
                 "SELECT id, mac, captured_at, product_id, packet, rssi, boot_ms FROM pending WHERE id IN ({}) ORDER BY id",
-                vec!["?"; chosen.len()].join(",")
+                vec!["?"; walk.chosen.len()].join(",")
             );
             let mut read = self.conn.prepare_cached(&sql)?;
             let rows = read
-                .query_map(rusqlite::params_from_iter(chosen.iter()), row_to_pending)?
+                .query_map(
+                    rusqlite::params_from_iter(walk.chosen.iter()),
+                    row_to_pending,
+                )?
                 .collect::<Result<_, _>>()?;
             rows
         };
         Ok(Fetched {
             rows,
-            complete,
-            backlog,
+            complete: walk.complete,
+            backlog: walk.backlog,
         })
     }
 
-    /// [`Store::next_batch_excluding`], after letting go of the claims in `unclaim`,
-    /// and claiming the rows it returns (see [`Store::claim`]).
+    /// [`Store::next_batch_excluding`] for the flusher: after letting go of the claims
+    /// in `unclaim`, resuming where its last walk stopped (`scan.rs`), and claiming the
+    /// rows it returns (see [`Store::claim`]).
     pub fn claim_next_batch(
         &mut self,
         max: usize,
@@ -212,7 +253,8 @@ impl Store {
         unclaim: &[i64],
     ) -> Result<Fetched, OutboxError> {
         self.unclaim(unclaim);
-        let fetched = self.next_batch_excluding(max, scan_limit, busy)?;
+        let walk = self.walk_on(max, scan_limit, busy)?;
+        let fetched = self.fetched(walk)?;
         self.claimed.extend(fetched.rows.iter().map(|r| r.id));
         Ok(fetched)
     }
@@ -236,13 +278,15 @@ impl Store {
             .query_map(rusqlite::params_from_iter(ids.iter()), |r| r.get(0))?
             .collect::<Result<_, _>>()?;
         self.claimed.extend(present.iter().copied());
+        self.cursor.claimed(&present);
         Ok(present)
     }
 
-    /// Lets go of the claims on `ids`: those rows may be evicted again.
+    /// Lets go of the claims on `ids`: those rows may be evicted again (and fetched).
     pub fn unclaim(&mut self, ids: &[i64]) {
         for id in ids {
             self.claimed.remove(id);
+            self.cursor.lower(*id);
         }
     }
 
@@ -254,40 +298,51 @@ impl Store {
     }
 
     /// Records what became of pending captures, in one transaction: a row leaves
-    /// `pending` only here, together with its reading or dead letter, and its claim is
-    /// let go. A row already gone (its database replaced, say: a claimed row is never
-    /// evicted) changes no counter. Returns how many rows left.
+    /// `pending` only here, together with its count (delivered) or its dead letter, and
+    /// its claim is let go. A row already gone (its database replaced, say: a claimed
+    /// row is never evicted) changes no counter. A delivered capture's reading becomes
+    /// its tape's latest, kept in memory and written behind ([`super::latest`]).
+    /// Returns how many rows left.
     pub fn settle(
         &mut self,
         outcomes: &[(PendingCapture, Outcome)],
         now: EpochMillis,
     ) -> Result<u64, OutboxError> {
-        self.settle_noting(outcomes, now, None)
+        self.settle_noting(outcomes, now, &AnswerNotes::default())
     }
 
     /// [`Store::settle`], recording in the same transaction (one commit, one sync) the
-    /// flusher's state for `status`.
+    /// flusher's state for `status` and the tapes heard that `--nearest` needs.
     pub fn settle_noting(
         &mut self,
         outcomes: &[(PendingCapture, Outcome)],
         now: EpochMillis,
-        flusher: Option<&FlusherState>,
+        notes: &AnswerNotes,
     ) -> Result<u64, OutboxError> {
+        for (p, outcome) in outcomes {
+            if let Outcome::Delivered(r) = outcome {
+                // A reading the service decoded is kept even if its row was evicted
+                // meanwhile; only the counter follows the row.
+                let c = &p.capture;
+                self.latest.note(TapeRow {
+                    mac: c.mac,
+                    qr_code: r.qr_code.clone(),
+                    captured_at: c.ts_ms,
+                    decoded_at: now,
+                    rssi: c.rssi,
+                    temp: r.temp,
+                    bat: r.bat,
+                });
+            }
+        }
+        let write_latest = self.latest.due();
         let tx = write_tx(&mut self.conn).map_err(OutboxError::WriteFailed)?;
+        let latest = &self.latest;
         let (removed, next) = (|| -> rusqlite::Result<(u64, Counters)> {
             let current = read_counters(&tx)?;
             let mut next = current;
             let mut removed = 0;
             let mut delete = tx.prepare_cached("DELETE FROM pending WHERE id = ?1")?;
-            let mut reading = tx.prepare_cached(
-                "INSERT INTO readings(mac, qr_code, captured_at, decoded_at, rssi, temp, bat, raw) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )?;
-            let mut tape = tx.prepare_cached(
-                "INSERT INTO tapes(mac, qr_code, captured_at, decoded_at, rssi, temp, bat, raw) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-                 ON CONFLICT(mac) DO UPDATE SET qr_code = excluded.qr_code, captured_at = excluded.captured_at,
-                   decoded_at = excluded.decoded_at, rssi = excluded.rssi, temp = excluded.temp, bat = excluded.bat, raw = excluded.raw
-                 WHERE excluded.captured_at >= tapes.captured_at",
-            )?;
             let mut dead = tx.prepare_cached(
                 "INSERT INTO dead_letters(mac, captured_at, product_id, packet, rssi, error, dead_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )?;
@@ -295,24 +350,12 @@ impl Store {
                 let gone = delete.execute([p.id])? == 1;
                 removed += u64::from(gone);
                 let c = &p.capture;
-                let mac = mac_to_int(c.mac);
                 match outcome {
-                    Outcome::Delivered(r) => {
-                        // A reading the service decoded is kept even if its row was
-                        // evicted meanwhile; only the counter follows the row.
-                        let row = params![mac, r.qr_code, c.ts_ms, now, c.rssi, r.temp, r.bat, r.raw];
-                        reading.execute(row)?;
-                        tape.execute(row)?;
-                        note_known(&tx, c.mac, true)?;
-                        next.delivered += u64::from(gone);
-                    }
+                    Outcome::Delivered(_) => next.delivered += u64::from(gone),
                     Outcome::DeadLetter(error) if gone => {
-                        if refused_as_unknown(error) {
-                            note_known(&tx, c.mac, false)?;
-                        }
                         // The service's reason, bounded as every text from elsewhere.
                         let error = crate::text::bounded(error, crate::text::SHOWN_MAX_CHARS);
-                        dead.execute(params![mac, c.ts_ms, c.product_id, c.packet, c.rssi, error, now])?;
+                        dead.execute(params![mac_to_int(c.mac), c.ts_ms, c.product_id, packet_value(&c.packet), c.rssi, error, now])?;
                         next.dead_lettered += 1;
                     }
                     Outcome::DeadLetter(_) => {}
@@ -322,16 +365,27 @@ impl Store {
                 next.dead_letters_dropped += cap_dead_letters(&tx, MAX_DEAD_LETTERS)?;
             }
             write_counters(&tx, &current, &next)?;
-            if let Some(f) = flusher {
+            if let Some(f) = &notes.flusher {
                 f.write(&tx)?;
+            }
+            record_heard(&tx, &notes.heard, now)?;
+            if write_latest {
+                latest.write(&tx)?;
             }
             Ok((removed, next))
         })()
         .map_err(OutboxError::WriteFailed)?;
         tx.commit().map_err(OutboxError::WriteFailed)?;
         self.counters = next;
+        if write_latest {
+            self.latest.written();
+        }
         for (p, _) in outcomes {
             self.claimed.remove(&p.id);
+        }
+        if !self.cursor.is_empty() {
+            let ids: Vec<i64> = outcomes.iter().map(|(p, _)| p.id).collect();
+            self.cursor.claimed(&ids);
         }
         Ok(removed)
     }
@@ -362,18 +416,11 @@ fn row_to_pending(r: &rusqlite::Row<'_>) -> rusqlite::Result<PendingCapture> {
             mac: int_to_mac(r.get(1)?),
             ts_ms: r.get(2)?,
             product_id: r.get(3)?,
-            packet: r.get(4)?,
+            packet: packet_text(r.get_ref(4)?)?,
             rssi: r.get(5)?,
             boot_ms: r.get(6)?,
         },
     })
-}
-
-/// Whether a refused capture's error says the service does not know the tape. Bulk
-/// decode items carry only a text (spec 4.4, no code), so the text is all there is:
-/// "device not found or not associated with the customer" (the 404 of 4.3).
-fn refused_as_unknown(error: &str) -> bool {
-    error.to_ascii_lowercase().contains("not found")
 }
 
 fn cap_dead_letters(tx: &Transaction<'_>, max: u64) -> rusqlite::Result<u64> {
@@ -470,7 +517,6 @@ mod tests {
             qr_code: Some("TT".into()),
             temp: None,
             bat: None,
-            raw: "{}".into(),
         });
         let settle = vec![
             (rows[0].clone(), delivered),

@@ -6,9 +6,9 @@
 //!   is not trusted yet, see `clock.rs`) are never aged out;
 //! - `outbox.max_bytes`: the database's used pages at most this many bytes (what fills
 //!   an SD card), so that a dock on a small card never fills it. Only pending captures
-//!   are evicted for it; the other tables have bounds of their own (readings by
-//!   `readings.retention_hours`, dead letters by count, the tapes heard by the last
-//!   minutes), small beside a backlog.
+//!   are evicted for it; the other tables have bounds of their own (dead letters by
+//!   count, the tapes heard by the last minutes, one latest reading per tape), small
+//!   beside a backlog.
 //!
 //! Past any of them the *oldest* pending rows (admission order) are evicted, by
 //! [`evict_oldest`] and nothing else, in the transaction that found the bound exceeded,
@@ -250,6 +250,10 @@ impl Store {
         tx.commit().map_err(OutboxError::WriteFailed)?;
         self.counters = next;
         self.clock.first_held = held;
+        if evictions.total() > 0 {
+            // Rows the flusher's walk remembered may be gone: it starts over.
+            self.cursor.reset();
+        }
         Ok(evictions)
     }
 

@@ -15,6 +15,8 @@ use rusqlite::{params, Connection, ErrorCode, OpenFlags, Transaction};
 
 use super::access::{create_private_file, create_state_dir, why_unwritable};
 use super::clock::ClockRows;
+use super::latest::Latest;
+use super::scan::Cursor;
 use super::{Durability, OutboxError, DB_FILE};
 use crate::clock::now_ms;
 use crate::record::Mac;
@@ -28,6 +30,7 @@ const MIGRATIONS: &[&str] = &[
     MIGRATION_OPERATOR,
     MIGRATION_RATE_SENDS,
     MIGRATION_RETENTION,
+    MIGRATION_NO_READINGS,
 ];
 
 /// How long `open_existing` waits for a database being created or migrated beside it
@@ -141,6 +144,13 @@ INSERT INTO counters(name, value)
 INSERT INTO counters(name, value) VALUES ('evicted_max_age', 0), ('evicted_max_bytes', 0);
 ";
 
+/// Issue 22: no reading history. Nothing read it (the service keeps the readings); each
+/// tape's latest stays in `tapes`, written behind (`latest.rs`).
+const MIGRATION_NO_READINGS: &str = "
+DROP INDEX readings_by_decoded_at;
+DROP TABLE readings;
+";
+
 /// How the store is opened.
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
@@ -209,6 +219,45 @@ pub struct Store {
     /// The rows the flusher has claimed (in a batch in flight, or settled and not yet
     /// recorded): never evicted. In memory only: nothing is claimed at a start.
     pub(super) claimed: HashSet<i64>,
+    /// Tapes' latest readings not yet written to `tapes` (`latest.rs`).
+    pub(super) latest: Latest,
+    /// Where the flusher's next fetch resumes (`scan.rs`).
+    pub(super) cursor: Cursor,
+}
+
+/// The `packet` column (of `pending` and `dead_letters`): a packet written as upper-case
+/// hex digits (the default `ble_packet` encoding) is kept as its bytes, half the bytes on
+/// the card; any other text as it is. [`packet_text`] reads back the same text.
+pub(super) fn packet_value(text: &str) -> rusqlite::types::ToSqlOutput<'_> {
+    use rusqlite::types::{ToSqlOutput, Value, ValueRef};
+    let digits = text.as_bytes();
+    let nibble = |d: u8| match d {
+        b'0'..=b'9' => Some(d - b'0'),
+        b'A'..=b'F' => Some(d - b'A' + 10),
+        _ => None,
+    };
+    if digits.is_empty() || digits.len() % 2 != 0 {
+        return ToSqlOutput::Borrowed(ValueRef::Text(digits));
+    }
+    let mut bytes = Vec::with_capacity(digits.len() / 2);
+    for pair in digits.chunks_exact(2) {
+        match (nibble(pair[0]), nibble(pair[1])) {
+            (Some(hi), Some(lo)) => bytes.push(hi << 4 | lo),
+            _ => return ToSqlOutput::Borrowed(ValueRef::Text(digits)),
+        }
+    }
+    ToSqlOutput::Owned(Value::Blob(bytes))
+}
+
+/// The text of a `packet` column written by [`packet_value`].
+pub(super) fn packet_text(
+    v: rusqlite::types::ValueRef<'_>,
+) -> rusqlite::types::FromSqlResult<String> {
+    use rusqlite::types::{FromSql, ValueRef};
+    match v {
+        ValueRef::Blob(b) => Ok(crate::record::hex_upper(b)),
+        other => String::column_result(other),
+    }
 }
 
 /// The `mac` column holds the 48-bit address as an integer.
@@ -330,6 +379,8 @@ impl Store {
             identity: file_identity(path),
             id_floor: 0,
             claimed: HashSet::new(),
+            latest: Latest::default(),
+            cursor: Cursor::default(),
         })
     }
 
@@ -423,6 +474,8 @@ impl Store {
             identity: None,
             id_floor: 0,
             claimed: HashSet::new(),
+            latest: Latest::default(),
+            cursor: Cursor::default(),
         }))
     }
 
@@ -483,13 +536,15 @@ impl Store {
         self.identity = None;
         // Ids of the old file name no row of the new one.
         self.claimed.clear();
+        self.cursor.reset();
         self.id_floor = floor.max(1);
         if let Some(dir) = self.path.parent() {
             let _ = create_state_dir(dir);
         }
         match Self::open_checked(&self.path, &self.options) {
-            Ok(fresh) => {
-                self.conn = fresh.conn;
+            Ok(mut fresh) => {
+                // `fresh` goes with the placeholder (and nothing to write).
+                std::mem::swap(&mut self.conn, &mut fresh.conn);
                 self.counters = fresh.counters;
                 self.identity = fresh.identity;
                 true
@@ -504,6 +559,29 @@ impl Store {
         }
     }
 
+    /// Writes the tapes' latest readings held in memory when they are due (`latest.rs`):
+    /// the owner thread asks after every job, so that they are written within a minute
+    /// or so even when no answer comes to carry them.
+    pub fn write_latest_if_due(&mut self) -> Result<(), OutboxError> {
+        if self.latest.due() {
+            self.write_latest()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the tapes' latest readings held in memory, in a transaction of their own
+    /// (when the outbox closes, and when they are due and no answer carries them).
+    pub fn write_latest(&mut self) -> Result<(), OutboxError> {
+        if self.latest.is_empty() {
+            return Ok(());
+        }
+        let tx = write_tx(&mut self.conn).map_err(OutboxError::WriteFailed)?;
+        self.latest.write(&tx).map_err(OutboxError::WriteFailed)?;
+        tx.commit().map_err(OutboxError::WriteFailed)?;
+        self.latest.written();
+        Ok(())
+    }
+
     /// Pending rows as the counters say (equal to the row count at every commit).
     pub fn pending(&self) -> u64 {
         self.counters.pending()
@@ -511,6 +589,14 @@ impl Store {
 
     pub fn set_max_pending(&mut self, max_pending: u64) {
         self.options.max_pending = max_pending;
+    }
+}
+
+impl Drop for Store {
+    /// A store dropped (a test's, a tool's) writes the latest readings it holds; the
+    /// daemon's owner thread writes them itself at close, and says when it cannot.
+    fn drop(&mut self) {
+        let _ = self.write_latest();
     }
 }
 
@@ -745,6 +831,39 @@ mod tests {
         assert_eq!(store.pending(), 2);
         assert_eq!(store.count_pending_rows().unwrap(), 2);
         assert_eq!(store.replaced(), None);
+    }
+
+    #[test]
+    fn a_packet_reads_back_as_the_text_it_was_whatever_it_is_kept_as() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE t (packet TEXT NOT NULL)")
+            .unwrap();
+        for text in [
+            "F70E4956E29F84211E44FFB51E",
+            "f70e4956",
+            "F70e",
+            "F70",
+            "",
+            "9w5WQw==",
+            "0G",
+            "00",
+        ] {
+            conn.execute("DELETE FROM t", []).unwrap();
+            conn.execute("INSERT INTO t VALUES (?1)", [packet_value(text)])
+                .unwrap();
+            let (back, kind): (String, String) = conn
+                .query_row("SELECT packet, typeof(packet) FROM t", [], |r| {
+                    Ok((packet_text(r.get_ref(0)?)?, r.get(1)?))
+                })
+                .unwrap();
+            assert_eq!(back, text);
+            let upper_hex = !text.is_empty()
+                && text.len() % 2 == 0
+                && text
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(&b));
+            assert_eq!(kind, if upper_hex { "blob" } else { "text" }, "{text}");
+        }
     }
 
     #[test]

@@ -88,12 +88,14 @@ pub(super) fn how(key: &str, service_presence_changed: bool) -> Apply {
         "outbox.durability",
         "log.level",
     ];
-    if key == "products" || key.starts_with("dedup.") || now.contains(&key) {
-        Apply::Now
-    } else if key.starts_with("service")
-        || key.starts_with("flush.")
+    // readings.retention_hours: nothing to apply (deprecated; warned of).
+    if key == "products"
+        || key.starts_with("dedup.")
+        || now.contains(&key)
         || key == "readings.retention_hours"
     {
+        Apply::Now
+    } else if key.starts_with("service") || key.starts_with("flush.") {
         if service_presence_changed {
             Apply::Restart
         } else {

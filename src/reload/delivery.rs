@@ -1,5 +1,5 @@
 //! The delivery stage as a reload sees it: a flusher, replaced by a new one (new client,
-//! new settings) when `[service]`, `[flush]` or the readings' retention change, the old
+//! new settings) when `[service]` or `[flush]` change, the old
 //! one's batches answered or abandoned first. Touches the flusher and the service client.
 
 use std::sync::Arc;
@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 use crate::api::ServiceClient;
 use crate::config::{Config, FlushSettings, MacFormat};
 use crate::flush::{FlushControl, FlushReport, Flusher};
+use crate::heard_now::HeardNow;
 use crate::metrics::Metrics;
 use crate::outbox::Outbox;
 use crate::systemd::Beat;
@@ -19,7 +20,6 @@ pub struct FlushSetup {
     pub client: ServiceClient,
     pub settings: FlushSettings,
     pub mac_format: MacFormat,
-    pub retention: Duration,
 }
 
 impl FlushSetup {
@@ -35,7 +35,6 @@ impl FlushSetup {
             client,
             settings: config.flush.clone(),
             mac_format: service.mac_format,
-            retention: config.readings.retention,
         }))
     }
 }
@@ -46,6 +45,8 @@ pub struct FlushStage {
     pub gateway_id: String,
     pub beat: Beat,
     pub metrics: Arc<Metrics>,
+    /// The tapes heard, told what the service said of each.
+    pub heard: Arc<HeardNow>,
     /// How long a flusher being replaced may take to have its batches answered.
     pub grace: Duration,
 }
@@ -70,7 +71,7 @@ pub async fn flush_stage(
             settings: setup.settings,
             mac_format: setup.mac_format,
             gateway_id: stage.gateway_id.clone(),
-            retention: setup.retention,
+            heard: stage.heard.clone(),
             beat: stage.beat.clone(),
             metrics: stage.metrics.clone(),
         }

@@ -1,0 +1,242 @@
+//! The latest reading of each tape (`tapes`), written behind. The daemon keeps the
+//! readings it has not written yet in memory and writes them together: inside the next
+//! transaction that records answers once [`LATEST_EVERY`] has passed since the oldest
+//! of them (or [`LATEST_MAX`] tapes wait), in one of their own when no answer comes
+//! (the owner thread asks after every job), and when the outbox closes. A tape heard
+//! every few seconds so costs one row write a minute instead of one per capture, and a
+//! backlog's thousands of tapes one write of each per minute, not one per batch:
+//! scattered row updates are what wears an SD card (each dirtied page is written twice,
+//! to the WAL and at the checkpoint).
+//!
+//! What this gives up: a crash (not a stop) loses at most the last minute of *latest
+//! readings*, never a capture or a count (those are written with the answers). The
+//! daemon's own readers (the status page) see the unwritten readings; another process
+//! (`tapegate tapes`) reads the table, at most a minute behind the running daemon.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use rusqlite::{params, Transaction};
+use tokio::time::Instant;
+
+use super::store::mac_to_int;
+use super::TapeRow;
+use crate::record::Mac;
+
+/// Unwritten readings wait at most this long (then the next transaction writes them).
+pub const LATEST_EVERY: Duration = Duration::from_secs(60);
+
+/// In a debug build, milliseconds to use instead of [`LATEST_EVERY`] (0: written with
+/// every answer), for tests that read `tapes` from another process while the daemon
+/// runs. A release build never reads it.
+pub const LATEST_EVERY_ENV: &str = "TAPEGATE_LATEST_EVERY_MS";
+
+fn every() -> Duration {
+    #[cfg(debug_assertions)]
+    {
+        static EVERY: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+        *EVERY.get_or_init(|| {
+            std::env::var(LATEST_EVERY_ENV)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map_or(LATEST_EVERY, Duration::from_millis)
+        })
+    }
+    #[cfg(not(debug_assertions))]
+    LATEST_EVERY
+}
+
+/// Tapes with an unwritten reading at most (memory; then they are written sooner).
+pub const LATEST_MAX: usize = 8192;
+
+/// The readings not yet written, newest per tape.
+#[derive(Debug, Default)]
+pub(super) struct Latest {
+    unwritten: HashMap<Mac, TapeRow>,
+    /// When the oldest unwritten reading came.
+    since: Option<Instant>,
+}
+
+impl Latest {
+    /// A tape's reading: kept unless an unwritten one of a later capture is held.
+    pub(super) fn note(&mut self, row: TapeRow) {
+        self.since.get_or_insert_with(Instant::now);
+        match self.unwritten.get_mut(&row.mac) {
+            Some(held) if held.captured_at > row.captured_at => {}
+            Some(held) => *held = row,
+            None => {
+                self.unwritten.insert(row.mac, row);
+            }
+        }
+    }
+
+    /// Whether the unwritten readings are due to be written.
+    pub(super) fn due(&self) -> bool {
+        self.unwritten.len() >= LATEST_MAX || self.since.is_some_and(|s| s.elapsed() >= every())
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.unwritten.is_empty()
+    }
+
+    /// Writes the unwritten readings in `tx`, each unless the table holds one of a
+    /// later capture. Call [`Latest::written`] once `tx` has committed.
+    pub(super) fn write(&self, tx: &Transaction<'_>) -> rusqlite::Result<()> {
+        if self.unwritten.is_empty() {
+            return Ok(());
+        }
+        let mut upsert = tx.prepare_cached(
+            "INSERT INTO tapes(mac, qr_code, captured_at, decoded_at, rssi, temp, bat, raw) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, '')
+             ON CONFLICT(mac) DO UPDATE SET qr_code = excluded.qr_code, captured_at = excluded.captured_at,
+               decoded_at = excluded.decoded_at, rssi = excluded.rssi, temp = excluded.temp, bat = excluded.bat, raw = ''
+             WHERE excluded.captured_at >= tapes.captured_at",
+        )?;
+        // In MAC order: neighbours in the table are written together.
+        let mut rows: Vec<&TapeRow> = self.unwritten.values().collect();
+        rows.sort_unstable_by_key(|r| r.mac);
+        for r in rows {
+            upsert.execute(params![
+                mac_to_int(r.mac),
+                r.qr_code,
+                r.captured_at,
+                r.decoded_at,
+                r.rssi,
+                r.temp,
+                r.bat
+            ])?;
+        }
+        Ok(())
+    }
+
+    /// The transaction that wrote them has committed.
+    pub(super) fn written(&mut self) {
+        self.unwritten = HashMap::new();
+        self.since = None;
+    }
+
+    /// The unwritten reading of `mac`, if any.
+    pub(super) fn get(&self, mac: &Mac) -> Option<&TapeRow> {
+        self.unwritten.get(mac)
+    }
+
+    /// Every unwritten reading.
+    pub(super) fn rows(&self) -> impl Iterator<Item = &TapeRow> {
+        self.unwritten.values()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::outbox::{Outcome, PendingCapture, Reading, Store, StoreOptions};
+    use crate::record::{Capture, Mac};
+
+    fn mac(i: u8) -> Mac {
+        Mac::new([0xC0, 0xFF, 0xEE, 0, 0, i])
+    }
+
+    fn capture(i: u8, ts_ms: i64) -> Capture {
+        Capture {
+            mac: mac(i),
+            ts_ms,
+            product_id: "tape".into(),
+            packet: "00".into(),
+            rssi: Some(-60),
+            boot_ms: None,
+        }
+    }
+
+    fn decoded(temp: f64) -> Outcome {
+        Outcome::Delivered(Reading {
+            qr_code: Some("QR".into()),
+            temp: Some(temp),
+            bat: None,
+        })
+    }
+
+    /// Settles every pending capture (oldest of each MAC first) with `temp` as
+    /// its capture time in seconds.
+    fn deliver_all(store: &mut Store) {
+        loop {
+            let batch: Vec<PendingCapture> = store.next_batch(250, 10_000).unwrap();
+            if batch.is_empty() {
+                return;
+            }
+            let settled: Vec<_> = batch
+                .into_iter()
+                .map(|p| {
+                    let temp = p.capture.ts_ms as f64 / 1000.0;
+                    (p, decoded(temp))
+                })
+                .collect();
+            store.settle(&settled, 9_000).unwrap();
+        }
+    }
+
+    fn temps(store: &Store) -> Vec<(Mac, Option<f64>)> {
+        let mut t: Vec<_> = store
+            .tapes(100)
+            .unwrap()
+            .into_iter()
+            .map(|t| (t.mac, t.temp))
+            .collect();
+        t.sort_by_key(|(m, _)| *m);
+        t
+    }
+
+    #[test]
+    fn latest_readings_are_written_behind_and_the_daemon_reads_them_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        store
+            .enqueue(&[capture(1, 1_000), capture(1, 3_000), capture(2, 2_000)])
+            .unwrap();
+        deliver_all(&mut store);
+        // The daemon sees the newest reading of each tape at once...
+        let newest = vec![(mac(1), Some(3.0)), (mac(2), Some(2.0))];
+        assert_eq!(temps(&store), newest);
+        let known = store.tapes_known(&[mac(1)]).unwrap();
+        assert_eq!(known[0].reading.as_ref().unwrap().temp, Some(3.0));
+        // ...another process not before they are written...
+        let other = || Store::open_existing(dir.path()).unwrap().unwrap();
+        assert!(other().tapes(100).unwrap().is_empty());
+        assert_eq!(other().stats().unwrap().tapes, 0);
+        store.write_latest().unwrap();
+        assert_eq!(temps(&other()), newest);
+        // ...and a reading of an earlier capture never replaces a later one.
+        store.enqueue(&[capture(1, 2_000)]).unwrap();
+        deliver_all(&mut store);
+        assert_eq!(temps(&store), newest);
+        drop(store);
+        assert_eq!(temps(&other()), newest, "written when the store closes");
+    }
+
+    #[test]
+    fn past_latest_max_tapes_they_are_written_with_the_answers() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let n = super::LATEST_MAX;
+        let group: Vec<Capture> = (0..n)
+            .map(|i| {
+                let b = (i as u32).to_be_bytes();
+                Capture {
+                    mac: Mac::new([0xC0, 0xFF, b[1], b[2], b[3], 0]),
+                    ..capture(0, 1_000)
+                }
+            })
+            .collect();
+        for chunk in group.chunks(1000) {
+            store.enqueue(chunk).unwrap();
+        }
+        let other = Store::open_existing(dir.path()).unwrap().unwrap();
+        let batch = store.next_batch(250, 100_000).unwrap();
+        let settled: Vec<_> = batch.into_iter().map(|p| (p, decoded(1.0))).collect();
+        store.settle(&settled, 9_000).unwrap();
+        assert_eq!(other.stats().unwrap().tapes, 0, "250 tapes wait");
+        deliver_all(&mut store);
+        assert_eq!(
+            other.stats().unwrap().tapes,
+            n as u64,
+            "written with the answer that made them {n}"
+        );
+    }
+}
