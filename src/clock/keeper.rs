@@ -13,17 +13,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::policy::{decide, ClockPolicy, Facts, Trust, Verdict};
+use super::policy::{decide, ClockPolicy, ClockSettings, Facts, Trust, Verdict};
 use super::source::{clock, Clock, Reading};
 use crate::metrics::{ClockState, Metrics};
 use crate::outbox::{ClockChange, Outbox, OutboxError, Released};
-
-/// Validated `[gateway] clock` and `clock_max_hold_secs`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClockSettings {
-    pub policy: ClockPolicy,
-    pub max_hold: Duration,
-}
 
 /// While captures are held, the clock is looked at this often (a sync is noticed
 /// within it).

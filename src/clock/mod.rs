@@ -10,8 +10,8 @@ mod keeper;
 mod policy;
 mod source;
 
-pub use keeper::{ClockKeeper, ClockSettings};
-pub use policy::{decide, repaired_wall, ClockPolicy, Facts, Hold, Trust, Verdict};
+pub use keeper::ClockKeeper;
+pub use policy::{decide, repaired_wall, ClockPolicy, ClockSettings, Facts, Hold, Trust, Verdict};
 pub use source::{clock, Clock, Reading, SystemClock, FAKE_CLOCK_ENV};
 
 use crate::record::EpochMillis;

@@ -24,17 +24,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::clock::first_held;
 use super::store::{read_counters, write_counters, write_tx, Counters};
-use super::{Outbox, OutboxError, Store};
+use super::{Outbox, OutboxError, Retention, Store};
 use crate::record::EpochMillis;
-
-/// The age and size bounds (`max_pending` is in [`super::StoreOptions`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Retention {
-    /// `outbox.max_age_secs` in milliseconds; `None`: no age bound.
-    pub max_age_ms: Option<i64>,
-    /// `outbox.max_bytes`; `None`: no size bound.
-    pub max_bytes: Option<u64>,
-}
 
 /// Rows evicted, by the bound that evicted them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]

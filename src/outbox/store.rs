@@ -197,7 +197,7 @@ pub struct Store {
     pub(super) counters: Counters,
     pub(super) clock: ClockRows,
     /// The age and size bounds (`retention.rs`); none until set.
-    pub(super) retention: super::retention::Retention,
+    pub(super) retention: super::Retention,
     path: PathBuf,
     /// Device and inode of the file opened at `path`: a file deleted or replaced under
     /// the daemon is noticed by comparing them. `None` for the CLI's connections, and

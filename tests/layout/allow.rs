@@ -63,18 +63,6 @@ pub const CIRCLES: &[(&[&str], &str)] = &[
         &["clock::fake", "clock::source"],
         "pending issue 23 pass (speed work): the clock becomes a value handed in, the fake beside the tests",
     ),
-    (
-        &[
-            "clock::keeper",
-            "config::effective",
-            "config::gateway",
-            "config::validate",
-            "inventory",
-            "metrics",
-        ],
-        "pending issue 23 pass (speed work): closed by config::gateway -> clock::keeper, \
-         ClockSettings being defined in the keeper; it moves to clock/policy.rs or config",
-    ),
     (&["http", "http::page"], PERF),
     (
         &[
@@ -95,25 +83,10 @@ pub const CIRCLES: &[(&[&str], &str)] = &[
         HOUSE,
     ),
     (
-        &[
-            "outbox::clock",
-            "outbox::handle",
-            "outbox::retention",
-            "outbox::store",
-        ],
+        &["outbox::clock", "outbox::store"],
         "pending issue 23 pass (speed work): a leaf db module and one narrow handle per user",
     ),
 ];
 
-/// Config's vocabulary defined in the stages it configures: the setting's type moves
-/// into config (the stage re-exporting it), which ends each of these arrows.
-const SETTING_IN_STAGE: &str = "pending issue 23 pass (speed work): the setting's type is \
-                                defined in the stage; it moves into config";
-
 /// Arrows from a lower floor to a higher one, by module.
-pub const UPWARD: &[(&str, &str, &str)] = &[
-    ("config::effective", "outbox", SETTING_IN_STAGE),
-    ("config::gateway", "clock::keeper", SETTING_IN_STAGE),
-    ("config::outbox", "outbox", SETTING_IN_STAGE),
-    ("config::outbox", "outbox::retention", SETTING_IN_STAGE),
-];
+pub const UPWARD: &[(&str, &str, &str)] = &[];
