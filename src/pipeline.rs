@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{ApiError, ServiceClient};
-use crate::clock::ClockKeeper;
+use crate::clock::{ClockKeeper, SharedClock};
 use crate::config::Config;
 use crate::flush::{FlushControl, FlushReport};
 use crate::health::{self, HealthKeeper};
@@ -40,6 +40,7 @@ use crate::http::{self, BindError, HttpState};
 use crate::ingest::{self, IngestReport, IngestSettings};
 use crate::metrics::Metrics;
 use crate::outbox::{LockError, Outbox, OutboxError, StateLock, Store, StoreOptions};
+use crate::record::EpochMillis;
 use crate::reload;
 use crate::source::SourceHealth;
 use crate::source::{self, Source, SourceError, SourceReport};
@@ -69,12 +70,24 @@ pub const EXIT_UNDRAINED: u8 = 4;
 pub const EXIT_STATE_NOT_WRITABLE: u8 = 5;
 
 /// How `run` behaves beyond the config.
-#[derive(Default)]
 pub struct RunOptions {
     /// Return once the source has ended and nothing deliverable is pending.
     pub until_drained: bool,
     /// Re-read the config on SIGHUP; `None`: SIGHUP is not handled here.
     pub reload: Option<Reload>,
+    /// The clock every stage reads (the machine's by default; the binary's entry point
+    /// may hand in the test clock of a debug build).
+    pub clock: SharedClock,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            until_drained: false,
+            reload: None,
+            clock: crate::clock::system(),
+        }
+    }
 }
 
 /// What SIGHUP re-reads: the config file (with the process environment's
@@ -185,6 +198,7 @@ async fn run_in(
     // Held until this function returns: after the outbox has closed.
     let _owner_of_state_dir = StateLock::acquire(&config.gateway.state_dir)?;
     let notifier = Notifier::from_env();
+    let time = options.clock.clone();
     let mut liveness = Liveness::default();
     let health = Arc::new(SourceHealth::default());
     let state_dir = config.gateway.state_dir.clone();
@@ -192,6 +206,7 @@ async fn run_in(
         durability: config.outbox.durability,
         max_pending: config.outbox.max_pending,
         max_page_count: None,
+        clock: time.clone(),
     };
     let (store, opened) =
         tokio::task::spawn_blocking(move || Store::open(&state_dir, store_options))
@@ -219,7 +234,7 @@ async fn run_in(
     }
 
     let metrics = Arc::new(Metrics::new());
-    let inventory = record_inventory(&config, &outbox, &metrics).await;
+    let inventory = record_inventory(&config, &outbox, &metrics, time.wall_ms()).await;
     let tapes_heard = Arc::new(HeardNow::default());
     let admission = Arc::new(health::Admission::default());
     // Bound before anything runs, so that a port in use stops the daemon at once.
@@ -231,7 +246,9 @@ async fn run_in(
     let pusher = config
         .telemetry
         .clone()
-        .map(|t| crate::telemetry::Pusher::new(t, &config.gateway.id, metrics.clone()))
+        .map(|t| {
+            crate::telemetry::Pusher::new(t, &config.gateway.id, metrics.clone(), time.clone())
+        })
         .transpose()?;
 
     let client = config
@@ -253,12 +270,12 @@ async fn run_in(
     let mut stages = Stages::default();
 
     // The BLE source drops what no product matches; SIGHUP's products reach it too.
-    let source = source::from_settings(&config.scanner)
+    let source = source::from_settings(&config.scanner, time.clone())
         .with_filter(config.products.clone(), Some(products_rx.clone()))
         .with_health(health.clone());
     let live = source.is_live();
     let announces_start = source.announces_start();
-    let clock = start_clock(&config, &outbox, &metrics).await;
+    let clock = start_clock(&config, time.clone(), &outbox, &metrics).await;
     {
         let stop = stop_source.clone();
         let run = async move { source.run(adverts_tx, stop).await.map_err(RunError::from) };
@@ -274,6 +291,7 @@ async fn run_in(
                 commit_interval: config.outbox.commit_interval,
                 live,
                 clock,
+                time: time.clone(),
                 beat: ingest_beat.clone(),
                 reload_products: Some(products_rx),
                 reload_dedup: Some(dedup_rx),
@@ -308,6 +326,7 @@ async fn run_in(
                 gateway_id: config.gateway.id.clone(),
                 beat,
                 metrics: metrics.clone(),
+                clock: time.clone(),
                 grace: config.gateway.shutdown_grace,
             },
             reload::FlushSetup {
@@ -345,7 +364,7 @@ async fn run_in(
         health::report_status(
             notifier.clone(),
             outbox.clone(),
-            HealthKeeper::new(health.clone()),
+            HealthKeeper::new(health.clone(), time.clone()),
             service_tasks.clone(),
         )
         .in_current_span(),
@@ -359,6 +378,7 @@ async fn run_in(
         metrics: metrics.clone(),
         heard: tapes_heard.clone(),
         source_health: health.clone(),
+        clock: time.clone(),
     });
     // The server and the pusher, which a reload may restart (src/reload.rs).
     let services = Arc::new(tokio::sync::Mutex::new(reload::Services::new(
@@ -388,6 +408,7 @@ async fn run_in(
             services: services.clone(),
             outbox: outbox.clone(),
             metrics: metrics.clone(),
+            clock: time.clone(),
             running: config.clone(),
             inventory,
         };
@@ -544,8 +565,8 @@ async fn record_inventory(
     config: &Config,
     outbox: &Outbox,
     metrics: &Metrics,
+    started_at: EpochMillis,
 ) -> Option<crate::inventory::Inventory> {
-    let started_at = crate::clock::now_ms();
     let c = config.clone();
     let inventory =
         tokio::task::spawn_blocking(move || crate::inventory::Inventory::gather(&c, started_at))
@@ -573,10 +594,11 @@ async fn record_inventory(
 /// the clock says, which is what a gateway did before clock repair.
 async fn start_clock(
     config: &Config,
+    clock: SharedClock,
     outbox: &Outbox,
     metrics: &Arc<Metrics>,
 ) -> Option<ClockKeeper> {
-    match ClockKeeper::start(config.gateway.clock, outbox).await {
+    match ClockKeeper::start(clock, config.gateway.clock, outbox).await {
         Ok((mut keeper, released)) => {
             tracing::info!(clock = %keeper.verdict(), released, "clock judged at start");
             keeper.report_to(metrics.clone());

@@ -45,7 +45,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::clock::now_ms;
+use crate::clock::SharedClock;
 use crate::health;
 use crate::heard_now::HeardNow;
 use crate::metrics::{self, Metrics};
@@ -72,6 +72,8 @@ pub struct HttpState {
     pub metrics: Arc<Metrics>,
     pub heard: Arc<HeardNow>,
     pub source_health: Arc<SourceHealth>,
+    /// The daemon's clock (ages on the page, capture ages in `/metrics`).
+    pub clock: SharedClock,
 }
 
 /// Why the server could not start.
@@ -340,7 +342,7 @@ async fn scrape(state: &HttpState) -> Answer {
             );
         }
     };
-    match state.metrics.encode(&stats, now_ms()) {
+    match state.metrics.encode(&stats, state.clock.wall_ms()) {
         Ok(body) => text(StatusCode::OK, metrics::CONTENT_TYPE, body),
         Err(_) => text(
             StatusCode::INTERNAL_SERVER_ERROR,

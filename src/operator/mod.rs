@@ -39,7 +39,6 @@ pub use messages::{check_payload, MessageSent, MessageType};
 pub use send::Interrupt;
 
 use crate::api::{ApiError, ServiceClient};
-use crate::clock::now_ms;
 use crate::config::OperatorSettings;
 use crate::outbox::OutboxError;
 use rate::RateGate;
@@ -168,7 +167,7 @@ impl Operator {
         format!(
             "{}-{what}-{}-{:04x}",
             self.gateway_id,
-            now_ms(),
+            self.gate.clock().wall_ms(),
             fastrand::u16(..)
         )
     }

@@ -15,7 +15,6 @@ use super::store::{
     write_tx, Counters,
 };
 use super::{FlusherState, OutboxError, Store, MAX_DEAD_LETTERS};
-use crate::clock::now_ms;
 use crate::record::{Capture, EpochMillis, Mac};
 
 /// A pending capture as the flusher sees it.
@@ -102,7 +101,8 @@ impl Store {
             let excess = next.pending().saturating_sub(self.options.max_pending);
             let claimed = &self.claimed;
             evict_oldest(&tx, excess, Bound::Pending, claimed, &mut next, &mut evictions)?;
-            evict_past(&tx, &retention, now_ms(), claimed, &mut next, &mut evictions)?;
+            let now = self.options.clock.wall_ms();
+            evict_past(&tx, &retention, now, claimed, &mut next, &mut evictions)?;
             if evictions.total() > 0 && held_from.is_some() {
                 held_from = first_held(&tx)?;
             }

@@ -16,7 +16,7 @@ use rusqlite::{params, Connection, ErrorCode, OpenFlags, Transaction};
 use super::access::{create_private_file, create_state_dir, why_unwritable};
 use super::clock::ClockRows;
 use super::{Durability, OutboxError, DB_FILE};
-use crate::clock::now_ms;
+use crate::clock::SharedClock;
 use crate::record::Mac;
 
 /// The schema, as the steps that build it: `MIGRATIONS[i]` takes a database from
@@ -149,6 +149,8 @@ pub struct StoreOptions {
     /// Caps the database file (SQLite `max_page_count`); a write past it fails with
     /// `SQLITE_FULL` exactly as a full disk does. `None`: no cap.
     pub max_page_count: Option<u32>,
+    /// The clock the age bound is measured by (the daemon's, handed in).
+    pub clock: SharedClock,
 }
 
 impl Default for StoreOptions {
@@ -157,6 +159,7 @@ impl Default for StoreOptions {
             durability: Durability::Full,
             max_pending: 1_000_000,
             max_page_count: None,
+            clock: crate::clock::system(),
         }
     }
 }
@@ -256,9 +259,11 @@ impl Store {
         let store = match Self::open_checked(&path, &options) {
             Ok(s) => s,
             Err(Broken::Corrupt(reason)) => {
-                let aside = quarantine(&path).map_err(|e| OutboxError::Unusable {
-                    path: path.clone(),
-                    reason: format!("it is corrupt ({reason}) and cannot be moved aside: {e}"),
+                let aside = quarantine(&path, options.clock.wall_ms()).map_err(|e| {
+                    OutboxError::Unusable {
+                        path: path.clone(),
+                        reason: format!("it is corrupt ({reason}) and cannot be moved aside: {e}"),
+                    }
                 })?;
                 report.quarantined = Some(aside);
                 report.quarantine_reason = Some(reason);
@@ -687,8 +692,7 @@ pub(super) fn write_counters(
 
 /// Moves a corrupt database (and its WAL and shared-memory files) aside; returns the
 /// new path of the main file.
-fn quarantine(path: &Path) -> std::io::Result<PathBuf> {
-    let stamp = now_ms();
+fn quarantine(path: &Path, stamp: i64) -> std::io::Result<PathBuf> {
     let aside = PathBuf::from(format!("{}.corrupt-{stamp}", path.display()));
     std::fs::rename(path, &aside)?;
     for suffix in ["-wal", "-shm"] {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use crate::api::ServiceClient;
+use crate::clock::SharedClock;
 use crate::config::{Config, FlushSettings, MacFormat};
 use crate::flush::{FlushControl, FlushReport, Flusher};
 use crate::metrics::Metrics;
@@ -46,6 +47,8 @@ pub struct FlushStage {
     pub gateway_id: String,
     pub beat: Beat,
     pub metrics: Arc<Metrics>,
+    /// The daemon's clock.
+    pub clock: SharedClock,
     /// How long a flusher being replaced may take to have its batches answered.
     pub grace: Duration,
 }
@@ -73,6 +76,7 @@ pub async fn flush_stage(
             retention: setup.retention,
             beat: stage.beat.clone(),
             metrics: stage.metrics.clone(),
+            clock: stage.clock.clone(),
         }
         .run(FlushControl {
             committed: control.committed.clone(),

@@ -59,10 +59,6 @@ pub const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[
 /// Import circles, each the exact set of modules in it.
 pub const CIRCLES: &[(&[&str], &str)] = &[
     (&["api::devices", "api::send"], HOUSE),
-    (
-        &["clock::fake", "clock::source"],
-        "pending issue 23 pass (speed work): the clock becomes a value handed in, the fake beside the tests",
-    ),
     (&["http", "http::page"], PERF),
     (
         &[

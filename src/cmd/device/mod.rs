@@ -21,6 +21,7 @@ use std::io::Write;
 use serde::Serialize;
 
 use super::CmdError;
+use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::operator::{DeviceEntry, DeviceOp};
 use add::{add, add_rows, AddArgs};
@@ -68,6 +69,7 @@ fn note_cell(note: Option<&str>, hint: Option<&str>) -> String {
 /// `tapegate device ...` from its command line.
 pub async fn run(
     config: &Config,
+    clock: &SharedClock,
     device: &crate::cli::Device,
     out: &mut dyn Write,
 ) -> Result<(), CmdError> {
@@ -86,7 +88,7 @@ pub async fn run(
                 nearest: a.nearest,
                 json: a.json,
             };
-            return add(config, args, out).await;
+            return add(config, clock, args, out).await;
         }
         D::Label(l) => (
             DeviceOp::Label {
@@ -126,5 +128,5 @@ pub async fn run(
         csv: devices.csv.as_deref(),
         template,
     };
-    run_devices(config, op, from, devices.json, out).await
+    run_devices(config, clock, op, from, devices.json, out).await
 }
