@@ -58,26 +58,29 @@ daemon ([`pipeline`], [`reload`], [`http`]) < commands ([`cmd`], [`cli`]) <
   password grant, `auth.rs` the token cache and its lifetime bounds, `decode.rs` bulk and single decode, `pause.rs`
   the service's `Retry-After` held for every decode request from the instant it is
   read, `error.rs` answers and transport failures mapped to typed kinds that say what
-  to do). [`secret`] keeps the password and token out of every text.
+  to do; `error/transport.rs` and `error/answer.rs` read them). [`secret`] keeps the password and token out of every text.
 - [`operator`]: the operator room, the client of the rest of the service, one file per
   capability (`add.rs`, `label.rs` label and relabel, `show.rs`, `deactivate.rs`,
-  `configure.rs`, with `devices.rs` the multi-device run they share; `locate.rs`,
-  `history.rs`, `messages.rs`), `send.rs` the one send every call goes through with
-  its retry policy declared per call, `rate.rs` the shared, sliding rate window kept
-  in the state database, `assumed.rs` the request shapes the spec does not show and
-  how both readings of its open points are read.
+  `configure.rs`, with `devices.rs` the multi-device run they share and
+  `device_op.rs` its words; `locate.rs`, `history.rs`, `messages.rs`), `send.rs` the
+  one send every call goes through with its retry policy declared per call, `rate.rs`
+  the shared, sliding rate window kept in the state database, `assumed.rs` the request
+  shapes the spec does not show and how both readings of its open points are read;
+  `client.rs`, under them all, the client, its error and the check of an identifier.
 - [`pipeline`]: the only place that creates channels, spawns stages, watches them all
   at once (a stage that dies ends the daemon non-zero), wires SIGHUP and orders
-  shutdown. [`health`] keeps `STATUS=` and the scanner's counts current and gives
+  shutdown; `run` is a sequence of named steps, one file each (`open.rs`, `parts.rs`,
+  `capture.rs`, `delivery.rs`, `services.rs`, `supervise.rs`). [`health`] keeps `STATUS=` and the scanner's counts current and gives
   `/healthz` its verdict (stages turning, commits succeeding, requests answered);
   [`systemd`] is sd_notify, the watchdog that pings only while every stage makes
   progress, and the stop signals.
 - [`reload`]: SIGHUP applies what changed (`reload/changes.rs`, pure), restarting the
   delivery stage (`reload/delivery.rs`), the HTTP server or the pusher
   (`reload/services.rs`) in-process where needed, and names what needs a restart.
-- [`http`]: the read-only HTTP server of `[http] listen`: `/metrics` (every metric
-  defined in [`metrics`]), `/healthz` ([`health::verdict`]) and the status page
-  (`http/page.rs`), which joins the tapes the ingest stage heard ([`heard_now`]) with
+- [`http`]: the read-only HTTP server of `[http] listen` (`http/server.rs`): `/metrics`
+  (every metric defined in [`metrics`]: `registry.rs` the live ones, `stored.rs` those
+  read from the state database, `render.rs` the exposition), `/healthz`
+  ([`health::verdict`]) (`http/routes.rs`) and the status page (`http/page.rs`), which joins the tapes the ingest stage heard ([`heard_now`]) with
   what the state database knows of them.
 - [`inventory`]: version, commit, config hash, boot, kernel, BlueZ, adapter: recorded by
   the daemon for `status --json`, `/metrics` and the pushed telemetry.
@@ -87,7 +90,8 @@ daemon ([`pipeline`], [`reload`], [`http`]) < commands ([`cmd`], [`cli`]) <
   `status`, `tapes`, `dead-letters` (`state.rs`), `decode`, `check` (for installers),
   `scan` (the live view and recorder), `side-channel`, `demo`, and the operator's
   `device` (`device/`: `add.rs`, `nearest.rs`, `many.rs` the multi-device calls,
-  `input.rs` and `manifest.rs` the checks of `--qr` and the strict CSV of `--csv`),
+  `input.rs` and `manifest.rs` the checks of `--qr` and the strict CSV of `--csv`,
+  `shared.rs` what they print with),
   `locate`, `history` and `message`, over `client.rs`, the operator's client as every
   operator command makes it (waits told on stderr, Ctrl-C); and `support-bundle`
   (`support_bundle.rs`; its secrets found and scrubbed by `support_bundle/secrets.rs`,

@@ -3,14 +3,23 @@ What can go wrong talking to the tracking service, sorted by what the caller sho
 about it. The flusher maps these variants to actions (DESIGN.md, "Delivery"); `tapegate
 check` maps them to a sentence for the installer. No variant ever carries the password
 or the token: messages taken from answer bodies are truncated and scrubbed of both.
+
+This file holds the variants and the decisions read from them; `error/transport.rs`
+sorts a failure with no answer (DNS, refused, TLS, timeout), `error/answer.rs` reads an
+error answer's body and `Retry-After`. The room is a leaf of the client: it touches
+nothing of the crate but its text helpers.
 */
 
-use std::error::Error as _;
-use std::fmt;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-/// Longest server message kept in an error (the rest is cut, with an ellipsis).
-const MESSAGE_MAX_CHARS: usize = crate::text::SHOWN_MAX_CHARS;
+mod answer;
+mod transport;
+
+pub use answer::parse_retry_after;
+pub(crate) use answer::{answer_message, carries_errors, truncate};
+pub(crate) use transport::tls_reason;
+pub use transport::TransportKind;
+use transport::{chain_text, classify};
 
 /// An error of the service client. The variant says what to do next.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -152,39 +161,6 @@ pub struct Transport {
     pub kind: TransportKind,
     /// The error chain of the HTTP stack (never holds the URL, the token or the password).
     pub detail: String,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TransportKind {
-    /// The host name does not resolve.
-    Dns,
-    /// Nothing listens on the port.
-    ConnectionRefused,
-    /// The TLS handshake failed (certificate, protocol).
-    Tls,
-    /// Another connect failure (no route, network down).
-    Connect,
-    /// No answer within `request_timeout`.
-    Timeout,
-    /// The connection closed before the answer was complete.
-    Closed,
-    /// Anything else below HTTP.
-    Other,
-}
-
-impl TransportKind {
-    /// A few words for an installer.
-    pub fn describe(self) -> &'static str {
-        match self {
-            TransportKind::Dns => "unknown host",
-            TransportKind::ConnectionRefused => "connection refused",
-            TransportKind::Tls => "TLS failure",
-            TransportKind::Connect => "cannot connect",
-            TransportKind::Timeout => "timeout",
-            TransportKind::Closed => "connection closed",
-            TransportKind::Other => "transport error",
-        }
-    }
 }
 
 fn transport_suffix(kind: &TransientKind) -> String {
@@ -337,220 +313,9 @@ impl ApiError {
     }
 }
 
-/// Why a TLS handshake failed, in an installer's words, from the error chain's text
-/// (rustls names its certificate errors there).
-pub(crate) fn tls_reason(detail: &str) -> &'static str {
-    let d = detail.to_ascii_lowercase();
-    if d.contains("unknownissuer") || d.contains("unknown issuer") {
-        "unknown issuer (a private CA or a TLS-inspecting proxy? see [service] ca_file)"
-    } else if d.contains("expired") {
-        "certificate expired (or this clock is far ahead)"
-    } else if d.contains("notvalidyet") || d.contains("not valid yet") {
-        "certificate not yet valid (or this clock is behind)"
-    } else if d.contains("notvalidforname") || d.contains("not valid for name") {
-        "name mismatch (the certificate is for another host)"
-    } else if d.contains("corrupt message") {
-        "the server does not speak TLS on this port"
-    } else if d.contains("received fatal alert") {
-        "the server refused the handshake"
-    } else {
-        "handshake failed"
-    }
-}
-
-/// Which transport failure a reqwest error is, from its inspection methods and its
-/// source chain (the chain is the only place DNS and TLS failures show).
-fn classify(err: &reqwest::Error) -> TransportKind {
-    if err.is_timeout() {
-        return TransportKind::Timeout;
-    }
-    let text = chain_text(err).to_ascii_lowercase();
-    let mut source = err.source();
-    while let Some(e) = source {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            match io.kind() {
-                std::io::ErrorKind::ConnectionRefused => return TransportKind::ConnectionRefused,
-                std::io::ErrorKind::TimedOut => return TransportKind::Timeout,
-                _ => {}
-            }
-        }
-        if let Some(h) = e.downcast_ref::<hyper::Error>() {
-            if h.is_incomplete_message() || h.is_canceled() || h.is_closed() {
-                return TransportKind::Closed;
-            }
-        }
-        source = e.source();
-    }
-    if text.contains("dns error") || text.contains("failed to lookup address") {
-        TransportKind::Dns
-    } else if text.contains("certificate")
-        || text.contains("tls")
-        || text.contains("handshake")
-        || text.contains("corrupt message")
-    {
-        TransportKind::Tls
-    } else if err.is_connect() {
-        TransportKind::Connect
-    } else if text.contains("connection reset") || text.contains("connection closed") {
-        TransportKind::Closed
-    } else {
-        TransportKind::Other
-    }
-}
-
-/// The messages of the error's source chain, without the top level (which names the
-/// URL). URLs carry no secret here, but a base_url with user info would.
-fn chain_text(err: &reqwest::Error) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut source = err.source();
-    while let Some(e) = source {
-        let s = e.to_string();
-        if !parts.iter().any(|p| p.contains(&s)) {
-            parts.push(s);
-        }
-        source = e.source();
-    }
-    if parts.is_empty() {
-        // Only the top level: drop the URL it would print.
-        let mut bare = String::new();
-        let _ = fmt::write(&mut bare, format_args!("{}", WithoutUrl(err)));
-        return truncate(&bare, MESSAGE_MAX_CHARS);
-    }
-    truncate(&parts.join(": "), MESSAGE_MAX_CHARS)
-}
-
-struct WithoutUrl<'a>(&'a reqwest::Error);
-
-impl fmt::Display for WithoutUrl<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.is_timeout() {
-            f.write_str("timed out")
-        } else if self.0.is_connect() {
-            f.write_str("connect error")
-        } else if self.0.is_body() {
-            f.write_str("body error")
-        } else if self.0.is_decode() {
-            f.write_str("decode error")
-        } else {
-            f.write_str("request error")
-        }
-    }
-}
-
-pub(crate) use crate::text::bounded as truncate;
-
-/// The operator-readable message of an error answer: `message` (and `errors`) of the
-/// spec's error body, `error`/`error_description` of an OAuth answer, or else the body
-/// text, truncated.
-pub(crate) fn answer_message(body: &[u8]) -> String {
-    if let Ok(serde_json::Value::Object(map)) = serde_json::from_slice::<serde_json::Value>(body) {
-        let text = |k: &str| map.get(k).and_then(|v| v.as_str()).map(str::to_string);
-        let msg = match (text("error"), text("error_description"), text("message")) {
-            (Some(e), Some(d), _) => Some(format!("{e}: {d}")),
-            (_, Some(d), _) => Some(d),
-            (_, _, Some(m)) => Some(m),
-            (Some(e), None, None) => Some(e),
-            _ => None,
-        };
-        if let Some(mut msg) = msg {
-            if let Some(errors) = map.get("errors").filter(|e| !e.is_null()) {
-                msg.push_str(&format!(" {errors}"));
-            }
-            return truncate(&msg, MESSAGE_MAX_CHARS);
-        }
-    }
-    let text = String::from_utf8_lossy(body);
-    if text.trim().is_empty() {
-        "(empty body)".to_string()
-    } else {
-        truncate(&text, MESSAGE_MAX_CHARS)
-    }
-}
-
-/// Whether an error answer's body carries the spec's `errors` array (a validation
-/// failure, spec 2.6 and 7): structure, read once, so that no caller reads it from the
-/// words of `message`.
-pub(crate) fn carries_errors(body: &[u8]) -> bool {
-    serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v.get("errors").map(serde_json::Value::is_array))
-        .unwrap_or(false)
-}
-
-/// Parses a `Retry-After` value: delay-seconds or an HTTP date (relative to `now`; a
-/// past date is zero). Anything else is `None`.
-pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
-    let value = value.trim();
-    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
-        return value.parse::<u64>().ok().map(Duration::from_secs);
-    }
-    let at = httpdate::parse_http_date(value).ok()?;
-    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn retry_after_reads_delay_seconds() {
-        let now = SystemTime::now();
-        assert_eq!(parse_retry_after("7", now), Some(Duration::from_secs(7)));
-        assert_eq!(parse_retry_after(" 0 ", now), Some(Duration::ZERO));
-    }
-
-    #[test]
-    fn retry_after_reads_an_http_date_relative_to_now() {
-        let now = httpdate::parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT").unwrap();
-        assert_eq!(
-            parse_retry_after("Sun, 06 Nov 1994 08:50:07 GMT", now),
-            Some(Duration::from_secs(30))
-        );
-    }
-
-    #[test]
-    fn retry_after_in_the_past_is_zero() {
-        let now = httpdate::parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT").unwrap();
-        assert_eq!(
-            parse_retry_after("Sun, 06 Nov 1994 08:00:00 GMT", now),
-            Some(Duration::ZERO)
-        );
-    }
-
-    #[test]
-    fn retry_after_garbage_is_none() {
-        let now = SystemTime::now();
-        for v in ["", "soon", "-5", "1.5", "Sun, 32 Nov 1994 08:49:37 GMT"] {
-            assert_eq!(parse_retry_after(v, now), None, "{v:?}");
-        }
-    }
-
-    #[test]
-    fn answer_message_prefers_the_error_body_fields() {
-        assert_eq!(
-            answer_message(br#"{"message":"Invalid ble_packet for X","code":400}"#),
-            "Invalid ble_packet for X"
-        );
-        assert_eq!(
-            answer_message(
-                br#"{"error":"invalid_grant","error_description":"Wrong email or password."}"#
-            ),
-            "invalid_grant: Wrong email or password."
-        );
-        assert_eq!(
-            answer_message(br#"{"message":"Validation failed","code":400,"errors":["a"]}"#),
-            r#"Validation failed ["a"]"#
-        );
-        assert_eq!(
-            answer_message(b"<html>bad gateway</html>"),
-            "<html>bad gateway</html>"
-        );
-        assert_eq!(answer_message(b""), "(empty body)");
-        assert_eq!(
-            answer_message("x".repeat(1000).as_bytes()).chars().count(),
-            301
-        );
-    }
 
     #[test]
     fn decisions_and_labels_follow_the_kind_whatever_the_words() {
@@ -630,35 +395,6 @@ mod tests {
             None,
             "the token endpoint's own"
         );
-    }
-
-    #[test]
-    fn an_errors_array_is_read_from_the_structure() {
-        assert!(carries_errors(
-            br#"{"message":"Bad","code":400,"errors":["item 1"]}"#
-        ));
-        assert!(carries_errors(br#"{"errors":[]}"#));
-        assert!(!carries_errors(
-            br#"{"message":"Validation failed [\"a\"]","code":400}"#
-        ));
-        assert!(!carries_errors(
-            br#"{"message":"x","errors":"not an array"}"#
-        ));
-        assert!(!carries_errors(b"<html>errors</html>"));
-    }
-
-    #[test]
-    fn tls_failures_say_why_in_an_installers_words() {
-        for (detail, want) in [
-            ("invalid peer certificate: UnknownIssuer", "unknown issuer"),
-            ("invalid peer certificate: certificate expired: verification time 1 (UNIX)", "certificate expired"),
-            ("invalid peer certificate: certificate not valid for name \"a\"; certificate is only valid for b", "name mismatch"),
-            ("invalid peer certificate: NotValidForName", "name mismatch"),
-            ("received corrupt message of type InvalidContentType", "does not speak TLS"),
-            ("something else", "handshake failed"),
-        ] {
-            assert!(tls_reason(detail).starts_with(want) || tls_reason(detail).contains(want), "{detail}");
-        }
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use hyper::StatusCode;
 
-use super::{text, Answer, HttpState};
+use super::answer::{text, Answer, HttpState};
 use crate::clock::{age, rfc3339};
 use crate::health::{self, Unhealthy};
 use crate::heard_now::Seen;

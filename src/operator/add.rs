@@ -12,8 +12,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::assumed::DeviceEntry;
+use super::client::{Operator, OperatorError};
 use super::send::{Call, Policy, Sent};
-use super::{Operator, OperatorError};
 use crate::api::{Account, Answer};
 use crate::record::Mac;
 

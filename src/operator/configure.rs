@@ -2,13 +2,13 @@
 Configure (spec 4.7, `POST /external/v1/devices/config`): 1-100 devices a request, safe
 to repeat (it sets values). One request carries one shared change (firmware, metadata),
 so the devices are grouped by theirs (a CSV may give each row its own). It may touch
-only the shapes of `assumed.rs` and the multi-device run's types (`devices.rs`).
+only the shapes of `assumed.rs` and the multi-device call's words (`device_op.rs`).
 */
 
 use reqwest::Method;
 
 use super::assumed::{self, ConfigChange, DeviceEntry};
-use super::devices::{DeviceOp, Request};
+use super::device_op::{DeviceOp, Request};
 
 /// The request of one chunk.
 pub(super) fn request(change: &ConfigChange, devices: &[DeviceEntry]) -> Request {

@@ -2,13 +2,13 @@
 Deactivate (spec 4.7, `POST /external/v1/devices/status`): 1-100 devices a request,
 safe to repeat (spec 7), and `ALREADY_IN_TARGET_STATE` is success (spec 3: the device
 is where it was asked to go). It may touch only the shapes of `assumed.rs` and the
-outcome type of the multi-device run (`devices.rs`).
+multi-device call's words (`device_op.rs`).
 */
 
 use reqwest::Method;
 
 use super::assumed::{self, DeviceEntry};
-use super::devices::{DeviceOp, DeviceOutcome, Request};
+use super::device_op::{DeviceOp, DeviceOutcome, Request};
 
 /// The request of one chunk.
 pub(super) fn request(devices: &[DeviceEntry]) -> Request {

@@ -1,8 +1,9 @@
 /*!
 The multi-device run that label, relabel, show, deactivate and configure share (spec
 4.7), with the rules DESIGN.md's "The operator interface" lists, whoever calls it. It
-may touch the send (`send.rs`), the shapes of `assumed.rs` and the capability files,
-which give each call its request and its own rules.
+may touch the send (`send.rs`), the words of a multi-device call (`device_op.rs`), the
+shapes of `assumed.rs` and the capability files, which give each call its request and
+its own rules; none of them touches it.
 
 - every request goes through the one send with its call's declared retry policy:
   429 (with `Retry-After`), 5xx and lost answers are retried where that is safe, and
@@ -24,107 +25,16 @@ which give each call its request and its own rules.
 
 use std::collections::{HashMap, HashSet};
 
-use bytes::Bytes;
-use reqwest::Method;
-use serde::Serialize;
-use serde_json::Value;
-
 use super::assumed::{ConfigChange, DeviceEntry};
-use super::send::{Call, Policy, Sent};
-use super::{configure, deactivate, label, show, Operator, OperatorError};
-use crate::api::{Account, ApiError};
+use super::client::{Operator, OperatorError, Progress};
+use super::device_op::{ChunkEnd, DeviceOp, DeviceOutcome, DeviceReport, DeviceRun, Request};
+use super::send::{Call, Sent};
+use super::{configure, deactivate, label, show};
+use crate::api::ApiError;
 
 mod outcomes;
 
 pub(super) use outcomes::outcomes;
-pub use outcomes::{hint, DeviceOutcome};
-
-/// A multi-device call.
-#[derive(Debug, Clone, PartialEq)]
-pub enum DeviceOp {
-    Label { override_label: bool },
-    Relabel,
-    Show,
-    Deactivate,
-    Configure,
-}
-
-impl DeviceOp {
-    /// Devices per request at most (spec 8).
-    pub fn max_devices(&self) -> usize {
-        match self {
-            DeviceOp::Label { .. } | DeviceOp::Relabel | DeviceOp::Show => 20,
-            DeviceOp::Deactivate | DeviceOp::Configure => 100,
-        }
-    }
-
-    pub fn name(&self) -> &'static str {
-        match self {
-            DeviceOp::Label { .. } => "label",
-            DeviceOp::Relabel => "relabel",
-            DeviceOp::Show => "show",
-            DeviceOp::Deactivate => "deactivate",
-            DeviceOp::Configure => "configure",
-        }
-    }
-
-    fn policy(&self) -> Policy {
-        match self {
-            DeviceOp::Label { .. } => Policy::LABEL,
-            _ => Policy::DEVICES_IDEMPOTENT,
-        }
-    }
-
-    /// The request of this call for `devices` (one chunk, one shared `change`).
-    fn request(&self, change: &ConfigChange, devices: &[DeviceEntry]) -> Request {
-        match self {
-            DeviceOp::Label { override_label } => label::label_request(devices, *override_label),
-            DeviceOp::Relabel => label::relabel_request(devices),
-            DeviceOp::Show => show::request(devices),
-            DeviceOp::Deactivate => deactivate::request(devices),
-            DeviceOp::Configure => configure::request(change, devices),
-        }
-    }
-}
-
-/// The outcome of a multi-device call: one entry per distinct QR code, in the order
-/// given.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct DeviceReport {
-    pub operation: &'static str,
-    pub devices: Vec<DeviceOutcome>,
-    /// Requests sent (the repeats and the lookups included).
-    pub requests: u32,
-    /// Why the run stopped before its end, if it did.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// Stopped by an interrupt (Ctrl-C).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub interrupted: bool,
-}
-
-impl DeviceReport {
-    pub fn all_ok(&self) -> bool {
-        self.devices.iter().all(|d| d.ok)
-    }
-}
-
-/// A multi-device run: the report (always complete: every device has an outcome), and
-/// the error that stopped it early, if one did.
-#[derive(Debug)]
-pub struct DeviceRun {
-    pub report: DeviceReport,
-    pub error: Option<OperatorError>,
-}
-
-/// Where a multi-device run is, told after each request's devices are settled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Progress {
-    pub done: usize,
-    pub total: usize,
-    pub ok: usize,
-    pub requests: u32,
-}
 
 /// Distinct QR codes, first occurrence kept, in the order given.
 fn distinct(entries: Vec<DeviceEntry>) -> Vec<DeviceEntry> {
@@ -135,12 +45,16 @@ fn distinct(entries: Vec<DeviceEntry>) -> Vec<DeviceEntry> {
         .collect()
 }
 
-/// The request of one chunk of a multi-device call, before it becomes a [`Call`].
-pub(super) struct Request {
-    pub method: Method,
-    pub path: &'static [&'static str],
-    pub query: Vec<(&'static str, String)>,
-    pub body: Option<Value>,
+/// The request of `op` for `devices` (one chunk, one shared `change`): each call's own
+/// file builds it.
+fn request(op: &DeviceOp, change: &ConfigChange, devices: &[DeviceEntry]) -> Request {
+    match op {
+        DeviceOp::Label { override_label } => label::label_request(devices, *override_label),
+        DeviceOp::Relabel => label::relabel_request(devices),
+        DeviceOp::Show => show::request(devices),
+        DeviceOp::Deactivate => deactivate::request(devices),
+        DeviceOp::Configure => configure::request(change, devices),
+    }
 }
 
 impl Operator {
@@ -243,33 +157,8 @@ impl Operator {
         change: &ConfigChange,
         devices: &[DeviceEntry],
     ) -> Result<Call, ApiError> {
-        let request = op.request(change, devices);
-        let mut url = self.client.url(request.path)?;
-        if !request.query.is_empty() {
-            url.query_pairs_mut().extend_pairs(request.query);
-        }
-        let body = request
-            .body
-            .map(|b| serde_json::to_vec(&b).map(Bytes::from))
-            .transpose()
-            .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
-        Ok(Call {
-            what: op.name().to_string(),
-            method: request.method,
-            url,
-            account: Account::Token,
-            headers: Vec::new(),
-            body,
-            correlation_id: self.correlation_id(op.name()),
-        })
+        self.call_of(op, request(op, change, devices))
     }
-}
-
-/// How a chunk ended: its devices' outcomes, and the error that stops the run.
-#[derive(Default)]
-pub(super) struct ChunkEnd {
-    pub outcomes: Vec<DeviceOutcome>,
-    pub stop: Option<OperatorError>,
 }
 
 impl ChunkEnd {
@@ -337,6 +226,7 @@ impl ChunkEnd {
 pub(super) mod tests {
     use super::*;
     use crate::api::Answer;
+    use bytes::Bytes;
     use reqwest::StatusCode;
 
     pub(in crate::operator) fn entry(q: &str) -> DeviceEntry {

@@ -30,9 +30,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use super::assumed;
+use super::client::{Operator, OperatorError};
 use super::locate::SensorReading;
 use super::send::{Call, Policy, Sent};
-use super::{Operator, OperatorError};
 use crate::api::{join, Account, ApiError};
 
 use windows::Plan;

@@ -5,15 +5,15 @@ idempotent call; label is not idempotent (spec 7), so it is never repeated blind
 after a lost answer the devices are looked up (`show.rs`) and only those without any
 label (or, with override, without ours) go again; a device the lookup cannot speak for
 is reported "unknown whether applied", never sent again. It may touch the lookup, the
-shapes of `assumed.rs` and the multi-device run (`devices.rs`).
+shapes of `assumed.rs` and the multi-device call's words (`device_op.rs`).
 */
 
 use reqwest::Method;
 use serde_json::Value;
 
 use super::assumed::{self, DeviceEntry, LabelRecord, LabelState};
-use super::devices::{ChunkEnd, DeviceOp, DeviceOutcome, Request};
-use super::Operator;
+use super::client::Operator;
+use super::device_op::{ChunkEnd, DeviceOp, DeviceOutcome, Request};
 
 /// Rounds of a label chunk at most: the first, and the repeats for the devices the
 /// lookup showed unlabelled after a lost answer.

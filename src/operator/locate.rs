@@ -14,8 +14,8 @@ use std::time::Duration;
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
+use super::client::{check_id, Operator, OperatorError};
 use super::send::{Call, Policy, Sent};
-use super::{check_id, Operator, OperatorError};
 use crate::api::{Account, ApiError};
 
 /// The location event of spec 2.1.

@@ -10,8 +10,8 @@ use reqwest::Method;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use super::client::{Operator, OperatorError};
 use super::send::{Call, Policy, Sent};
-use super::{Operator, OperatorError};
 use crate::api::Account;
 
 /// The three message types of spec 4.5.

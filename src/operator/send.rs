@@ -24,10 +24,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use reqwest::{Method, StatusCode};
-use tokio_util::sync::CancellationToken;
 use url::Url;
 
-use super::{Operator, OperatorError};
+use super::client::{Operator, OperatorError};
 use crate::api::TransportKind;
 use crate::api::{Account, Answer, ApiError};
 use crate::backoff::Backoff;
@@ -122,21 +121,6 @@ pub(super) enum Sent {
     /// Interrupted. `in_flight`: a request was on its way and was given up, so it may
     /// have been applied; `lost_before` as above.
     Interrupted { in_flight: bool, lost_before: bool },
-}
-
-/// A run's interruption, shared by the command and the client: `stop` (the first
-/// Ctrl-C) sends nothing new and ends waits at once, `abandon` (the second) also gives
-/// up a request in flight.
-#[derive(Debug, Clone, Default)]
-pub struct Interrupt {
-    pub stop: CancellationToken,
-    pub abandon: CancellationToken,
-}
-
-impl Interrupt {
-    pub fn is_stopped(&self) -> bool {
-        self.stop.is_cancelled()
-    }
 }
 
 /// Whether a failed attempt may have reached the service and been applied.

@@ -2,15 +2,16 @@
 Show (spec 4.7, `GET /external/v1/devices/label`): the label lookup, 1-20 devices a
 request, in the shared rate window, safe to repeat. It is also how label and add-device
 look before they claim what a lost answer did. It may touch the send, the shapes of
-`assumed.rs` (the lookup's entry is read both ways there) and the multi-device run.
+`assumed.rs` (the lookup's entry is read both ways there) and the multi-device call's words
+(`device_op.rs`).
 */
 
 use reqwest::Method;
 
-use super::assumed::{self, ConfigChange, DeviceEntry, LabelRecord};
-use super::devices::{DeviceOp, DeviceOutcome, Request};
+use super::assumed::{self, DeviceEntry, LabelRecord};
+use super::client::{Operator, OperatorError};
+use super::device_op::{DeviceOp, DeviceOutcome, Request};
 use super::send::{Policy, Sent};
-use super::{Operator, OperatorError};
 use crate::api::Answer;
 
 /// The request of one chunk: no body, the QR codes in the query.
@@ -57,7 +58,7 @@ impl Operator {
     ) -> Result<Vec<Option<LabelRecord>>, OperatorError> {
         let mut out = Vec::with_capacity(devices.len());
         for chunk in devices.chunks(DeviceOp::Show.max_devices()) {
-            let call = self.devices_call(&DeviceOp::Show, &ConfigChange::default(), chunk)?;
+            let call = self.call_of(&DeviceOp::Show, request(chunk))?;
             match self.send(Policy::DEVICES_IDEMPOTENT, &call).await? {
                 Sent::Answered { answer, .. } if answer.status.is_success() => {
                     out.extend(records(chunk, &answer));

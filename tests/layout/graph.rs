@@ -31,9 +31,12 @@ pub struct House {
 }
 
 /// `src/config/mod.rs` -> `config`, `src/config/raw.rs` -> `config::raw`, `src/lib.rs`
-/// -> `` (the crate), `src/main.rs` -> `main` (the binary, a crate of its own).
+/// -> `` (the crate), `src/main.rs` -> `main` (the binary, a crate of its own). Another
+/// crate of the workspace reads the same from its own `src/`: `mock/src/service/mod.rs`
+/// -> `service`.
 pub fn module_of(rel: &str) -> Vec<String> {
-    let inner = rel.trim_start_matches("src/").trim_end_matches(".rs");
+    let inner = rel.split_once("src/").map_or(rel, |(_, r)| r);
+    let inner = inner.trim_end_matches(".rs");
     let mut parts: Vec<String> = inner.split('/').map(String::from).collect();
     if parts.last().is_some_and(|l| l == "mod" || l == "lib") {
         parts.pop();
@@ -51,10 +54,16 @@ pub fn node_name(module: &[String]) -> String {
 
 /// Reads `root/src/**/*.rs`.
 pub fn read(root: &Path) -> Vec<(String, String)> {
+    read_crate(root, "src")
+}
+
+/// Reads `root/SRC/**/*.rs` (`src` for the gateway, `mock/src` for the mock service's
+/// crate), each path from `root`.
+pub fn read_crate(root: &Path, src: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    let mut dirs = vec![root.join("src")];
+    let mut dirs = vec![root.join(src)];
     while let Some(dir) = dirs.pop() {
-        let entries = std::fs::read_dir(&dir).expect("read src/");
+        let entries = std::fs::read_dir(&dir).expect("read a crate's src/");
         for entry in entries {
             let path = entry.expect("a directory entry").path();
             if path.is_dir() {

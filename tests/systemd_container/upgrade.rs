@@ -85,6 +85,14 @@ pub fn build_previous_deb(work: &Path) -> PathBuf {
     std::io::Write::write_all(untar.stdin.as_mut().unwrap(), &archive.stdout).unwrap();
     drop(untar.stdin.take());
     assert!(untar.wait().unwrap().success());
+    // Its own workspace: under this tree's target/ it would otherwise be taken for an
+    // unlisted member of this tree's workspace (the mock's crate made it one).
+    let manifest_n = src.join("Cargo.toml");
+    let mut text = std::fs::read_to_string(&manifest_n).unwrap();
+    if !text.contains("[workspace]") {
+        text.push_str("\n[workspace]\n");
+        std::fs::write(&manifest_n, text).unwrap();
+    }
     eprintln!("building version N ({PREVIOUS}) with cargo deb");
     let partial = work.join("tapegate-previous.deb.partial");
     run(Command::new(cargo())

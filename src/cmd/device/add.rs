@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::input::{check_text, parse_tape_id, read_input, TapeId, CSV_COLUMNS};
 use super::manifest::{self, BadRow, Row};
 use super::nearest::{nearest, NearestPrinted};
-use super::{note_cell, print_bad_rows, print_json, CELL};
+use super::shared::{note_cell, print_bad_rows, print_json, Added, CELL};
 use crate::clock::{Clock, SharedClock};
 use crate::cmd::client::{interrupts, operator_on, state, Console};
 use crate::cmd::CmdError;
@@ -43,16 +43,6 @@ pub struct AddArgs {
     pub csv: bool,
     pub nearest: bool,
     pub json: bool,
-}
-
-/// What became of one tape of `device add`.
-#[derive(Debug, Clone, Serialize)]
-pub struct Added {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub line: Option<u64>,
-    #[serde(flatten)]
-    pub outcome: AddOutcome,
-    pub requeued_dead_letters: u64,
 }
 
 #[derive(Serialize)]

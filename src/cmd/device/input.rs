@@ -10,7 +10,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::manifest::{self, BadRow, Row};
-use super::CELL;
+use super::shared::CELL;
 use crate::cmd::CmdError;
 use crate::operator::{check_id, DeviceEntry, DeviceOp};
 use crate::record::Mac;

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::input::{gather, Devices};
 use super::manifest::BadRow;
-use super::{note_cell, print_bad_rows, print_json, CELL};
+use super::shared::{note_cell, print_bad_rows, print_json, CELL};
 use crate::clock::SharedClock;
 use crate::cmd::client::{human, interrupts, operator_on, Console};
 use crate::cmd::CmdError;

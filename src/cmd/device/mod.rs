@@ -7,7 +7,9 @@
 //!
 //! `add.rs` and `nearest.rs` are `device add`; `many.rs` the multi-device calls;
 //! `input.rs` the checks of what a person typed, before anything is sent, over
-//! `manifest.rs`, the strict CSV. Every text that came from elsewhere (the service, the
+//! `manifest.rs`, the strict CSV; `shared.rs` what they all print with (the report row of
+//! an add, the table's cells, one JSON document). This file only declares them and
+//! dispatches the command line to them. Every text that came from elsewhere (the service, the
 //! CSV file) goes through [`crate::text`] before it is printed.
 
 mod add;
@@ -15,10 +17,9 @@ mod input;
 pub mod manifest;
 mod many;
 mod nearest;
+mod shared;
 
 use std::io::Write;
-
-use serde::Serialize;
 
 use super::CmdError;
 use crate::clock::SharedClock;
@@ -26,45 +27,12 @@ use crate::config::Config;
 use crate::operator::{DeviceEntry, DeviceOp};
 use add::{add, add_rows, AddArgs};
 use input::{json_arg, Devices};
-use manifest::BadRow;
 use many::run_devices;
 
-pub use add::{AddRow, Added};
+pub use add::AddRow;
 pub use input::{parse_tape_id, TapeId, CSV_COLUMNS};
 pub use nearest::{choose_nearest, Nearest, NEAREST_MARGIN_DB, NEAREST_WINDOW_MS};
-
-/// Widest cell of a table.
-const CELL: usize = 60;
-
-/// One JSON document on `out`.
-fn print_json(out: &mut dyn Write, v: &impl Serialize) -> Result<(), CmdError> {
-    let text =
-        serde_json::to_string_pretty(v).map_err(|e| CmdError::Output(std::io::Error::other(e)))?;
-    writeln!(out, "{text}")?;
-    Ok(())
-}
-
-fn print_bad_rows(bad: &[BadRow], out: &mut dyn Write) -> Result<(), CmdError> {
-    for b in bad {
-        writeln!(
-            out,
-            "line {}: {} (not sent)",
-            b.line,
-            crate::text::inert(&b.message)
-        )?;
-    }
-    Ok(())
-}
-
-/// The note and the hint of an outcome, in one cell.
-fn note_cell(note: Option<&str>, hint: Option<&str>) -> String {
-    let text = match (note, hint) {
-        (Some(n), Some(h)) => format!("{n}; {h}"),
-        (Some(t), None) | (None, Some(t)) => t.to_string(),
-        (None, None) => String::new(),
-    };
-    crate::text::inert(&text).into_owned()
-}
+pub use shared::Added;
 
 /// `tapegate device ...` from its command line.
 pub async fn run(

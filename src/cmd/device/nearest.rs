@@ -7,8 +7,7 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use super::add::Added;
-use super::print_json;
+use super::shared::{print_json, Added};
 use crate::clock::Clock;
 use crate::cmd::client::state;
 use crate::cmd::CmdError;

@@ -1,98 +1,17 @@
 /*!
-What each device of a multi-device call became ([`DeviceOutcome`]), read from an answer:
+What each device of a multi-device call became ([`DeviceOutcome`], defined in
+`device_op.rs`), read from an answer:
 the per-device result of spec 2.5 matched to the devices sent by QR code, checked
 against its counts, with each call's own rules (`deactivate.rs`, `label.rs`,
 `show.rs`). It may touch only the shapes of `assumed.rs` and those rules.
 */
 
 use reqwest::StatusCode;
-use serde::Serialize;
 
-use super::super::assumed::{self, DeviceEntry, LabelRecord, Results};
+use super::super::assumed::{self, DeviceEntry, Results};
+use super::super::device_op::{DeviceOp, DeviceOutcome};
 use super::super::{deactivate, label, show};
-use super::DeviceOp;
 use crate::api::Answer;
-
-/// What became of one device.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct DeviceOutcome {
-    pub qrcode: String,
-    pub ok: bool,
-    /// The service's `error_code` (also `ALREADY_IN_TARGET_STATE`, which is success);
-    /// ours, in capitals too, when no per-device code came: `VALIDATION_FAILED`,
-    /// `REJECTED`, `UNEXPECTED_ANSWER`, `UNCONFIRMED` (the answer's counts disagree with
-    /// the results it names), `NO_ANSWER` (may or may not be applied),
-    /// `UNKNOWN_IF_APPLIED`, `LABEL_UNREADABLE`, `NOT_SENT` (the run stopped first),
-    /// `REFUSED` (the run's error).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error_code: Option<String>,
-    /// A few words for a person.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-    /// What to do about it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub hint: Option<String>,
-    /// What the lookup (`device show`) reported.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub record: Option<LabelRecord>,
-}
-
-impl DeviceOutcome {
-    pub(in crate::operator) fn ok(qrcode: &str) -> Self {
-        DeviceOutcome {
-            qrcode: qrcode.to_string(),
-            ok: true,
-            error_code: None,
-            note: None,
-            hint: None,
-            record: None,
-        }
-    }
-
-    pub(in crate::operator) fn failed(qrcode: &str, code: &str, note: Option<String>) -> Self {
-        DeviceOutcome {
-            qrcode: qrcode.to_string(),
-            ok: false,
-            error_code: Some(code.to_string()),
-            note,
-            hint: None,
-            record: None,
-        }
-    }
-
-    pub(in crate::operator) fn with_hint(mut self, op: &DeviceOp) -> Self {
-        self.hint = self.error_code.as_deref().and_then(|c| hint(op, c));
-        self
-    }
-}
-
-/// What to do about a per-device error code.
-pub fn hint(op: &DeviceOp, code: &str) -> Option<String> {
-    let h = match (code, op) {
-        ("ALREADY_LABELLED", _) => {
-            "it has a label already: `device show` shows it; `device label --override` replaces it (its status stays as it is)"
-        }
-        ("INVALID_TRANSITION", _) => {
-            "only ACTIVATED, FORCE_ACTIVATED and ACTIVE_WITH_NO_ALERTS devices can be deactivated: `device show` shows its status"
-        }
-        ("QRMAC_NOT_FOUND", _) => {
-            "the service does not know this QR code: check it, or activate the tape with `device add`"
-        }
-        ("DEVICE_NOT_FOUND", DeviceOp::Relabel) => {
-            "it has no label in this account: `device label` creates one"
-        }
-        ("DEVICE_NOT_FOUND", _) => {
-            "the service does not know this QR code in this account (a tape needs a label first)"
-        }
-        ("VALIDATION_FAILED", _) => "the service refused the request as a whole; nothing was changed",
-        ("UNCONFIRMED" | "NO_ANSWER" | "UNKNOWN_IF_APPLIED", _) => {
-            "check with `device show` before sending it again"
-        }
-        ("NOT_SENT", _) => "run the command again for the devices not sent",
-        _ => return None,
-    };
-    Some(h.to_string())
-}
 
 /// How the per-device results of an answer match the devices sent.
 struct Matched<'a> {
