@@ -65,6 +65,7 @@ fn fill_outbox(state: &std::path::Path, captures: u64) {
         durability: Durability::Normal,
         max_pending: captures,
         max_page_count: None,
+        clock: tapegate::clock::system(),
     };
     let (mut store, _) = Store::open(state, options).expect("outbox");
     let mut group = Vec::with_capacity(10_000);

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::rfc3339;
+use crate::clock::{rfc3339, SharedClock};
 use crate::metrics::{Metrics, FAILING_AFTER};
 use crate::outbox::{Outbox, ScannerCounts, Stats};
 use crate::record::EpochMillis;
@@ -128,12 +128,15 @@ pub struct HealthKeeper {
     /// The same when the rate was last written, and the path written.
     reports_kept: Option<(tokio::time::Instant, u64)>,
     path_kept: Option<&'static str>,
+    /// When a rate was measured, by the daemon's clock.
+    clock: SharedClock,
 }
 
 impl HealthKeeper {
-    pub fn new(health: Arc<SourceHealth>) -> HealthKeeper {
+    pub fn new(health: Arc<SourceHealth>, clock: SharedClock) -> HealthKeeper {
         HealthKeeper {
             health,
+            clock,
             kept: ScannerCounts::default(),
             trouble_at: None,
             reports_seen: None,
@@ -168,7 +171,7 @@ impl HealthKeeper {
             return;
         }
         let per_sec = self.reports_kept.and_then(rate);
-        let at = crate::clock::now_ms();
+        let at = self.clock.wall_ms();
         let written = outbox
             .call(move |s| s.note_scanner_rate(Some(path), per_sec, at))
             .await;
@@ -380,7 +383,7 @@ mod tests {
         let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
         let (outbox, _thread) = Outbox::start(store).unwrap();
         let health = Arc::new(SourceHealth::default());
-        let mut keeper = HealthKeeper::new(health.clone());
+        let mut keeper = HealthKeeper::new(health.clone(), crate::clock::system());
         let stats = || async { outbox.call(|s| s.stats()).await.unwrap() };
         // Before the source says where it reads, nothing is written.
         keeper.keep(&outbox).await;

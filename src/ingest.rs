@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::clock::{boot_ms, now_ms, ClockKeeper};
+use crate::clock::{ClockKeeper, SharedClock};
 use crate::dedup::{Dedup, DedupSettings};
 use crate::health::Admission;
 use crate::heard_now::HeardNow;
@@ -72,6 +72,9 @@ pub struct IngestSettings {
     pub live: bool,
     /// Holds and releases captures while the clock is not trusted (`None`: never held).
     pub clock: Option<ClockKeeper>,
+    /// The clock captures are stamped by (wall time for what is heard, boot time for
+    /// live sources).
+    pub time: SharedClock,
     /// Touched on every turn, idle while there is nothing in hand, for the watchdog.
     pub beat: Beat,
     /// New products (SIGHUP).
@@ -138,10 +141,10 @@ pub async fn run(
                     break;
                 }
                 beat.touch();
-                let heard_at = now_ms();
+                let heard_at = settings.time.wall_ms();
                 // Boot time is taken on receipt: the source's channel delay apart, the
                 // moment the wall time was stamped.
-                let boot = settings.live.then(boot_ms);
+                let boot = settings.live.then(|| settings.time.boot_ms());
                 for heard in batch.drain(..) {
                     report.adverts += 1;
                     clock = clock.max(boot.unwrap_or(heard.advert.ts_ms));
@@ -176,7 +179,7 @@ pub async fn run(
             () = &mut commit_at, if armed => {
                 armed = false;
                 beat.touch();
-                let now = if settings.live { clock.max(boot_ms()) } else { clock };
+                let now = if settings.live { clock.max(settings.time.boot_ms()) } else { clock };
                 dedup.release_due(now, &mut admitted);
                 group.append(&mut admitted);
                 committer.commit(&mut group, &mut report).await;
@@ -378,6 +381,7 @@ mod tests {
                 commit_interval: INTERVAL,
                 live: true,
                 clock: None,
+                time: crate::clock::system(),
                 beat,
                 reload_products: None,
                 reload_dedup: None,
@@ -406,8 +410,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (tx, mut committed, _liveness, task) = start(dir.path(), no_dedup());
         let opened = Instant::now();
-        tx.send(heard(1, now_ms())).await.unwrap();
-        tx.send(heard(2, now_ms())).await.unwrap();
+        tx.send(heard(1, crate::clock::system().wall_ms()))
+            .await
+            .unwrap();
+        tx.send(heard(2, crate::clock::system().wall_ms()))
+            .await
+            .unwrap();
         tokio::time::advance(INTERVAL - Duration::from_millis(1)).await;
         assert_eq!(*committed.borrow(), 0, "held until the interval ends");
         committed.changed().await.unwrap();
@@ -428,7 +436,9 @@ mod tests {
         // Long past the allowance with nothing to do: idle, and no stall.
         tokio::time::sleep(ALLOWANCE * 100).await;
         assert_eq!(liveness.check(Instant::now()), Ok(()));
-        tx.send(heard(1, now_ms())).await.unwrap();
+        tx.send(heard(1, crate::clock::system().wall_ms()))
+            .await
+            .unwrap();
         committed.changed().await.unwrap();
         tokio::time::sleep(ALLOWANCE * 100).await;
         assert_eq!(liveness.check(Instant::now()), Ok(()));
@@ -445,8 +455,8 @@ mod tests {
             max_tracked: 1000,
         };
         let (tx, mut committed, _liveness, task) = start(dir.path(), dedup);
-        let first = heard(1, now_ms());
-        let mut changed = heard(1, now_ms());
+        let first = heard(1, crate::clock::system().wall_ms());
+        let mut changed = heard(1, crate::clock::system().wall_ms());
         if let Some(c) = &mut changed.capture {
             c.packet = "F70E99".into();
         }

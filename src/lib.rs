@@ -100,8 +100,9 @@ daemon ([`pipeline`], [`reload`], [`http`]) < commands ([`cmd`], [`cli`]) <
   command line; `main.rs` only starts logging, loads the config a command needs, picks
   the command and maps errors to exit codes.
 - [`clock`]: time on a gateway without a real-time clock: wall and boot time and the
-  kernel's sync state behind one trait (`source.rs`; in debug builds a test clock
-  driven by a file, `fake.rs`), the pure hold policy and repair
+  kernel's sync state behind one trait, a value (`SharedClock`) that `main.rs` makes once
+  and every stage and command is handed (`source.rs`; in debug builds a test clock driven
+  by a file, `fake.rs`, which `main.rs` may choose), the pure hold policy and repair
   arithmetic (`policy.rs`), and the keeper that holds and releases captures in the
   outbox (`keeper.rs`, run by the ingest stage); also time formatting.
 - The mock tracking service is a crate of its own (`mock/`, `tapegate-mock`), which

@@ -11,6 +11,7 @@ use std::path::Path;
 
 use clap::Parser;
 use tapegate::cli::{Cli, Command, DeadLetters, Operator};
+use tapegate::clock::SharedClock;
 use tapegate::cmd::{self, block_on, check, decode, device, history, locate, message, scan, state};
 use tapegate::cmd::{side_channel, support_bundle, CmdError};
 use tapegate::config::{self, Config, ConfigError, Password};
@@ -147,16 +148,29 @@ fn stderr_is_journal() -> bool {
     stream.to_string_lossy() == format!("{}:{}", stderr.dev(), stderr.ino())
 }
 
+/// The clock every command reads, made once: the machine's, or in a debug build the test
+/// clock a test names in `TAPEGATE_FAKE_CLOCK` (a release build has no test clock).
+fn the_clock() -> SharedClock {
+    #[cfg(debug_assertions)]
+    if let Some(test_clock) = tapegate::clock::fake::from_env() {
+        return test_clock;
+    }
+    tapegate::clock::system()
+}
+
 /// One arm a command, each calling into `tapegate::cmd`; what the arm loads first says
 /// what the command needs: the config with the password ([`service`]), without it
 /// ([`local`]), and logging at which level.
 fn dispatch(cli: &Cli) -> Result<(), Failure> {
     let path = cli.config.as_path();
+    let clock = &the_clock();
     let out = &mut std::io::stdout().lock();
     match &cli.command {
-        Command::Run { until_drained } => daemon(path, *until_drained),
-        Command::Status { json } => Ok(state::status(&local(path)?, *json, out)?),
-        Command::Tapes { json, limit } => Ok(state::tapes(&local(path)?, *json, *limit, out)?),
+        Command::Run { until_drained } => daemon(path, clock, *until_drained),
+        Command::Status { json } => Ok(state::status(&local(path)?, &**clock, *json, out)?),
+        Command::Tapes { json, limit } => {
+            Ok(state::tapes(&local(path)?, &**clock, *json, *limit, out)?)
+        }
         Command::DeadLetters(DeadLetters::List { json, limit }) => {
             Ok(state::dead_letters_list(&local(path)?, *json, *limit, out)?)
         }
@@ -171,11 +185,12 @@ fn dispatch(cli: &Cli) -> Result<(), Failure> {
             state::dead_letters_change(&local(path)?, false, which.mac)?
         )?),
         Command::SupportBundle { output } => {
-            Ok(support_bundle::run(path, output.as_deref(), out).map(drop)?)
+            Ok(support_bundle::run(path, &**clock, output.as_deref(), out).map(drop)?)
         }
         Command::Check { config_only: true } => Ok(check::config_only(path, &local(path)?, out)?),
         Command::Check { config_only: false } => Ok(block_on(check::command(
             &service(path, "error")?,
+            &**clock,
             path,
             out,
         ))??),
@@ -185,6 +200,7 @@ fn dispatch(cli: &Cli) -> Result<(), Failure> {
             all,
         } => Ok(scan::watch(
             &logged(local(path)?, "warn"),
+            clock,
             scan::ScanOptions::new(record.clone(), *duration, *all)?,
         )
         .map(drop)?),
@@ -197,6 +213,7 @@ fn dispatch(cli: &Cli) -> Result<(), Failure> {
             "{}",
             block_on(decode::decode(
                 &service(path, "warn")?,
+                &**clock,
                 *mac,
                 packet,
                 product.as_deref()
@@ -213,25 +230,31 @@ fn dispatch(cli: &Cli) -> Result<(), Failure> {
             tapes: *tapes,
             state_dir: state_dir.clone(),
             http: *http,
+            clock: clock.clone(),
         }),
         Command::SideChannel => Ok(side_channel::run(out)?),
         #[cfg(feature = "mock")]
         Command::Mock { listen } => mock(*listen),
-        Command::Operator(op) => operator(path, op, out),
+        Command::Operator(op) => operator(path, clock, op, out),
     }
 }
 
 /// The operator's commands: the config with the password, logging at WARN.
-fn operator(path: &Path, op: &Operator, out: &mut dyn Write) -> Result<(), Failure> {
+fn operator(
+    path: &Path,
+    clock: &SharedClock,
+    op: &Operator,
+    out: &mut dyn Write,
+) -> Result<(), Failure> {
     let config = &service(path, "warn")?;
     match op {
-        Operator::Device(d) => Ok(block_on(device::run(config, d, out))??),
+        Operator::Device(d) => Ok(block_on(device::run(config, clock, d, out))??),
         Operator::Locate {
             asset_id,
             sensor,
             json,
         } => Ok(block_on(locate::run(
-            config, asset_id, *sensor, *json, out,
+            config, clock, asset_id, *sensor, *json, out,
         ))??),
         Operator::History {
             qr,
@@ -242,6 +265,7 @@ fn operator(path: &Path, op: &Operator, out: &mut dyn Write) -> Result<(), Failu
             json,
         } => Ok(block_on(history::run(
             config,
+            clock,
             history::HistoryArgs {
                 qr: qr.as_deref(),
                 asset: asset.as_deref(),
@@ -258,6 +282,7 @@ fn operator(path: &Path, op: &Operator, out: &mut dyn Write) -> Result<(), Failu
             json,
         } => Ok(block_on(message::run(
             config,
+            clock,
             *message_type,
             file,
             *json,
@@ -267,7 +292,7 @@ fn operator(path: &Path, op: &Operator, out: &mut dyn Write) -> Result<(), Failu
 }
 
 /// `tapegate run`: the daemon, logging at `log.level` (which a reload may change).
-fn daemon(path: &Path, until_drained: bool) -> Result<(), Failure> {
+fn daemon(path: &Path, clock: &SharedClock, until_drained: bool) -> Result<(), Failure> {
     let config = load(path)?;
     let level = init_logging(&config.log.level);
     let options = RunOptions {
@@ -276,6 +301,7 @@ fn daemon(path: &Path, until_drained: bool) -> Result<(), Failure> {
             path: path.to_path_buf(),
             set_log_level: level_setter(level),
         }),
+        clock: clock.clone(),
     };
     let report = cmd::run::run(config, path, options)??;
     if report.stopped && until_drained {

@@ -26,6 +26,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Mutex};
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::SharedClock;
 use crate::config::{self, effective, Config, Password};
 use crate::dedup::DedupSettings;
 use crate::http;
@@ -58,6 +59,8 @@ pub struct Reloader {
     pub services: Arc<Mutex<Services>>,
     pub outbox: Outbox,
     pub metrics: Arc<Metrics>,
+    /// The daemon's clock, for what a reload restarts.
+    pub clock: SharedClock,
     /// The config in force, and what the daemon recorded of itself.
     pub running: Config,
     pub inventory: Option<Inventory>,
@@ -120,11 +123,14 @@ impl Reloader {
             None
         };
         let pusher = if by.contains_key(&Apply::Telemetry) {
-            match running
-                .telemetry
-                .clone()
-                .map(|t| Pusher::new(t, &running.gateway.id, self.metrics.clone()))
-            {
+            match running.telemetry.clone().map(|t| {
+                Pusher::new(
+                    t,
+                    &running.gateway.id,
+                    self.metrics.clone(),
+                    self.clock.clone(),
+                )
+            }) {
                 None => None,
                 Some(Ok(p)) => Some(p),
                 Some(Err(e)) => return refuse(e.to_string()),

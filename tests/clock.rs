@@ -2,6 +2,7 @@
 //! real-time simulated fleet, the mock service on loopback, a real SQLite file, and
 //! the daemon's clock driven by the test clock file (`TAPEGATE_FAKE_CLOCK`, debug
 //! builds only), which moves the whole process's wall clock and sync state.
+//! One test in process: a stage stamps captures by the clock value it is handed.
 // The test clock exists only in debug builds; a release build would ignore it.
 #![cfg(debug_assertions)]
 
@@ -431,4 +432,82 @@ fn captures_of_a_group_still_open_when_the_clock_is_repaired_are_never_sent_with
         &wrong[..wrong.len().min(3)]
     );
     assert_each_tape_arrived_whole_and_in_order(&items);
+}
+
+/// In process, no binary: the ingest stage stamps what it hears by the clock it is
+/// handed (here a hand clock years behind, at boot time 7 s), not the machine's: the
+/// tapes heard carry its wall time and the committed capture its boot time.
+#[tokio::test(start_paused = true)]
+async fn the_ingest_stage_stamps_captures_by_the_clock_it_is_handed() {
+    use std::sync::Arc;
+    use tapegate::dedup::DedupSettings;
+    use tapegate::heard_now::HeardNow;
+    use tapegate::ingest::{run, IngestSettings};
+    use tapegate::outbox::{Outbox, Store, StoreOptions};
+    use tapegate::record::{Advertisement, Capture, Mac};
+    use tapegate::source::Heard;
+    use tokio::sync::{mpsc, watch};
+
+    const WALL: i64 = 1_600_000_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    let (outbox, _owner) = Outbox::start(store).unwrap();
+    let time = Arc::new(tapegate::clock::fake::HandClock::new("boot-a"));
+    time.set(WALL, 7_000, true, false);
+    let tapes_heard = Arc::new(HeardNow::default());
+    let (tx, rx) = mpsc::channel(16);
+    let (committed_tx, mut committed) = watch::channel(0);
+    let task = tokio::spawn(run(
+        IngestSettings {
+            products: tapegate::products::Products(Vec::new()),
+            dedup: DedupSettings {
+                window_ms: 0,
+                min_interval_ms: 0,
+                max_tracked: 1000,
+            },
+            commit_interval: Duration::from_millis(200),
+            live: true,
+            clock: None,
+            time: time.clone(),
+            beat: tapegate::systemd::Liveness::default().stage("ingest", Duration::from_secs(10)),
+            reload_products: None,
+            reload_dedup: None,
+            metrics: Arc::default(),
+            tapes_heard: tapes_heard.clone(),
+            admission: Arc::default(),
+        },
+        rx,
+        outbox.clone(),
+        committed_tx,
+        tokio_util::sync::CancellationToken::new(),
+    ));
+    let mac = Mac::new([0xC0, 0xFF, 0xEE, 0, 0, 1]);
+    let capture = Capture {
+        mac,
+        ts_ms: WALL,
+        product_id: "tape".into(),
+        packet: "F70E01".into(),
+        rssi: Some(-60),
+        boot_ms: None,
+    };
+    let advert = Advertisement {
+        ts_ms: WALL,
+        mac,
+        rssi: Some(-60),
+        name: None,
+        manufacturer_data: Vec::new(),
+        service_data: Vec::new(),
+    };
+    let heard = Heard {
+        advert,
+        capture: Some(Box::new(capture)),
+    };
+    tx.send(heard).await.unwrap();
+    committed.changed().await.unwrap();
+    let heard_at: Vec<i64> = tapes_heard.since(0, 10).iter().map(|s| s.at).collect();
+    assert_eq!(heard_at, vec![WALL]);
+    let batch = outbox.call(|s| s.next_batch(10, 100)).await.unwrap();
+    assert_eq!(batch[0].capture.boot_ms, Some(7_000));
+    drop(tx);
+    assert_eq!(task.await.unwrap().accepted, 1);
 }

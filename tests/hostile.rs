@@ -684,7 +684,7 @@ fn service_texts_are_stored_and_shown_bounded_and_inert() {
         common::stdin_replay_config(20)
     ));
     let mut d = common::Daemon::start(&g);
-    let now = tapegate::clock::now_ms();
+    let now = tapegate::clock::system().wall_ms();
     d.send(&[
         tape_advert(tape_mac(1), now, 1),
         tape_advert(tape_mac(2), now, 1),
@@ -799,7 +799,11 @@ fn a_token_endpoint_echoing_the_password_form_encoded_shows_it_nowhere() {
         common::stdin_replay_config(20)
     ));
     let mut d = common::Daemon::start(&g);
-    d.send(&[tape_advert(tape_mac(1), tapegate::clock::now_ms(), 1)]);
+    d.send(&[tape_advert(
+        tape_mac(1),
+        tapegate::clock::system().wall_ms(),
+        1,
+    )]);
     let stats = wait_for(LIMIT, || g.try_stats().filter(|s| s.last_error.is_some()))
         .unwrap_or_else(|| panic!("no failure recorded:\n{}", d.stderr()));
     assert_eq!(

@@ -139,7 +139,7 @@ async fn metrics_agree_with_status_json_after_a_replay_and_a_drain() {
     let (g, base) = replay_gateway(&mock, 10);
     let mut d = Daemon::start(&g);
     until_serving(&base).await;
-    let now = tapegate::clock::now_ms();
+    let now = tapegate::clock::system().wall_ms();
     d.send(&mixed_adverts(now));
     until("the replay to drain", || async {
         g.try_stats()
@@ -229,7 +229,7 @@ async fn healthz_is_503_naming_the_flusher_while_the_service_hangs_and_200_again
         seed: 1,
         mix: vec![Fault::Delay(Duration::from_secs(5))],
     }));
-    d.send(&mixed_adverts(tapegate::clock::now_ms()));
+    d.send(&mixed_adverts(tapegate::clock::system().wall_ms()));
     let body = until("/healthz to turn 503", || async {
         get(&healthz)
             .await
@@ -422,7 +422,7 @@ async fn no_password_or_token_in_any_answer() {
         status: 503,
         retry_after: None,
     });
-    d.send(&mixed_adverts(tapegate::clock::now_ms()));
+    d.send(&mixed_adverts(tapegate::clock::system().wall_ms()));
     until("the replay to drain", || async {
         g.try_stats()
             .filter(|s| s.pending == 0 && s.last_error.is_some())

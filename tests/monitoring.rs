@@ -77,7 +77,7 @@ fn served() -> BTreeSet<String> {
     let metrics = tapegate::metrics::Metrics::new();
     metrics.set_inventory(&tapegate::inventory::Inventory::gather(&config, 0));
     // A failed request: the failures by cause are served from the first one.
-    metrics.request().answered(&[], Some("http_401"));
+    metrics.request().answered(&[], Some("http_401"), 0);
     let text = metrics
         .encode(&tapegate::outbox::Stats::default(), 0)
         .unwrap();

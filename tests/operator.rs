@@ -653,7 +653,7 @@ fn hear(g: &Gateway, adverts: &[Advertisement]) {
 
 fn unknown_tape(i: u8, rssi: i16) -> Advertisement {
     let mac = Mac::new([0xC0, 0xDE, 0xAD, 0, 0, i]);
-    let mut a = tape_advert(mac, tapegate::clock::now_ms(), 1);
+    let mut a = tape_advert(mac, tapegate::clock::system().wall_ms(), 1);
     a.rssi = Some(rssi);
     a
 }

@@ -93,6 +93,7 @@ fn open(dir: &std::path::Path) -> Store {
         durability: Durability::Normal,
         max_pending: MAX_PENDING,
         max_page_count: None,
+        clock: tapegate::clock::system(),
     };
     Store::open(dir, options).unwrap().0
 }
@@ -298,6 +299,7 @@ fn world_open(dir: &std::path::Path) -> Store {
         durability: Durability::Normal,
         max_pending: WORLD_MAX_PENDING,
         max_page_count: None,
+        clock: tapegate::clock::system(),
     };
     Store::open(dir, options).unwrap().0
 }

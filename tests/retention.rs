@@ -37,7 +37,7 @@ fn captures_past_max_age_are_evicted_at_commit_and_while_idle_and_counted_so() {
         stdin_replay_config(20)
     ));
     let mut daemon = Daemon::start(&g);
-    let now = tapegate::clock::now_ms();
+    let now = tapegate::clock::system().wall_ms();
     let day = 86_400_000;
     // Five a day old (already past the bound when they arrive), then ten of now.
     let old: Vec<_> = (0..5)
@@ -91,7 +91,7 @@ fn a_database_at_max_bytes_evicts_the_oldest_and_never_grows_past_it() {
         stdin_replay_config(20)
     ));
     let mut daemon = Daemon::start(&g);
-    let now = tapegate::clock::now_ms();
+    let now = tapegate::clock::system().wall_ms();
     // 30,000 captures of 200 tapes: about 3 MB of outbox, three times the bound.
     let n = 30_000u32;
     for chunk in (0..n).collect::<Vec<_>>().chunks(5000) {

@@ -194,7 +194,7 @@ fn pushes_kept_through_a_receiver_outage_arrive_in_order_with_the_gateway_label(
         admitted_during_outage > 0,
         "capture stopped during the outage"
     );
-    let receiver_up_at_ms = tapegate::clock::now_ms();
+    let receiver_up_at_ms = tapegate::clock::system().wall_ms();
     let failed = own_metric(
         http_port,
         "tapegate_telemetry_pushes_total",
@@ -266,7 +266,7 @@ fn a_full_buffer_keeps_the_newest_pushes_and_counts_the_dropped() {
     let http_port = free_port();
     let url = format!("http://127.0.0.1:{port}/api/v1/write");
     let g = pushing_gateway("dock-full", &url, http_port, "max_buffered = 2\n");
-    let started_ms = tapegate::clock::now_ms() as f64;
+    let started_ms = tapegate::clock::system().wall_ms() as f64;
     let daemon = Daemon::start(&g);
     wait_for(LIMIT, || {
         own_metric(

@@ -1,14 +1,23 @@
-//! The test clock (debug builds only): a [`Clock`] driven by a small file that a test
-//! rewrites, selected by `TAPEGATE_FAKE_CLOCK` (see [`super::source::clock`]). It moves
-//! the whole process's wall clock and sync state, as a real clock step would; boot time
-//! stays the machine's.
+//! The test clock (compiled in debug builds only, so a release binary holds none): a
+//! [`Clock`] driven by a small file that a test rewrites, named by `TAPEGATE_FAKE_CLOCK`.
+//! The binary's entry point asks [`from_env`] once and hands the clock it gets down as a
+//! value; it moves the whole process's wall clock and sync state, as a real clock step
+//! would; boot time stays the machine's.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::source::{boot_ms, system_wall_ms, Clock, SystemClock, FAKE_CLOCK_ENV};
+use super::source::{boot_ms, system_wall_ms, Clock, SharedClock, SystemClock};
+use super::Reading;
+use super::FAKE_CLOCK_ENV;
 use crate::record::EpochMillis;
+
+/// The test clock named by [`FAKE_CLOCK_ENV`], if the variable is set.
+pub fn from_env() -> Option<SharedClock> {
+    let path = std::env::var_os(FAKE_CLOCK_ENV)?;
+    Some(Arc::new(FileClock::new(PathBuf::from(path))))
+}
 
 /// A clock for tests, driven by a small TOML file that the test rewrites:
 ///
@@ -22,6 +31,7 @@ use crate::record::EpochMillis;
 /// Boot time is the machine's. The file is re-read at most every
 /// [`FileClock::REREAD`]; a missing or unreadable file leaves the last state in force
 /// (at first: the machine's clock, synchronised, no time service), with a warning.
+#[derive(Debug)]
 pub struct FileClock {
     path: PathBuf,
     /// When the file was last read (boot time, ms), and what it said.
@@ -50,7 +60,6 @@ impl FileClock {
     pub const REREAD: Duration = Duration::from_millis(10);
 
     pub fn new(path: PathBuf) -> FileClock {
-        tracing::warn!(path = %path.display(), "using the test clock from {FAKE_CLOCK_ENV}");
         FileClock {
             path,
             state: Mutex::new((
@@ -69,6 +78,10 @@ impl FileClock {
         };
         let (read_at, state) = &mut *guard;
         let now = boot_ms();
+        if read_at.is_none() {
+            // Said at the first reading, once the process's logging has started.
+            tracing::warn!(path = %self.path.display(), "using the test clock from {FAKE_CLOCK_ENV}");
+        }
         if read_at.is_none_or(|t| now - t >= Self::REREAD.as_millis() as i64) {
             *read_at = Some(now);
             match std::fs::read_to_string(&self.path)
@@ -106,6 +119,62 @@ impl Clock for FileClock {
         self.state()
             .time_service
             .then(|| "test time service".to_string())
+    }
+}
+
+/// A clock a test sets by hand: every reading is what the test last set, nothing moves
+/// by itself (deterministic, for the keeper's and the stages' own tests).
+#[derive(Debug)]
+pub struct HandClock {
+    boot_id: String,
+    /// The reading, and whether a time service runs.
+    state: Mutex<(Reading, bool)>,
+}
+
+impl HandClock {
+    /// At wall and boot time 0, unsynchronised, no time service.
+    pub fn new(boot_id: &str) -> HandClock {
+        let reading = Reading {
+            wall_ms: 0,
+            boot_ms: 0,
+            kernel_synced: false,
+        };
+        HandClock {
+            boot_id: boot_id.to_string(),
+            state: Mutex::new((reading, false)),
+        }
+    }
+
+    /// What every reading says from now on.
+    pub fn set(&self, wall_ms: i64, boot_ms: i64, kernel_synced: bool, service: bool) {
+        let reading = Reading {
+            wall_ms,
+            boot_ms,
+            kernel_synced,
+        };
+        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = (reading, service);
+    }
+
+    fn get(&self) -> (Reading, bool) {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Clock for HandClock {
+    fn wall_ms(&self) -> EpochMillis {
+        self.get().0.wall_ms
+    }
+    fn boot_ms(&self) -> i64 {
+        self.get().0.boot_ms
+    }
+    fn kernel_synced(&self) -> bool {
+        self.get().0.kernel_synced
+    }
+    fn boot_id(&self) -> Option<String> {
+        Some(self.boot_id.clone())
+    }
+    fn time_service(&self) -> Option<String> {
+        self.get().1.then(|| "chronyd".into())
     }
 }
 

@@ -1,4 +1,4 @@
-//! The clock keeper: the shell around [`decide`]. It reads the process's clock, keeps
+//! The clock keeper: the shell around [`decide`]. It reads the clock it is given, keeps
 //! the facts a verdict needs (this boot's sync, the database's newest time, when the
 //! hold began), and tells the outbox when the verdict changes: new captures held or
 //! not, and, when a hold ends, every held capture released in one transaction (its
@@ -13,17 +13,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::policy::{decide, ClockPolicy, Facts, Trust, Verdict};
-use super::source::{clock, Clock, Reading};
+use super::policy::{decide, ClockPolicy, ClockSettings, Facts, Trust, Verdict};
+use super::source::{Reading, SharedClock};
 use crate::metrics::{ClockState, Metrics};
 use crate::outbox::{ClockChange, Outbox, OutboxError, Released};
-
-/// Validated `[gateway] clock` and `clock_max_hold_secs`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClockSettings {
-    pub policy: ClockPolicy,
-    pub max_hold: Duration,
-}
 
 /// While captures are held, the clock is looked at this often (a sync is noticed
 /// within it).
@@ -35,7 +28,7 @@ const IDLE_CHECK: Duration = Duration::from_secs(60);
 /// See the module doc.
 pub struct ClockKeeper {
     settings: ClockSettings,
-    clock: &'static dyn Clock,
+    clock: SharedClock,
     facts: Facts,
     /// The verdict last applied to the outbox.
     verdict: Verdict,
@@ -50,15 +43,7 @@ impl ClockKeeper {
     /// first verdict: captures an earlier run held are released now unless the clock
     /// must still be held. Returns the keeper and how many captures it released.
     pub async fn start(
-        settings: ClockSettings,
-        outbox: &Outbox,
-    ) -> Result<(ClockKeeper, u64), OutboxError> {
-        Self::start_with(clock(), settings, outbox).await
-    }
-
-    /// [`ClockKeeper::start`] with a given clock.
-    pub async fn start_with(
-        clock: &'static dyn Clock,
+        clock: SharedClock,
         settings: ClockSettings,
         outbox: &Outbox,
     ) -> Result<(ClockKeeper, u64), OutboxError> {
@@ -236,46 +221,11 @@ fn log_change(verdict: Verdict, released: &Released) {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
-
     use super::*;
+    use crate::clock::fake::HandClock;
     use crate::clock::policy::Hold;
     use crate::outbox::{Store, StoreOptions};
     use crate::record::{Capture, Mac};
-
-    /// A clock the test sets by hand.
-    struct HandClock(Mutex<(Reading, bool)>);
-
-    impl HandClock {
-        fn set(&self, wall_ms: i64, boot_ms: i64, kernel_synced: bool, service: bool) {
-            *self.0.lock().unwrap() = (
-                Reading {
-                    wall_ms,
-                    boot_ms,
-                    kernel_synced,
-                },
-                service,
-            );
-        }
-    }
-
-    impl Clock for HandClock {
-        fn wall_ms(&self) -> i64 {
-            self.0.lock().unwrap().0.wall_ms
-        }
-        fn boot_ms(&self) -> i64 {
-            self.0.lock().unwrap().0.boot_ms
-        }
-        fn kernel_synced(&self) -> bool {
-            self.0.lock().unwrap().0.kernel_synced
-        }
-        fn boot_id(&self) -> Option<String> {
-            Some("boot-a".into())
-        }
-        fn time_service(&self) -> Option<String> {
-            self.0.lock().unwrap().1.then(|| "chronyd".into())
-        }
-    }
 
     const WRONG: i64 = 1_700_000_000_000;
     const WEEKS_3: i64 = 21 * 86_400_000;
@@ -299,17 +249,11 @@ mod tests {
     }
 
     /// An outbox in a temp dir, and a hand clock (to be set) for a keeper.
-    fn setup() -> (tempfile::TempDir, Outbox, &'static HandClock) {
+    fn setup() -> (tempfile::TempDir, Outbox, Arc<HandClock>) {
         let dir = tempfile::tempdir().unwrap();
         let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
         let (outbox, _thread) = Outbox::start(store).unwrap();
-        let reading = Reading {
-            wall_ms: 0,
-            boot_ms: 0,
-            kernel_synced: false,
-        };
-        let clock = Box::leak(Box::new(HandClock(Mutex::new((reading, false)))));
-        (dir, outbox, clock)
+        (dir, outbox, Arc::new(HandClock::new("boot-a")))
     }
 
     async fn deliverable(outbox: &Outbox) -> Vec<i64> {
@@ -322,7 +266,7 @@ mod tests {
         let (_dir, outbox, clock) = setup();
         clock.set(WRONG + 10_000, 10_000, false, true);
         let (mut keeper, released) =
-            ClockKeeper::start_with(clock, settings(ClockPolicy::Auto), &outbox)
+            ClockKeeper::start(clock.clone(), settings(ClockPolicy::Auto), &outbox)
                 .await
                 .unwrap();
         assert_eq!(released, 0);
@@ -351,7 +295,7 @@ mod tests {
             policy: ClockPolicy::Auto,
             max_hold: Duration::from_secs(1),
         };
-        let (mut keeper, _) = ClockKeeper::start_with(clock, one_second, &outbox)
+        let (mut keeper, _) = ClockKeeper::start(clock.clone(), one_second, &outbox)
             .await
             .unwrap();
         outbox.call(|s| s.enqueue(&[live(10_500)])).await.unwrap();
@@ -376,7 +320,7 @@ mod tests {
     async fn without_a_time_service_the_keeper_trusts_and_holds_nothing() {
         let (_dir, outbox, clock) = setup();
         clock.set(WRONG, 1, false, false);
-        let (keeper, _) = ClockKeeper::start_with(clock, settings(ClockPolicy::Auto), &outbox)
+        let (keeper, _) = ClockKeeper::start(clock.clone(), settings(ClockPolicy::Auto), &outbox)
             .await
             .unwrap();
         assert_eq!(keeper.verdict(), Verdict::Trusted(Trust::NoTimeService));

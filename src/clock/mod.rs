@@ -1,30 +1,26 @@
-//! Time: the wall clock now as epoch milliseconds and formatting for operators (RFC
-//! 3339 UTC and short ages); the clock's state behind a trait (`source.rs`, and the
-//! debug-only test clock in `fake.rs`); the pure hold policy and repair arithmetic of
-//! a gateway without a real-time clock (`policy.rs`); and the keeper that applies them
-//! to the outbox (`keeper.rs`).
+//! Time: the clock as a value handed to what reads it ([`SharedClock`]: the machine's
+//! [`SystemClock`] in `source.rs`, and in debug builds only the test clock in `fake.rs`,
+//! which the binary's entry point may choose); formatting for operators (RFC 3339 UTC and
+//! short ages); the pure hold policy and repair arithmetic of a gateway without a
+//! real-time clock (`policy.rs`); and the keeper that applies them to the outbox
+//! (`keeper.rs`).
 
-#[cfg(debug_assertions)]
-mod fake;
+#[cfg(any(test, debug_assertions))]
+pub mod fake;
 mod keeper;
 mod policy;
 mod source;
 
-pub use keeper::{ClockKeeper, ClockSettings};
-pub use policy::{decide, repaired_wall, ClockPolicy, Facts, Hold, Trust, Verdict};
-pub use source::{clock, Clock, Reading, SystemClock, FAKE_CLOCK_ENV};
+pub use keeper::ClockKeeper;
+pub use policy::{decide, repaired_wall, ClockPolicy, ClockSettings, Facts, Hold, Trust, Verdict};
+pub use source::{system, Clock, Reading, SharedClock, SystemClock};
 
 use crate::record::EpochMillis;
 
-/// Epoch milliseconds now, by the process's [`clock()`].
-pub fn now_ms() -> EpochMillis {
-    clock().wall_ms()
-}
-
-/// `CLOCK_BOOTTIME` now, in milliseconds, by the process's [`clock()`].
-pub fn boot_ms() -> i64 {
-    clock().boot_ms()
-}
+/// The environment variable that names the test clock's file. Only a debug build's entry
+/// point reads it (`fake::from_env`): a release build has no test clock, so no stray
+/// variable can move a gateway's clock.
+pub const FAKE_CLOCK_ENV: &str = "TAPEGATE_FAKE_CLOCK";
 
 /// `2026-11-21T19:40:00Z` (UTC, whole seconds).
 pub fn rfc3339(ms: EpochMillis) -> String {

@@ -18,6 +18,14 @@ pub enum ClockPolicy {
     Trust,
 }
 
+/// Validated `[gateway] clock` and `clock_max_hold_secs`: config's words for the
+/// keeper, defined here, below both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockSettings {
+    pub policy: ClockPolicy,
+    pub max_hold: std::time::Duration,
+}
+
 /// What is known beside one reading.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Facts {

@@ -1,13 +1,14 @@
 //! Where the clock's state comes from: the [`Clock`] trait and the machine's clock
-//! ([`SystemClock`]). In debug builds only, `fake.rs` adds a file-driven stand-in for
-//! tests, selected by `TAPEGATE_FAKE_CLOCK`.
+//! ([`SystemClock`]).
 //!
-//! The process has one clock ([`clock()`]): [`super::now_ms`], every capture's time
-//! and the hold decisions all read it, so a test that moves the stand-in moves the
-//! whole daemon's idea of the time, as a real clock step would.
+//! A clock is a value ([`SharedClock`]) made once where the process starts (the binary's
+//! entry point, a test) and handed to every stage, store and command that reads the
+//! time: the capture times, the hold decisions, the pages and the commands' ages all
+//! read the one they were given, so a test that hands in a stand-in (in debug builds,
+//! `fake.rs`) moves the whole daemon's idea of the time, as a real clock step would.
 
 use std::path::Path;
-use std::sync::OnceLock;
+use std::sync::Arc;
 
 use crate::record::EpochMillis;
 
@@ -32,7 +33,7 @@ impl Reading {
 }
 
 /// The clock's state, behind one trait so that tests can drive it.
-pub trait Clock: Send + Sync {
+pub trait Clock: Send + Sync + std::fmt::Debug {
     /// The wall clock (epoch milliseconds), right or not.
     fn wall_ms(&self) -> EpochMillis;
     /// `CLOCK_BOOTTIME` in milliseconds.
@@ -53,24 +54,13 @@ pub trait Clock: Send + Sync {
     fn time_service(&self) -> Option<String>;
 }
 
-/// The process's clock: the machine's, or in a debug build with `TAPEGATE_FAKE_CLOCK`
-/// set, the test clock file it names (`fake.rs`).
-pub fn clock() -> &'static dyn Clock {
-    static CLOCK: OnceLock<Box<dyn Clock>> = OnceLock::new();
-    CLOCK
-        .get_or_init(|| {
-            #[cfg(debug_assertions)]
-            if let Some(path) = std::env::var_os(FAKE_CLOCK_ENV) {
-                return Box::new(super::fake::FileClock::new(std::path::PathBuf::from(path)));
-            }
-            Box::new(SystemClock)
-        })
-        .as_ref()
-}
+/// The clock a process hands to what reads the time.
+pub type SharedClock = Arc<dyn Clock>;
 
-/// The environment variable that selects the test clock (debug builds only: a release
-/// build never reads it, so no stray variable can move a gateway's clock).
-pub const FAKE_CLOCK_ENV: &str = "TAPEGATE_FAKE_CLOCK";
+/// The machine's clock, as a [`SharedClock`].
+pub fn system() -> SharedClock {
+    Arc::new(SystemClock)
+}
 
 /// The machine's clock.
 ///

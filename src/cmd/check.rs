@@ -18,8 +18,7 @@ mod advice;
 use super::CmdError;
 use crate::api::{ApiError, BulkAnswerItem, BulkItem, ServiceClient};
 use crate::clock::{
-    clock, decide, now_ms, ClockPolicy, ClockSettings, Facts, Reading, Trust,
-    Verdict as ClockVerdict,
+    decide, Clock, ClockPolicy, ClockSettings, Facts, Reading, Trust, Verdict as ClockVerdict,
 };
 use crate::config::{Config, MacFormat, ServiceSettings};
 use crate::outbox::Store;
@@ -48,6 +47,8 @@ enum Verdict {
 struct Report<'a> {
     out: &'a mut dyn Write,
     ok: bool,
+    /// The clock the daemon would read.
+    clock: &'a dyn Clock,
 }
 
 impl Report<'_> {
@@ -65,18 +66,28 @@ impl Report<'_> {
 /// `tapegate check`: [`run`], the command failing when a check failed.
 pub async fn command(
     config: &Config,
+    clock: &dyn Clock,
     config_path: &std::path::Path,
     out: &mut dyn Write,
 ) -> Result<(), CmdError> {
-    match run(config, &config_path.display().to_string(), out).await {
+    match run(config, clock, &config_path.display().to_string(), out).await {
         true => Ok(()),
         false => Err(CmdError::Failed("check failed".into())),
     }
 }
 
 /// Runs the checks; true when all passed (warnings do not fail it).
-pub async fn run(config: &Config, config_path: &str, out: &mut dyn Write) -> bool {
-    let mut r = Report { out, ok: true };
+pub async fn run(
+    config: &Config,
+    clock: &dyn Clock,
+    config_path: &str,
+    out: &mut dyn Write,
+) -> bool {
+    let mut r = Report {
+        out,
+        ok: true,
+        clock,
+    };
     local(&mut r, config, config_path);
     let Some(service) = &config.service else {
         r.say(
@@ -114,7 +125,7 @@ fn local(r: &mut Report, config: &Config, config_path: &str) {
             config.products.0.len()
         ),
     );
-    let c = clock();
+    let c = r.clock;
     let sync = time_sync(config.gateway.clock, &c.read(), c.time_service().as_deref());
     r.say(Verdict::Ok, "time sync", sync);
     let path = std::path::Path::new(config_path);
@@ -211,8 +222,9 @@ async fn decode(
     config: &Config,
     service: &ServiceSettings,
 ) {
-    let (probe, what) = test_item(config, service.mac_format);
-    let correlation_id = format!("{}-check-{}", config.gateway.id, now_ms());
+    let now = r.clock.wall_ms();
+    let (probe, what) = test_item(config, service.mac_format, now);
+    let correlation_id = format!("{}-check-{}", config.gateway.id, now);
     let url = client.decode_bulk_url().to_string();
     match client.decode_bulk(std::slice::from_ref(&probe), &correlation_id).await {
         Ok(answer) => {
@@ -259,7 +271,7 @@ pub fn config_only(
 /// The item `check` sends: the oldest capture waiting in the outbox (a real packet of a
 /// real tape, as the daemon would send it), or else the probe MAC no tape has. With a
 /// sentence saying which.
-fn test_item(config: &Config, mac_format: MacFormat) -> (BulkItem, String) {
+fn test_item(config: &Config, mac_format: MacFormat, now: i64) -> (BulkItem, String) {
     let pending = Store::open_existing_read_only(&config.gateway.state_dir)
         .ok()
         .flatten()
@@ -290,7 +302,7 @@ fn test_item(config: &Config, mac_format: MacFormat) -> (BulkItem, String) {
                 mac_id: mac_format.format(PROBE_MAC),
                 ble_packet: PROBE_PACKET.into(),
                 product_id: product,
-                scan_time: (now_ms() / 1000).to_string(),
+                scan_time: (now / 1000).to_string(),
             };
             (item, "a probe (no capture is waiting in the outbox)".into())
         }

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use super::CmdError;
 use crate::api::ServiceClient;
+use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::operator::rate::{open_state, RateGate};
 use crate::operator::{Interrupt, Operator, OperatorError};
@@ -80,7 +81,11 @@ pub fn human(d: Duration) -> String {
 
 /// The operator's client for `config`: waits and retries are told on `console`. A
 /// missing `[service]` or settings that cannot make a client are config errors (exit 2).
-pub fn operator_on(config: &Config, console: &Console) -> Result<Operator, CmdError> {
+pub fn operator_on(
+    config: &Config,
+    clock: &SharedClock,
+    console: &Console,
+) -> Result<Operator, CmdError> {
     let no_service = || CmdError::Usage(CmdError::NoService.to_string());
     let service = config.service.as_ref().ok_or_else(no_service)?;
     let settings = config.operator.clone().ok_or_else(no_service)?;
@@ -94,6 +99,7 @@ pub fn operator_on(config: &Config, console: &Console) -> Result<Operator, CmdEr
         config.gateway.state_dir.clone(),
         identity,
         settings.rate_window,
+        clock.clone(),
         Box::new(move |d: Duration| {
             waits.say(&format!(
                 "waiting {} s for the service's rate window",
@@ -112,8 +118,8 @@ pub fn operator_on(config: &Config, console: &Console) -> Result<Operator, CmdEr
 }
 
 /// The operator's client for `config`, telling waits and retries on stderr.
-pub fn operator(config: &Config) -> Result<Operator, CmdError> {
-    operator_on(config, &Console::stderr())
+pub fn operator(config: &Config, clock: &SharedClock) -> Result<Operator, CmdError> {
+    operator_on(config, clock, &Console::stderr())
 }
 
 /// Ctrl-C (SIGINT) and SIGTERM for a run: the first stops it before the next request

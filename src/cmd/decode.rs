@@ -2,7 +2,7 @@
 //! checking a tape by hand. It touches the service client and the config.
 
 use crate::api::ServiceClient;
-use crate::clock::now_ms;
+use crate::clock::Clock;
 use crate::config::Config;
 use crate::record::Mac;
 
@@ -12,6 +12,7 @@ use super::CmdError;
 /// decoded fields as pretty JSON.
 pub async fn decode(
     config: &Config,
+    clock: &dyn Clock,
     mac: Mac,
     packet: &str,
     product: Option<&str>,
@@ -23,13 +24,14 @@ pub async fn decode(
         .map(str::to_string)
         .or_else(|| config.products.0.first().map(|p| p.id.clone()))
         .unwrap_or_else(|| "tape".into());
-    let correlation_id = format!("{}-decode-{}", config.gateway.id, now_ms());
+    let now = clock.wall_ms();
+    let correlation_id = format!("{}-decode-{}", config.gateway.id, now);
     let decoded = client
         .decode_one(
             &mac_id,
             &product,
             packet,
-            &(now_ms() / 1000).to_string(),
+            &(now / 1000).to_string(),
             &correlation_id,
         )
         .await?;

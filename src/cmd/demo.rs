@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use tapegate_mock::{self as mock, MockConfig, MockHandle, Storm};
 
-use crate::clock::{age, now_ms, rfc3339};
+use crate::clock::{age, rfc3339, SharedClock};
 use crate::config;
 use crate::outbox::Store;
 use crate::pipeline::{self, RunError, RunOptions};
@@ -43,6 +43,8 @@ pub struct DemoOptions {
     pub state_dir: Option<PathBuf>,
     /// Serve /metrics, /healthz and the status page here.
     pub http: Option<std::net::SocketAddr>,
+    /// The clock the daemon, the operator's calls and the progress lines read.
+    pub clock: SharedClock,
 }
 
 /// Runs the demo until `stop` resolves or the duration ends.
@@ -88,13 +90,17 @@ pub async fn run(
         tokio::spawn(pipeline::run(
             config,
             async move { stop.cancelled().await },
-            RunOptions::default(),
+            RunOptions {
+                clock: options.clock.clone(),
+                ..RunOptions::default()
+            },
         ))
     };
     let show = Show {
         service: &service,
         config: &operator_config,
         state_dir: &state_dir,
+        clock: &options.clock,
     };
     let activated = show.watch(&options, stop, out).await?;
 
@@ -121,6 +127,7 @@ struct Show<'a> {
     service: &'a MockHandle,
     config: &'a config::Config,
     state_dir: &'a Path,
+    clock: &'a SharedClock,
 }
 
 impl Show<'_> {
@@ -176,7 +183,8 @@ impl Show<'_> {
                 }
                 // Once the catch-up has settled the unknown tapes' captures as dead letters.
                 Phase::After if elapsed >= outage_at + outage_len + ACTIVATE_AFTER => {
-                    activated = dock::at_the_dock(self.config, self.state_dir, out).await?;
+                    activated =
+                        dock::at_the_dock(self.config, self.clock, self.state_dir, out).await?;
                     outage = Phase::Activated;
                 }
                 _ => {}
@@ -196,7 +204,12 @@ impl Show<'_> {
         };
         let oldest = s
             .oldest_pending_at
-            .map(|t| format!(" (oldest {})", age(((now_ms() - t).max(0) / 1000) as u64)))
+            .map(|t| {
+                format!(
+                    " (oldest {})",
+                    age(((self.clock.wall_ms() - t).max(0) / 1000) as u64)
+                )
+            })
             .unwrap_or_default();
         let _ = writeln!(
             out,

@@ -10,6 +10,7 @@ use jiff::Timestamp;
 
 use super::client::{interrupts, operator_on, Console};
 use super::CmdError;
+use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::operator::{
     check_id, HistoricalEvent, HistoryFilter, HistoryQuery, HistoryRead, ReadingMark,
@@ -44,7 +45,12 @@ pub struct HistoryArgs<'a> {
     pub json: bool,
 }
 
-pub async fn run(config: &Config, a: HistoryArgs<'_>, out: &mut dyn Write) -> Result<(), CmdError> {
+pub async fn run(
+    config: &Config,
+    clock: &SharedClock,
+    a: HistoryArgs<'_>,
+    out: &mut dyn Write,
+) -> Result<(), CmdError> {
     let filter = match (a.qr, a.asset) {
         (Some(q), None) => {
             check_id("--qr", q).map_err(CmdError::Usage)?;
@@ -67,7 +73,7 @@ pub async fn run(config: &Config, a: HistoryArgs<'_>, out: &mut dyn Write) -> Re
         to: a.to.map(|v| parse_time("--to", v)).transpose()?,
     };
     let console = Console::stderr();
-    let operator = operator_on(config, &console)?.with_interrupt(interrupts(&console));
+    let operator = operator_on(config, clock, &console)?.with_interrupt(interrupts(&console));
     let read = match operator.history(&query, Timestamp::now()).await {
         Ok(r) => r,
         Err(e) => {

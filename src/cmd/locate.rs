@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::client::{interrupts, operator_on, Console};
 use super::CmdError;
+use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::operator::{LocationEvent, ReadingMark, SensorReading};
 use crate::text::shown;
@@ -36,13 +37,14 @@ fn mark_name(r: &SensorReading) -> Option<&'static str> {
 /// Prints the event; `Err(Failed)` (exit 1) when there is none.
 pub async fn run(
     config: &Config,
+    clock: &SharedClock,
     asset_id: &str,
     sensor: bool,
     json: bool,
     out: &mut dyn Write,
 ) -> Result<(), CmdError> {
     let console = Console::stderr();
-    let operator = operator_on(config, &console)?.with_interrupt(interrupts(&console));
+    let operator = operator_on(config, clock, &console)?.with_interrupt(interrupts(&console));
     let event = match operator.locate(asset_id, sensor).await {
         Ok(e) => e,
         Err(e) => {

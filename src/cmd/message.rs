@@ -9,11 +9,13 @@ use serde_json::Value;
 
 use super::client::{interrupts, operator_on, Console};
 use super::CmdError;
+use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::operator::MessageType;
 
 pub async fn run(
     config: &Config,
+    clock: &SharedClock,
     t: MessageType,
     file: &Path,
     json: bool,
@@ -29,7 +31,7 @@ pub async fn run(
     let data: Value = serde_json::from_str(&text)
         .map_err(|e| CmdError::Usage(format!("{} is not JSON: {e}", file.display())))?;
     let console = Console::stderr();
-    let operator = operator_on(config, &console)?.with_interrupt(interrupts(&console));
+    let operator = operator_on(config, clock, &console)?.with_interrupt(interrupts(&console));
     let sent = match operator.message(t, data).await {
         Ok(s) => s,
         Err(e) => {

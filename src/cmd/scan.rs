@@ -22,6 +22,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::products::Products;
 use crate::record::{hex_upper, Advertisement, EpochMillis, Mac};
@@ -58,9 +59,14 @@ impl ScanOptions {
 
 /// `tapegate scan` on a runtime of its own, the view on stdout, until stopped (SIGTERM,
 /// SIGINT), the duration is over or the source ends.
-pub fn watch(config: &Config, options: ScanOptions) -> Result<ScanReport, ScanError> {
+pub fn watch(
+    config: &Config,
+    clock: &SharedClock,
+    options: ScanOptions,
+) -> Result<ScanReport, ScanError> {
     let mut out = std::io::stdout();
-    super::until_stopped(|stop| run(config, options, stop, &mut out)).map_err(ScanError::Runtime)?
+    super::until_stopped(|stop| run(config, clock, options, stop, &mut out))
+        .map_err(ScanError::Runtime)?
 }
 
 /// What a scan saw.
@@ -103,6 +109,7 @@ const CHANNEL: usize = 4096;
 /// Scans until `shutdown` resolves, the duration is over or the source ends.
 pub async fn run(
     config: &Config,
+    clock: &SharedClock,
     options: ScanOptions,
     shutdown: impl Future<Output = ()> + Send,
     out: &mut (dyn Write + Send),
@@ -121,7 +128,7 @@ pub async fn run(
     };
     let (tx, mut rx) = mpsc::channel(CHANNEL);
     let stop = CancellationToken::new();
-    let source = spawn_source(config, tx, stop.clone());
+    let source = spawn_source(config, clock.clone(), tx, stop.clone());
     let deadline = async {
         match options.duration {
             Some(d) => tokio::time::sleep(d).await,
@@ -183,10 +190,11 @@ pub async fn run(
 /// every advert.
 fn spawn_source(
     config: &Config,
+    clock: SharedClock,
     tx: mpsc::Sender<Heard>,
     stop: CancellationToken,
 ) -> tokio::task::JoinHandle<Result<SourceReport, SourceError>> {
-    tokio::spawn(source::from_settings(&config.scanner).run(tx, stop))
+    tokio::spawn(source::from_settings(&config.scanner, clock).run(tx, stop))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -315,6 +323,7 @@ mod tests {
         let mut out = Vec::new();
         let report = run(
             &config,
+            &crate::clock::system(),
             ScanOptions {
                 record: Some(record.clone()),
                 ..ScanOptions::default()

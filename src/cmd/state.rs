@@ -8,7 +8,7 @@ use std::io::Write;
 use serde::Serialize;
 
 use super::CmdError;
-use crate::clock::{age, now_ms, rfc3339};
+use crate::clock::{age, rfc3339, Clock};
 use crate::config::Config;
 use crate::outbox::{OutboxError, ScannerCounts, Stats, Store};
 use crate::record::{EpochMillis, Mac};
@@ -143,10 +143,15 @@ fn ago(at: EpochMillis, now: EpochMillis) -> String {
 }
 
 /// Prints `tapegate status`.
-pub fn status(config: &Config, json: bool, out: &mut dyn Write) -> Result<(), CmdError> {
+pub fn status(
+    config: &Config,
+    clock: &dyn Clock,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<(), CmdError> {
     let store = Store::open_existing_read_only(&config.gateway.state_dir)?;
     let stats = store.as_ref().map(Store::stats).transpose()?;
-    let now = now_ms();
+    let now = clock.wall_ms();
     let mut s = StatusJson::new(config, stats.as_ref(), now);
     let inventory = store.as_ref().map(Store::inventory).transpose()?.flatten();
     s.inventory = inventory.map(|i| InventoryStatus::new(i, now));
@@ -364,6 +369,7 @@ pub fn dead_letters_change(
 /// Prints `tapegate tapes`: the latest reading of each tape, most recently captured first.
 pub fn tapes(
     config: &Config,
+    clock: &dyn Clock,
     json: bool,
     limit: usize,
     out: &mut dyn Write,
@@ -374,7 +380,7 @@ pub fn tapes(
     else {
         return Ok(());
     };
-    let now = now_ms();
+    let now = clock.wall_ms();
     writeln!(
         out,
         "{:<16} {:<17} {:>8} {:>8} {:>5}  last seen",

@@ -33,7 +33,7 @@ use serde_json::{json, Value};
 use super::archive::write_tar_gz;
 use super::state::{InventoryStatus, StatusJson};
 use super::CmdError;
-use crate::clock::{now_ms, rfc3339};
+use crate::clock::{rfc3339, Clock};
 use crate::config::{self, effective, Config, Password, DEFAULTS};
 use crate::inventory::Inventory;
 use crate::outbox::Store;
@@ -48,11 +48,12 @@ mod secrets;
 /// what cannot be gathered is said in `README.txt`.
 pub fn run(
     config_path: &Path,
+    clock: &dyn Clock,
     output: Option<&Path>,
     out: &mut dyn Write,
 ) -> Result<PathBuf, CmdError> {
     let env: Vec<(String, String)> = std::env::vars().collect();
-    let now = now_ms();
+    let now = clock.wall_ms();
     let mut b = Bundle::default();
     let table: Option<toml::Table> = std::fs::read_to_string(config_path)
         .ok()

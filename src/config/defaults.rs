@@ -233,8 +233,8 @@ mod tests {
     use super::*;
     use crate::config::raw::RawConfig;
     use crate::config::test_support::{parse, SERVICE};
+    use crate::config::Durability;
     use crate::config::{MacFormat, SourceKind};
-    use crate::outbox::Durability;
 
     const EXAMPLE: &str = include_str!("../../config.example.toml");
 

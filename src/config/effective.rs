@@ -17,13 +17,13 @@ first 16 hex digits of the SHA-256 of the document's compact JSON.
 
 use serde_json::{json, Map, Value};
 
+use super::Durability;
 use super::{
     AdvertsPath, Config, FlushSettings, GatewaySettings, MacFormat, OperatorSettings,
     OutboxSettings, ScanMode, ScannerSettings, ServiceSettings, SourceKind, TelemetryAuth,
     TelemetrySettings,
 };
 use crate::clock::ClockPolicy;
-use crate::outbox::Durability;
 use crate::products::{PacketEncoding, PacketSource, Products};
 
 /// What stands for a secret's value.

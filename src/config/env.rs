@@ -112,7 +112,7 @@ fn env_value(existing: Option<&toml::Value>, raw: &str) -> toml::Value {
 #[cfg(test)]
 mod tests {
     use crate::config::test_support::{parse, problems, SERVICE};
-    use crate::outbox::Durability;
+    use crate::config::Durability;
 
     #[test]
     fn environment_variables_override_file_keys() {

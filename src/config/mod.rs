@@ -54,7 +54,7 @@ pub use host::world_readable_password;
 pub use http::HttpSettings;
 pub use load::{from_toml, load, load_with, DEFAULT_PATH};
 pub use log::LogSettings;
-pub use outbox::OutboxSettings;
+pub use outbox::{Durability, OutboxSettings, Retention};
 pub use problem::{ConfigError, Problem};
 pub use readings::ReadingsSettings;
 pub use scanner::{AdvertsPath, ScanMode, ScannerSettings, SimSettings, SourceKind};

@@ -7,7 +7,26 @@ use std::time::Duration;
 use super::problem::Check;
 use super::raw::RawOutbox;
 use super::DEFAULTS;
-use crate::outbox::Durability;
+
+/// How hard a commit holds (`outbox.durability`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Every committed group is on disk before it counts as accepted (fsync per commit).
+    Full,
+    /// A power cut can lose the last commits (WAL synced only at checkpoints); a crash of
+    /// the process cannot.
+    Normal,
+}
+
+/// The age and size bounds as the store takes them (`max_pending` is in the outbox's
+/// `StoreOptions`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// `outbox.max_age_secs` in milliseconds; `None`: no age bound.
+    pub max_age_ms: Option<i64>,
+    /// `outbox.max_bytes`; `None`: no size bound.
+    pub max_bytes: Option<u64>,
+}
 
 #[derive(Debug, Clone)]
 pub struct OutboxSettings {
@@ -22,8 +41,8 @@ pub struct OutboxSettings {
 
 impl OutboxSettings {
     /// The age and size bounds, as the store takes them.
-    pub fn retention(&self) -> crate::outbox::Retention {
-        crate::outbox::Retention {
+    pub fn retention(&self) -> Retention {
+        Retention {
             max_age_ms: self.max_age.map(|d| d.as_millis() as i64),
             max_bytes: self.max_bytes,
         }

@@ -57,7 +57,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::api::{ApiError, BulkAnswerItem, BulkItem, ServiceClient};
-use crate::clock::{now_ms, rfc3339};
+use crate::clock::{rfc3339, SharedClock};
 use crate::config::{FlushSettings, MacFormat};
 use crate::heard_now::HeardNow;
 use crate::metrics::Metrics;
@@ -97,6 +97,8 @@ pub struct Flusher {
     pub beat: Beat,
     /// Request latency, batch sizes, failures by cause, for `/metrics` and `/healthz`.
     pub metrics: Arc<Metrics>,
+    /// The daemon's clock (correlation ids, the times `status` shows, pruning).
+    pub clock: SharedClock,
 }
 
 /// How the flusher is told to end.
@@ -287,7 +289,7 @@ impl Flusher {
     fn send(&self, sh: &mut Shell, batch: Batch) {
         sh.seq += 1;
         sh.report.batches += 1;
-        let correlation_id = format!("{}-{}-{}", self.gateway_id, now_ms(), sh.seq);
+        let correlation_id = format!("{}-{}-{}", self.gateway_id, self.clock.wall_ms(), sh.seq);
         let mac_ids: Vec<String> = batch
             .rows
             .iter()
@@ -314,6 +316,7 @@ impl Flusher {
         let client = self.client.clone();
         let id = batch.id;
         let metrics = self.metrics.clone();
+        let clock = self.clock.clone();
         let rows = batch.rows.clone();
         let task = async move {
             let started = Instant::now();
@@ -324,7 +327,7 @@ impl Flusher {
                 Ok(_) => None,
                 Err(e) => Some(e.label()),
             };
-            request.answered(&rows, failure);
+            request.answered(&rows, failure, clock.wall_ms());
             Answered {
                 batch: id,
                 mac_ids,
@@ -409,7 +412,7 @@ impl Flusher {
             .filter(|(_, o)| matches!(o, Outcome::Delivered(_)))
             .count();
         let rows = settle.clone();
-        let at = now_ms();
+        let at = self.clock.wall_ms();
         let notes = AnswerNotes {
             flusher: Some(FlusherState {
                 ok_at: (delivered > 0).then_some(at),
@@ -500,7 +503,7 @@ impl Flusher {
                 let cause = if server {
                     format!(
                         "{cause} until {} (the service's Retry-After)",
-                        rfc3339(now_ms() + delay.as_millis() as i64)
+                        rfc3339(self.clock.wall_ms() + delay.as_millis() as i64)
                     )
                 } else {
                     cause
@@ -519,7 +522,7 @@ impl Flusher {
                         "delivery failed; backing off"
                     );
                 }
-                let at = now_ms();
+                let at = self.clock.wall_ms();
                 self.metrics
                     .set_paused_until(at + delay.as_millis() as i64);
                 let state = FlusherState {

@@ -30,6 +30,8 @@ pub struct HttpState {
     pub metrics: Arc<Metrics>,
     pub heard: Arc<HeardNow>,
     pub source_health: Arc<SourceHealth>,
+    /// The daemon's clock (ages on the page, capture ages in `/metrics`).
+    pub clock: crate::clock::SharedClock,
 }
 
 /// What every answer says about itself: nothing on the page may run a script, load

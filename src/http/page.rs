@@ -8,7 +8,7 @@ use std::fmt::Write;
 use hyper::StatusCode;
 
 use super::answer::{text, Answer, HttpState};
-use crate::clock::{age, now_ms, rfc3339};
+use crate::clock::{age, rfc3339};
 use crate::health::{self, Unhealthy};
 use crate::heard_now::Seen;
 use crate::outbox::{Stats, TapeKnown};
@@ -43,7 +43,7 @@ struct View {
 }
 
 pub(super) async fn render(state: &HttpState) -> Answer {
-    let now = now_ms();
+    let now = state.clock.wall_ms();
     let seen = state.heard.since(now - HEARD_WINDOW_MS, MAX_TAPES);
     let last_heard = state.heard.since(EpochMillis::MIN, 1).first().map(|s| s.at);
     let macs: Vec<_> = seen.iter().map(|s| s.mac).collect();

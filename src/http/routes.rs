@@ -10,7 +10,6 @@ use hyper::{Method, Request, StatusCode};
 
 use super::answer::{text, Answer, HttpState, PLAIN};
 use super::page;
-use crate::clock::now_ms;
 use crate::health;
 use crate::metrics;
 
@@ -59,7 +58,7 @@ async fn scrape(state: &HttpState) -> Answer {
             );
         }
     };
-    match state.metrics.encode(&stats, now_ms()) {
+    match state.metrics.encode(&stats, state.clock.wall_ms()) {
         Ok(body) => text(StatusCode::OK, metrics::CONTENT_TYPE, body),
         Err(_) => text(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -33,7 +33,6 @@ use prometheus_client::registry::Registry;
 
 use tokio::time::Instant;
 
-use crate::clock::now_ms;
 use crate::outbox::PendingCapture;
 use crate::record::EpochMillis;
 use registry::{CauseLabel, Live, OutcomeLabel, StateLabel};
@@ -221,9 +220,15 @@ pub struct Request<'a> {
 impl Request<'_> {
     /// The request for `batch` ended: answered (`failure` is `None`) or failed for the
     /// cause `failure` (a label of `request_failures_total`).
-    pub fn answered(self, batch: &[PendingCapture], failure: Option<&'static str>) {
+    /// `now` is the daemon's wall clock (the ages of the batch's captures are by it).
+    pub fn answered(
+        self,
+        batch: &[PendingCapture],
+        failure: Option<&'static str>,
+        now: EpochMillis,
+    ) {
         self.metrics
-            .observe_batch(batch, self.started.elapsed(), failure, now_ms());
+            .observe_batch(batch, self.started.elapsed(), failure, now);
     }
 }
 

@@ -12,7 +12,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::rate::RateGate;
 use crate::api::{ApiError, ServiceClient};
-use crate::clock::now_ms;
 use crate::config::OperatorSettings;
 use crate::outbox::OutboxError;
 
@@ -140,7 +139,7 @@ impl Operator {
         format!(
             "{}-{what}-{}-{:04x}",
             self.gateway_id,
-            now_ms(),
+            self.gate.clock().wall_ms(),
             fastrand::u16(..)
         )
     }

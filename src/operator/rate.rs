@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::now_ms;
+use crate::clock::SharedClock;
 use crate::outbox::{OutboxError, Store, StoreOptions};
 use crate::record::EpochMillis;
 
@@ -140,6 +140,8 @@ pub struct RateGate {
     store: Mutex<Option<Store>>,
     identity: String,
     window: Duration,
+    /// The stamps' clock (the command's, handed in).
+    clock: SharedClock,
     /// Told each wait before it starts ("waiting 41 s for the service's rate window").
     on_wait: Box<dyn Fn(Duration) + Send + Sync>,
 }
@@ -151,6 +153,7 @@ impl RateGate {
         state_dir: PathBuf,
         identity: String,
         window: Duration,
+        clock: SharedClock,
         on_wait: Box<dyn Fn(Duration) + Send + Sync>,
     ) -> RateGate {
         RateGate {
@@ -158,8 +161,14 @@ impl RateGate {
             store: Mutex::new(None),
             identity,
             window,
+            clock,
             on_wait,
         }
+    }
+
+    /// The clock the window's stamps are read by.
+    pub fn clock(&self) -> &SharedClock {
+        &self.clock
     }
 
     /// The service's window length this gate keeps to.
@@ -182,7 +191,7 @@ impl RateGate {
 
     /// Slots free now.
     pub fn free_now(&self) -> Result<usize, OutboxError> {
-        let now = now_ms();
+        let now = self.clock.wall_ms();
         self.with_stamps(|s| {
             let live = live(&s, now, self.window).len();
             (None, REQUESTS_PER_WINDOW - live)
@@ -197,7 +206,7 @@ impl RateGate {
                 return Ok(None);
             }
             let slot = self.with_stamps(|s| {
-                let (next, slot) = take(&s, now_ms(), self.window);
+                let (next, slot) = take(&s, self.clock.wall_ms(), self.window);
                 (Some(next), slot)
             })?;
             match slot {
@@ -215,12 +224,12 @@ impl RateGate {
 
     /// The request of `ticket` came back (answered or failed).
     pub fn finish(&self, ticket: Ticket) -> Result<(), OutboxError> {
-        self.with_stamps(|s| (Some(finish(&s, ticket.0, now_ms())), ()))
+        self.with_stamps(|s| (Some(finish(&s, ticket.0, self.clock.wall_ms())), ()))
     }
 
     /// The service answered 429: the window is full from now.
     pub fn refused(&self) -> Result<(), OutboxError> {
-        self.with_stamps(|_| (Some(after_refusal(now_ms())), ()))
+        self.with_stamps(|_| (Some(after_refusal(self.clock.wall_ms())), ()))
     }
 }
 
@@ -320,7 +329,15 @@ mod tests {
     #[tokio::test]
     async fn two_gates_on_one_database_share_the_window() {
         let dir = tempfile::tempdir().unwrap();
-        let open = || RateGate::new(dir.path().into(), "ppe/gw".into(), MINUTE, Box::new(|_| {}));
+        let open = || {
+            RateGate::new(
+                dir.path().into(),
+                "ppe/gw".into(),
+                MINUTE,
+                crate::clock::system(),
+                Box::new(|_| {}),
+            )
+        };
         let (a, b) = (open(), open());
         let go = CancellationToken::new();
         for _ in 0..5 {

@@ -122,7 +122,9 @@ pub use latest::{LATEST_EVERY, LATEST_EVERY_ENV, LATEST_MAX};
 pub use lock::{LockError, StateLock, LOCK_FILE};
 pub use operator::{DeadLetter, FlusherState, ScannerCounts, Stats, TapeKnown, TapeRow};
 pub use queue::{AnswerNotes, Fetched, Outcome, PendingCapture, Reading};
-pub use retention::{keep_bounds, Evictions, Retention};
+pub use retention::{keep_bounds, Evictions};
+// The settings' types are config's words (`[outbox]`), shown here for the store's users.
+pub use crate::config::{Durability, Retention};
 pub use store::{OpenReport, Store, StoreOptions};
 
 use std::path::PathBuf;
@@ -132,16 +134,6 @@ pub const GROUP_MAX: usize = 1000;
 
 /// Stored dead letters at most; past it the oldest are dropped (and counted).
 pub const MAX_DEAD_LETTERS: u64 = 100_000;
-
-/// How hard a commit holds (`outbox.durability`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Durability {
-    /// Every committed group is on disk before it counts as accepted (fsync per commit).
-    Full,
-    /// A power cut can lose the last commits (WAL synced only at checkpoints); a crash of
-    /// the process cannot.
-    Normal,
-}
 
 /// The database file inside `gateway.state_dir`.
 pub const DB_FILE: &str = "outbox.db";

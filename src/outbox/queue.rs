@@ -16,7 +16,6 @@ use super::store::{
     release_id_floor, write_counters, write_tx, Counters,
 };
 use super::{FlusherState, OutboxError, Store, TapeRow, MAX_DEAD_LETTERS};
-use crate::clock::now_ms;
 use crate::heard_now::HeardChanges;
 use crate::record::{Capture, EpochMillis, Mac};
 
@@ -163,7 +162,7 @@ impl Store {
                 evict_past(
                     &tx,
                     &retention,
-                    now_ms(),
+                    self.options.clock.wall_ms(),
                     claimed,
                     &mut next,
                     &mut evictions,

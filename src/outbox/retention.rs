@@ -24,17 +24,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::clock::first_held;
 use super::store::{read_counters, write_counters, write_tx, Counters};
-use super::{Outbox, OutboxError, Store};
+use super::{Outbox, OutboxError, Retention, Store};
 use crate::record::EpochMillis;
-
-/// The age and size bounds (`max_pending` is in [`super::StoreOptions`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Retention {
-    /// `outbox.max_age_secs` in milliseconds; `None`: no age bound.
-    pub max_age_ms: Option<i64>,
-    /// `outbox.max_bytes`; `None`: no size bound.
-    pub max_bytes: Option<u64>,
-}
 
 /// Rows evicted, by the bound that evicted them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -297,7 +288,10 @@ pub async fn keep_bounds(outbox: Outbox, every: Duration, stop: CancellationToke
             () = stop.cancelled() => return,
             () = tokio::time::sleep(every) => {}
         }
-        match outbox.call(|s| s.keep_bounds(crate::clock::now_ms())).await {
+        match outbox
+            .call(|s| s.keep_bounds(s.options.clock.wall_ms()))
+            .await
+        {
             Ok(e) if e.total() > 0 => tracing::error!(
                 evicted = e.total(),
                 max_age = e.max_age,
@@ -341,7 +335,7 @@ mod tests {
             max_age_ms: Some(DAY),
             max_bytes: None,
         });
-        let now = crate::clock::now_ms();
+        let now = crate::clock::system().wall_ms();
         // Admitted already too old: evicted in the commit that admits them.
         let old: Vec<Capture> = (0..700).map(|i| capture(i, now - 2 * DAY)).collect();
         let e = store.enqueue_counted(&old).unwrap();
@@ -376,7 +370,7 @@ mod tests {
     fn claimed_rows_are_never_evicted_by_age_or_size() {
         let dir = tempfile::tempdir().unwrap();
         let (mut store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
-        let now = crate::clock::now_ms();
+        let now = crate::clock::system().wall_ms();
         store
             .enqueue(&(0..10).map(|i| capture(i, now - 1000)).collect::<Vec<_>>())
             .unwrap();
@@ -410,7 +404,7 @@ mod tests {
         let mut evicted = 0;
         for group in 0..40u32 {
             let captures: Vec<Capture> = (0..1000)
-                .map(|i| capture(group * 1000 + i, crate::clock::now_ms()))
+                .map(|i| capture(group * 1000 + i, crate::clock::system().wall_ms()))
                 .collect();
             evicted += store.enqueue(&captures).unwrap();
             assert!(store.database_bytes().unwrap() <= max_bytes);

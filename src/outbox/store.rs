@@ -18,7 +18,7 @@ use super::clock::ClockRows;
 use super::latest::Latest;
 use super::scan::Cursor;
 use super::{Durability, OutboxError, DB_FILE};
-use crate::clock::now_ms;
+use crate::clock::SharedClock;
 use crate::record::Mac;
 
 /// The schema, as the steps that build it: `MIGRATIONS[i]` takes a database from
@@ -159,6 +159,8 @@ pub struct StoreOptions {
     /// Caps the database file (SQLite `max_page_count`); a write past it fails with
     /// `SQLITE_FULL` exactly as a full disk does. `None`: no cap.
     pub max_page_count: Option<u32>,
+    /// The clock the age bound is measured by (the daemon's, handed in).
+    pub clock: SharedClock,
 }
 
 impl Default for StoreOptions {
@@ -167,6 +169,7 @@ impl Default for StoreOptions {
             durability: Durability::Full,
             max_pending: 1_000_000,
             max_page_count: None,
+            clock: crate::clock::system(),
         }
     }
 }
@@ -207,7 +210,7 @@ pub struct Store {
     pub(super) counters: Counters,
     pub(super) clock: ClockRows,
     /// The age and size bounds (`retention.rs`); none until set.
-    pub(super) retention: super::retention::Retention,
+    pub(super) retention: super::Retention,
     path: PathBuf,
     /// Device and inode of the file opened at `path`: a file deleted or replaced under
     /// the daemon is noticed by comparing them. `None` for the CLI's connections, and
@@ -305,9 +308,11 @@ impl Store {
         let store = match Self::open_checked(&path, &options) {
             Ok(s) => s,
             Err(Broken::Corrupt(reason)) => {
-                let aside = quarantine(&path).map_err(|e| OutboxError::Unusable {
-                    path: path.clone(),
-                    reason: format!("it is corrupt ({reason}) and cannot be moved aside: {e}"),
+                let aside = quarantine(&path, options.clock.wall_ms()).map_err(|e| {
+                    OutboxError::Unusable {
+                        path: path.clone(),
+                        reason: format!("it is corrupt ({reason}) and cannot be moved aside: {e}"),
+                    }
                 })?;
                 report.quarantined = Some(aside);
                 report.quarantine_reason = Some(reason);
@@ -773,8 +778,7 @@ pub(super) fn write_counters(
 
 /// Moves a corrupt database (and its WAL and shared-memory files) aside; returns the
 /// new path of the main file.
-fn quarantine(path: &Path) -> std::io::Result<PathBuf> {
-    let stamp = now_ms();
+fn quarantine(path: &Path, stamp: i64) -> std::io::Result<PathBuf> {
     let aside = PathBuf::from(format!("{}.corrupt-{stamp}", path.display()));
     std::fs::rename(path, &aside)?;
     for suffix in ["-wal", "-shm"] {

@@ -42,12 +42,12 @@ pub(super) async fn start(
     let (committed_tx, committed_rx) = watch::channel(0u64);
 
     // The BLE source drops what no product matches; SIGHUP's products reach it too.
-    let source = source::from_settings(&config.scanner)
+    let source = source::from_settings(&config.scanner, parts.clock.clone())
         .with_filter(config.products.clone(), Some(reloaded.products.clone()))
         .with_health(parts.source_health.clone());
     let live = source.is_live();
     let announces_start = source.announces_start();
-    let clock = start_clock(config, &parts.outbox, &parts.metrics).await;
+    let clock = start_clock(config, parts.clock.clone(), &parts.outbox, &parts.metrics).await;
     {
         let stop = stops.source.clone();
         let run = async move { source.run(adverts_tx, stop).await.map_err(RunError::from) };
@@ -63,6 +63,7 @@ pub(super) async fn start(
                 commit_interval: config.outbox.commit_interval,
                 live,
                 clock,
+                time: parts.clock.clone(),
                 beat: ingest_beat.clone(),
                 reload_products: Some(reloaded.products.clone()),
                 reload_dedup: Some(reloaded.dedup.clone()),

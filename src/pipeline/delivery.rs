@@ -46,6 +46,7 @@ pub(super) fn start(
             beat,
             metrics: parts.metrics.clone(),
             heard: parts.tapes_heard.clone(),
+            clock: parts.clock.clone(),
             grace: config.gateway.shutdown_grace,
         },
         reload::FlushSetup {

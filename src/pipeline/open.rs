@@ -9,24 +9,27 @@ use tokio::net::TcpListener;
 
 use super::error::RunError;
 use crate::api::ServiceClient;
-use crate::clock::ClockKeeper;
+use crate::clock::{ClockKeeper, SharedClock};
 use crate::config::Config;
 use crate::http;
 use crate::inventory::Inventory;
 use crate::metrics::Metrics;
 use crate::outbox::{Outbox, Store, StoreOptions};
+use crate::record::EpochMillis;
 use crate::telemetry::Pusher;
 
 /// Opens the state database (moving a corrupt one aside), applies the retention and
 /// starts the outbox's owner thread; the thread's handle is for [`close`].
 pub(super) async fn outbox(
     config: &Config,
+    clock: &SharedClock,
 ) -> Result<(Outbox, std::thread::JoinHandle<()>), RunError> {
     let state_dir = config.gateway.state_dir.clone();
     let store_options = StoreOptions {
         durability: config.outbox.durability,
         max_pending: config.outbox.max_pending,
         max_page_count: None,
+        clock: clock.clone(),
     };
     let (store, opened) =
         tokio::task::spawn_blocking(move || Store::open(&state_dir, store_options))
@@ -74,7 +77,11 @@ pub(super) struct Outward {
 }
 
 impl Outward {
-    pub(super) async fn open(config: &Config, metrics: &Arc<Metrics>) -> Result<Outward, RunError> {
+    pub(super) async fn open(
+        config: &Config,
+        metrics: &Arc<Metrics>,
+        clock: &SharedClock,
+    ) -> Result<Outward, RunError> {
         let http_listener = match config.http.listen {
             Some(addr) => Some(http::bind(addr).await?),
             None => None,
@@ -83,7 +90,7 @@ impl Outward {
         let pusher = config
             .telemetry
             .clone()
-            .map(|t| Pusher::new(t, &config.gateway.id, metrics.clone()))
+            .map(|t| Pusher::new(t, &config.gateway.id, metrics.clone(), clock.clone()))
             .transpose()?;
 
         let client = config
@@ -107,8 +114,8 @@ pub(super) async fn record_inventory(
     config: &Config,
     outbox: &Outbox,
     metrics: &Metrics,
+    started_at: EpochMillis,
 ) -> Option<Inventory> {
-    let started_at = crate::clock::now_ms();
     let c = config.clone();
     let inventory = tokio::task::spawn_blocking(move || Inventory::gather(&c, started_at))
         .await
@@ -135,10 +142,11 @@ pub(super) async fn record_inventory(
 /// the clock says, which is what a gateway did before clock repair.
 pub(super) async fn start_clock(
     config: &Config,
+    clock: SharedClock,
     outbox: &Outbox,
     metrics: &Arc<Metrics>,
 ) -> Option<ClockKeeper> {
-    match ClockKeeper::start(config.gateway.clock, outbox).await {
+    match ClockKeeper::start(clock, config.gateway.clock, outbox).await {
         Ok((mut keeper, released)) => {
             tracing::info!(clock = %keeper.verdict(), released, "clock judged at start");
             keeper.report_to(metrics.clone());

@@ -3,13 +3,27 @@
 
 use std::path::PathBuf;
 
+use crate::clock::SharedClock;
+
 /// How `run` behaves beyond the config.
-#[derive(Default)]
 pub struct RunOptions {
     /// Return once the source has ended and nothing deliverable is pending.
     pub until_drained: bool,
     /// Re-read the config on SIGHUP; `None`: SIGHUP is not handled here.
     pub reload: Option<Reload>,
+    /// The clock every stage reads (the machine's by default; the binary's entry point
+    /// may hand in the test clock of a debug build).
+    pub clock: SharedClock,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            until_drained: false,
+            reload: None,
+            clock: crate::clock::system(),
+        }
+    }
 }
 
 /// What SIGHUP re-reads: the config file (with the process environment's

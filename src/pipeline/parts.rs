@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::dedup::DedupSettings;
 use crate::flush::FlushControl;
@@ -34,14 +35,17 @@ pub(super) struct Parts {
     pub tapes_heard: Arc<HeardNow>,
     /// Whether captures can be committed (the ingest stage's word).
     pub admission: Arc<Admission>,
+    /// The daemon's clock, handed to every stage and service.
+    pub clock: SharedClock,
 }
 
 impl Parts {
     /// Makes the shared handles over an open `outbox`, gathering and recording the
     /// inventory on the way.
-    pub(super) async fn new(config: &Config, outbox: Outbox) -> Parts {
+    pub(super) async fn new(config: &Config, outbox: Outbox, clock: SharedClock) -> Parts {
         let metrics = Arc::new(Metrics::new());
-        let inventory = super::open::record_inventory(config, &outbox, &metrics).await;
+        let started_at = clock.wall_ms();
+        let inventory = super::open::record_inventory(config, &outbox, &metrics, started_at).await;
         Parts {
             notifier: Notifier::from_env(),
             liveness: Liveness::default(),
@@ -51,6 +55,7 @@ impl Parts {
             inventory,
             tapes_heard: Arc::new(HeardNow::default()),
             admission: Arc::new(Admission::default()),
+            clock,
         }
     }
 }

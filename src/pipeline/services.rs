@@ -48,7 +48,7 @@ pub(super) async fn start(
         health::report_status(
             parts.notifier.clone(),
             parts.outbox.clone(),
-            HealthKeeper::new(parts.source_health.clone()),
+            HealthKeeper::new(parts.source_health.clone(), parts.clock.clone()),
             tasks.clone(),
         )
         .in_current_span(),
@@ -62,6 +62,7 @@ pub(super) async fn start(
         metrics: parts.metrics.clone(),
         heard: parts.tapes_heard.clone(),
         source_health: parts.source_health.clone(),
+        clock: parts.clock.clone(),
     });
     // The server and the pusher, which a reload may restart (src/reload.rs).
     let services = Arc::new(tokio::sync::Mutex::new(reload::Services::new(
@@ -143,6 +144,7 @@ fn reloader(
         services: services.clone(),
         outbox: parts.outbox.clone(),
         metrics: parts.metrics.clone(),
+        clock: parts.clock.clone(),
         running: config.clone(),
         inventory: parts.inventory.clone(),
     };

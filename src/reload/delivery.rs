@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use crate::api::ServiceClient;
+use crate::clock::SharedClock;
 use crate::config::{Config, FlushSettings, MacFormat};
 use crate::flush::{FlushControl, FlushReport, Flusher};
 use crate::heard_now::HeardNow;
@@ -47,6 +48,8 @@ pub struct FlushStage {
     pub metrics: Arc<Metrics>,
     /// The tapes heard, told what the service said of each.
     pub heard: Arc<HeardNow>,
+    /// The daemon's clock.
+    pub clock: SharedClock,
     /// How long a flusher being replaced may take to have its batches answered.
     pub grace: Duration,
 }
@@ -74,6 +77,7 @@ pub async fn flush_stage(
             heard: stage.heard.clone(),
             beat: stage.beat.clone(),
             metrics: stage.metrics.clone(),
+            clock: stage.clock.clone(),
         }
         .run(FlushControl {
             committed: control.committed.clone(),

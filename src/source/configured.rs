@@ -1,5 +1,5 @@
 //! The one source `[scanner]` names, built by [`from_settings`] and run as a [`Source`]
-//! whatever it is. Touches the config and the three sources.
+//! whatever it is. Touches the config, the clock it hands them and the three sources.
 
 use std::sync::Arc;
 
@@ -8,17 +8,22 @@ use tokio_util::sync::CancellationToken;
 
 use super::{ble, replay, sim};
 use super::{Heard, Source, SourceError, SourceHealth, SourceReport};
+use crate::clock::SharedClock;
 use crate::config::{ScannerSettings, SourceKind};
 use crate::products::Products;
 
-/// The source `[scanner]` names.
-pub fn from_settings(scanner: &ScannerSettings) -> Configured {
+/// The source `[scanner]` names, reading the time from `clock`.
+pub fn from_settings(scanner: &ScannerSettings, clock: SharedClock) -> Configured {
     match scanner.source {
-        SourceKind::Ble => Configured::Ble(ble::Ble::new(ble::BleSettings::from_scanner(scanner))),
+        SourceKind::Ble => Configured::Ble(ble::Ble::new(
+            ble::BleSettings::from_scanner(scanner),
+            clock,
+        )),
         SourceKind::Replay => Configured::Replay(replay::Replay::new(
             scanner.replay_path.clone().unwrap_or_else(|| "-".into()),
+            clock,
         )),
-        SourceKind::Sim => Configured::Sim(sim::Sim::new(scanner.sim.clone())),
+        SourceKind::Sim => Configured::Sim(sim::Sim::new(scanner.sim.clone(), clock)),
     }
 }
 

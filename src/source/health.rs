@@ -1,6 +1,6 @@
 //! What a live source has been through (the BLE ladder's steps, drops, where adverts are
 //! read), counted by the source and read by the pipeline and `status`. Shared state
-//! only: touches the clock for a trouble's time.
+//! only: a trouble's time is the source's to give.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -53,9 +53,10 @@ impl SourceHealth {
         self.reports_per_sec.lock().ok().and_then(|r| *r)
     }
 
-    pub fn trouble(&self, reason: &str) {
+    /// Why the ladder started, at `at` (the source's clock).
+    pub fn trouble(&self, reason: &str, at: EpochMillis) {
         if let Ok(mut t) = self.last_trouble.lock() {
-            *t = Some((reason.to_string(), crate::clock::now_ms()));
+            *t = Some((reason.to_string(), at));
         }
     }
 }

@@ -25,7 +25,8 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::record::Advertisement;
+use crate::clock::{Clock, SharedClock};
+use crate::record::{Advertisement, EpochMillis};
 
 use super::{Heard, Source, SourceError, SourceReport};
 
@@ -50,15 +51,20 @@ const MAX_AHEAD_MS: i64 = 24 * 3600 * 1000;
 const MAX_AD_DATA: usize = 252;
 
 /// Replays a JSON Lines recording.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Replay {
     /// The recording; `-` is stdin.
     pub path: PathBuf,
+    /// What "now" is for a record's bounds (how far ahead of it a record may be).
+    clock: SharedClock,
 }
 
 impl Replay {
-    pub fn new(path: impl Into<PathBuf>) -> Self {
-        Replay { path: path.into() }
+    pub fn new(path: impl Into<PathBuf>, clock: SharedClock) -> Self {
+        Replay {
+            path: path.into(),
+            clock,
+        }
     }
 
     fn is_stdin(&self) -> bool {
@@ -78,11 +84,15 @@ impl Source for Replay {
         };
         let report = if self.is_stdin() {
             let input = BufReader::with_capacity(BUFFER, tokio::io::stdin());
-            replay(input, &out, &stop).await.map_err(error)?
+            replay(input, &out, &stop, &*self.clock)
+                .await
+                .map_err(error)?
         } else {
             let file = tokio::fs::File::open(&self.path).await.map_err(error)?;
             let input = BufReader::with_capacity(BUFFER, file);
-            replay(input, &out, &stop).await.map_err(error)?
+            replay(input, &out, &stop, &*self.clock)
+                .await
+                .map_err(error)?
         };
         tracing::info!(
             path = %self.path.display(),
@@ -100,6 +110,7 @@ async fn replay<R: AsyncRead + Unpin>(
     mut input: BufReader<R>,
     out: &mpsc::Sender<Heard>,
     stop: &CancellationToken,
+    clock: &dyn Clock,
 ) -> std::io::Result<SourceReport> {
     let mut report = SourceReport::default();
     let mut buf = Vec::with_capacity(1024);
@@ -117,7 +128,7 @@ async fn replay<R: AsyncRead + Unpin>(
             break;
         }
         line_no += 1;
-        let Some(adv) = parse_counted(&buf, line_no, &mut report) else {
+        let Some(adv) = parse_counted(&buf, line_no, &mut report, clock) else {
             continue;
         };
         tokio::select! {
@@ -135,7 +146,7 @@ async fn replay<R: AsyncRead + Unpin>(
     let complete = held.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
     for line in held[..complete].split_inclusive(|b| *b == b'\n') {
         line_no += 1;
-        if let Some(adv) = parse_counted(line, line_no, &mut report) {
+        if let Some(adv) = parse_counted(line, line_no, &mut report, clock) {
             if out.try_send(Heard::from(adv)).is_err() {
                 break;
             }
@@ -146,8 +157,13 @@ async fn replay<R: AsyncRead + Unpin>(
 }
 
 /// One line, parsed: `None` when blank or malformed (logged and counted).
-fn parse_counted(line: &[u8], line_no: u64, report: &mut SourceReport) -> Option<Advertisement> {
-    match parse_line(line) {
+fn parse_counted(
+    line: &[u8],
+    line_no: u64,
+    report: &mut SourceReport,
+    clock: &dyn Clock,
+) -> Option<Advertisement> {
+    match parse_line(line, clock.wall_ms()) {
         Ok(adv) => adv,
         Err(reason) => {
             report.malformed += 1;
@@ -158,14 +174,14 @@ fn parse_counted(line: &[u8], line_no: u64, report: &mut SourceReport) -> Option
 }
 
 /// One line (with or without its line ending): `None` if blank.
-fn parse_line(bytes: &[u8]) -> Result<Option<Advertisement>, String> {
+fn parse_line(bytes: &[u8], now_ms: EpochMillis) -> Result<Option<Advertisement>, String> {
     let line = std::str::from_utf8(bytes).map_err(|e| format!("not valid UTF-8: {e}"))?;
     let line = line.trim();
     if line.is_empty() {
         return Ok(None);
     }
     let adv = Advertisement::from_record(line).map_err(|e| e.to_string())?;
-    check_bounds(&adv, crate::clock::now_ms())?;
+    check_bounds(&adv, now_ms)?;
     Ok(Some(adv))
 }
 
@@ -227,7 +243,9 @@ mod tests {
 
     async fn collect(path: PathBuf, capacity: usize) -> (SourceReport, Vec<Advertisement>) {
         let (tx, mut rx) = mpsc::channel(capacity);
-        let task = tokio::spawn(Replay::new(path).run(tx, CancellationToken::new()));
+        let task = tokio::spawn(
+            Replay::new(path, crate::clock::system()).run(tx, CancellationToken::new()),
+        );
         let mut got = Vec::new();
         while let Some(heard) = rx.recv().await {
             assert_eq!(heard.capture, None, "a replay leaves matching to ingest");
@@ -382,7 +400,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("missing.jsonl");
         let (tx, _rx) = mpsc::channel(1);
-        let err = Replay::new(&path)
+        let err = Replay::new(&path, crate::clock::system())
             .run(tx, CancellationToken::new())
             .await
             .unwrap_err();
@@ -396,7 +414,8 @@ mod tests {
         let f = file_with(text.as_bytes());
         let (tx, mut rx) = mpsc::channel(8);
         let stop = CancellationToken::new();
-        let task = tokio::spawn(Replay::new(f.path()).run(tx, stop.clone()));
+        let task =
+            tokio::spawn(Replay::new(f.path(), crate::clock::system()).run(tx, stop.clone()));
         let first = rx.recv().await.unwrap();
         assert_eq!(first.advert.mac.to_string(), "C0:FF:EE:00:00:00");
         stop.cancel();
@@ -419,7 +438,15 @@ mod tests {
         let stop = CancellationToken::new();
         let task = tokio::spawn({
             let stop = stop.clone();
-            async move { replay(BufReader::new(reader), &tx, &stop).await }
+            async move {
+                replay(
+                    BufReader::new(reader),
+                    &tx,
+                    &stop,
+                    &crate::clock::SystemClock,
+                )
+                .await
+            }
         });
         // One read took all three lines; the first is through, two are held.
         let first = rx.recv().await.unwrap();
@@ -441,7 +468,7 @@ mod tests {
         let f = file_with(text.as_bytes());
         let (tx, rx) = mpsc::channel(8);
         drop(rx);
-        let report = Replay::new(f.path())
+        let report = Replay::new(f.path(), crate::clock::system())
             .run(tx, CancellationToken::new())
             .await
             .unwrap();

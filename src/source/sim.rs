@@ -20,6 +20,7 @@ wall clock; without it, it sends as fast as the channel takes them with syntheti
 capture times from `start_ms`.
 */
 
+use crate::clock::SharedClock;
 use std::collections::HashSet;
 
 use tokio::sync::mpsc;
@@ -42,11 +43,13 @@ const OTHER_DEVICES: usize = 16;
 #[derive(Debug, Clone)]
 pub struct Sim {
     pub settings: SimSettings,
+    /// Stamps a real-time simulation's adverts.
+    clock: SharedClock,
 }
 
 impl Sim {
-    pub fn new(settings: SimSettings) -> Self {
-        Sim { settings }
+    pub fn new(settings: SimSettings, clock: SharedClock) -> Self {
+        Sim { settings, clock }
     }
 
     /// The MACs of the tapes, `TT-0001` first; the first `unregistered` start `C0:DE:AD`.
@@ -87,7 +90,7 @@ impl Source for Sim {
                         () = stop.cancelled() => break,
                     }
                 }
-                adv.ts_ms = crate::clock::now_ms();
+                adv.ts_ms = self.clock.wall_ms();
             } else {
                 adv.ts_ms = s.start_ms.saturating_add(offset_ms as EpochMillis);
             }

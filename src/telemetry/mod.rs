@@ -38,7 +38,7 @@ use reqwest::header::{HeaderValue, CONTENT_ENCODING, CONTENT_TYPE};
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::now_ms;
+use crate::clock::SharedClock;
 use crate::config::{TelemetryAuth, TelemetrySettings};
 use crate::metrics::{Metrics, PushOutcome};
 use crate::outbox::Outbox;
@@ -86,6 +86,8 @@ pub struct Pusher {
     http: reqwest::Client,
     labels: Vec<(String, String)>,
     metrics: Arc<Metrics>,
+    /// Each push's time, by the daemon's clock.
+    clock: SharedClock,
     buffer: VecDeque<Push>,
     /// Whether the last attempt failed (the log says so once).
     failing: bool,
@@ -97,6 +99,7 @@ impl Pusher {
         settings: TelemetrySettings,
         gateway_id: &str,
         metrics: Arc<Metrics>,
+        clock: SharedClock,
     ) -> Result<Pusher, SetupError> {
         let mut builder = reqwest::Client::builder();
         if let Some(ca) = &settings.ca_file {
@@ -129,6 +132,7 @@ impl Pusher {
             http,
             labels,
             metrics,
+            clock,
             buffer: VecDeque::new(),
             failing: false,
         })
@@ -164,7 +168,7 @@ impl Pusher {
             }
             match outbox.call(|s| s.stats()).await {
                 Ok(stats) => {
-                    let at = now_ms();
+                    let at = self.clock.wall_ms();
                     match self.metrics.encode(&stats, at) {
                         Ok(text) => self.snapshot(&text, at),
                         Err(_) => tracing::warn!("telemetry: cannot encode the metrics"),

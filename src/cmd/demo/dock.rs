@@ -21,10 +21,11 @@ use crate::record::Mac;
 /// of one asset. Returns the MACs activated.
 pub(super) async fn at_the_dock(
     config: &config::Config,
+    clock: &crate::clock::SharedClock,
     state_dir: &Path,
     out: &mut (dyn Write + Send),
 ) -> Result<Vec<Mac>, CmdError> {
-    let operator = client::operator(config)?;
+    let operator = client::operator(config, clock)?;
     let activated = activate_unknown(&operator, config, state_dir, out).await?;
     locate(&operator, out).await;
     history(&operator, out).await;

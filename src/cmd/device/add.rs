@@ -15,6 +15,7 @@ use super::input::{check_text, parse_tape_id, read_input, TapeId, CSV_COLUMNS};
 use super::manifest::{self, BadRow, Row};
 use super::nearest::{nearest, NearestPrinted};
 use super::shared::{note_cell, print_bad_rows, print_json, Added, CELL};
+use crate::clock::{Clock, SharedClock};
 use crate::cmd::client::{interrupts, operator_on, state, Console};
 use crate::cmd::CmdError;
 use crate::config::Config;
@@ -77,10 +78,15 @@ fn add_failed(row: &AddRow, code: &str, note: String) -> Added {
 /// tape's dead letters back in the outbox. A refusal of one tape goes on to the next;
 /// an error no retry fixes, no answer, or Ctrl-C stops the run, and every row is
 /// reported all the same.
-pub async fn add(config: &Config, mut args: AddArgs, out: &mut dyn Write) -> Result<(), CmdError> {
-    let chosen = tape_ids(config, &mut args, out)?;
+pub async fn add(
+    config: &Config,
+    clock: &SharedClock,
+    mut args: AddArgs,
+    out: &mut dyn Write,
+) -> Result<(), CmdError> {
+    let chosen = tape_ids(config, &**clock, &mut args, out)?;
     let console = Console::stderr();
-    let operator = operator_on(config, &console)?.with_interrupt(interrupts(&console));
+    let operator = operator_on(config, clock, &console)?.with_interrupt(interrupts(&console));
     let (added, stop) = add_each(config, &operator, &args, &console).await?;
     console.done();
     if !args.csv {
@@ -93,6 +99,7 @@ pub async fn add(config: &Config, mut args: AddArgs, out: &mut dyn Write) -> Res
 /// the first row's from `--nearest` when asked: the tape it chose.
 fn tape_ids(
     config: &Config,
+    clock: &dyn Clock,
     args: &mut AddArgs,
     out: &mut dyn Write,
 ) -> Result<Option<HeardTape>, CmdError> {
@@ -102,7 +109,7 @@ fn tape_ids(
         .ok_or_else(|| CmdError::Usage(CmdError::NoService.to_string()))?;
     let mut chosen = None;
     if args.nearest {
-        let h = nearest(config, args.json, out)?;
+        let h = nearest(config, clock, args.json, out)?;
         if let Some(row) = args.rows.first_mut() {
             row.add.tape_id = service.mac_format.format(h.mac);
             row.mac = Some(h.mac);

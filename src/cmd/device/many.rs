@@ -12,6 +12,7 @@ use serde::Serialize;
 use super::input::{gather, Devices};
 use super::manifest::BadRow;
 use super::shared::{note_cell, print_bad_rows, print_json, CELL};
+use crate::clock::SharedClock;
 use crate::cmd::client::{human, interrupts, operator_on, Console};
 use crate::cmd::CmdError;
 use crate::config::Config;
@@ -47,6 +48,7 @@ fn requests_needed(op: &DeviceOp, entries: &[DeviceEntry]) -> u64 {
 /// (exit 1) or the run stopped.
 pub async fn run_devices(
     config: &Config,
+    clock: &SharedClock,
     op: DeviceOp,
     from: Devices<'_>,
     json: bool,
@@ -54,7 +56,7 @@ pub async fn run_devices(
 ) -> Result<(), CmdError> {
     let devices = gather(&op, from)?;
     let console = Console::stderr();
-    let operator = operator_on(config, &console)?;
+    let operator = operator_on(config, clock, &console)?;
     let window = operator.gate().window();
     let operator = operator
         .with_interrupt(interrupts(&console))

@@ -22,6 +22,7 @@ mod shared;
 use std::io::Write;
 
 use super::CmdError;
+use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::operator::{DeviceEntry, DeviceOp};
 use add::{add, add_rows, AddArgs};
@@ -36,6 +37,7 @@ pub use shared::Added;
 /// `tapegate device ...` from its command line.
 pub async fn run(
     config: &Config,
+    clock: &SharedClock,
     device: &crate::cli::Device,
     out: &mut dyn Write,
 ) -> Result<(), CmdError> {
@@ -54,7 +56,7 @@ pub async fn run(
                 nearest: a.nearest,
                 json: a.json,
             };
-            return add(config, args, out).await;
+            return add(config, clock, args, out).await;
         }
         D::Label(l) => (
             DeviceOp::Label {
@@ -94,5 +96,5 @@ pub async fn run(
         csv: devices.csv.as_deref(),
         template,
     };
-    run_devices(config, op, from, devices.json, out).await
+    run_devices(config, clock, op, from, devices.json, out).await
 }

@@ -8,7 +8,7 @@ use std::io::Write;
 use serde::Serialize;
 
 use super::shared::{print_json, Added};
-use crate::clock::now_ms;
+use crate::clock::Clock;
 use crate::cmd::client::state;
 use crate::cmd::CmdError;
 use crate::config::Config;
@@ -63,11 +63,12 @@ pub(super) struct NearestPrinted<'a> {
 /// The tape `--nearest` picks, or the error (after printing the candidates).
 pub(super) fn nearest(
     config: &Config,
+    clock: &dyn Clock,
     json: bool,
     out: &mut dyn Write,
 ) -> Result<HeardTape, CmdError> {
     let store = state(config)?;
-    let since = now_ms() - NEAREST_WINDOW_MS;
+    let since = clock.wall_ms() - NEAREST_WINDOW_MS;
     let candidates = match choose_nearest(&store.heard_since(since)?, since) {
         Nearest::Chosen(h) => {
             if !json {

@@ -11,7 +11,6 @@ use super::scanner::Scanner;
 use super::session::device_id;
 use super::settings::DROP_LOG_EVERY;
 use super::signals::Change;
-use crate::clock::now_ms;
 use crate::record::{Advertisement, Mac};
 use crate::source::{Heard, SourceHealth};
 
@@ -70,7 +69,7 @@ impl Scanner {
     fn send_device(&mut self, mac: Mac, now: Instant) -> bool {
         match self.devices.get(&mac) {
             Some(d) => {
-                let advert = d.advert(now_ms());
+                let advert = d.advert(self.clock.wall_ms());
                 self.emit(advert, now)
             }
             None => true,

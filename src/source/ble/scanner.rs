@@ -19,7 +19,7 @@ use super::mgmt;
 use super::session::{Adapter, Session};
 use super::settings::{BleSettings, Filter, EVENTS_PER_TURN, READ_EVERY};
 use super::side::{Monitor, Side};
-use crate::clock::now_ms;
+use crate::clock::SharedClock;
 use crate::source::{Heard, SourceError, SourceHealth};
 
 /// What the source did, logged when it ends.
@@ -53,6 +53,8 @@ pub(super) struct Scanner {
     pub(super) last_drop_log: Option<Instant>,
     /// The counts `status` shows, shared with the pipeline.
     pub(super) health: Arc<SourceHealth>,
+    /// Stamps each advert heard.
+    pub(super) clock: SharedClock,
     /// While adverts flow: when the path is read next.
     pub(super) next_read: Option<Instant>,
 }
@@ -255,6 +257,7 @@ impl Scanner {
 
     /// Reads the side channel once and handles what came.
     fn read_side(&mut self) -> Result<Read, String> {
+        let clock = self.clock.clone();
         let Some(side) = &mut self.side else {
             unreachable!("read_side without a side channel")
         };
@@ -264,7 +267,7 @@ impl Scanner {
             .channel
             .drain(
                 EVENTS_PER_TURN,
-                now_ms,
+                || clock.wall_ms(),
                 |a| adverts.push(a),
                 |c| controls.push(c),
             )

@@ -19,6 +19,7 @@ use super::scanner::{Scanner, Stats};
 use super::session::{connect, open, How};
 use super::settings::{BleSettings, Filter};
 use super::side::{Monitor, Side};
+use crate::clock::SharedClock;
 use crate::config::{AdvertsPath, ScanMode};
 use crate::products::Products;
 use crate::source::{Heard, Source, SourceError, SourceHealth, SourceReport};
@@ -28,14 +29,17 @@ pub struct Ble {
     settings: BleSettings,
     filter: Option<Filter>,
     health: Arc<SourceHealth>,
+    /// Stamps each advert heard.
+    clock: SharedClock,
 }
 
 impl Ble {
-    pub fn new(settings: BleSettings) -> Ble {
+    pub fn new(settings: BleSettings, clock: SharedClock) -> Ble {
         Ble {
             settings,
             filter: None,
             health: Arc::default(),
+            clock,
         }
     }
 
@@ -177,6 +181,7 @@ impl Source for Ble {
             stats: Stats::default(),
             last_drop_log: None,
             health: self.health,
+            clock: self.clock,
             next_read: None,
         };
         begin(&mut scanner, path).await;

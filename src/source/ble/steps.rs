@@ -63,7 +63,7 @@ impl Scanner {
         tracing::warn!(reason = %reason, "BLE scanner in trouble: restarting the scan");
         self.stats.restarts += 1;
         SourceHealth::count(&self.health.restarts);
-        self.health.trouble(&reason);
+        self.health.trouble(&reason, self.clock.wall_ms());
         if let Some(adapter) = self.adapter() {
             if self.patterns.is_some() {
                 if let Err(e) = adapter.power_on().await {
