@@ -103,10 +103,6 @@ pub const LAYERS: &[(&str, &[&str])] = &[
         &["pipeline", "reload", "http"],
     ),
     (
-        "the mock service (tests and the demo; on its way to a crate of its own)",
-        &["mock"],
-    ),
-    (
         "commands: one file per command over the library, and the command line",
         &["cmd", "cli"],
     ),

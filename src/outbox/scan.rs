@@ -415,6 +415,7 @@ mod tests {
                 // Small: eviction happens, and the table empties and gives ids again.
                 max_pending: 40,
                 max_page_count: None,
+                ..StoreOptions::default()
             };
             let (mut store, _) = Store::open(dir.path(), options).unwrap();
             let mut in_flight: Vec<Vec<PendingCapture>> = Vec::new();

@@ -54,9 +54,6 @@ pub const CIRCLES: &[(&[&str], &str)] = &[
     ),
 ];
 
-/// Config's vocabulary defined in the stages it configures: the setting's type moves
-/// into config (the stage re-exporting it), which ends each of these arrows.
-
 /// Arrows from a lower floor to a higher one, by module.
 pub const UPWARD: &[(&str, &str, &str)] = &[];
 
