@@ -2,6 +2,7 @@
 //! of per-MAC order under any interleaving of answers, against a simple model.
 
 use super::*;
+use crate::flush::answer::Action;
 use crate::outbox::Reading;
 use crate::record::Capture;
 
@@ -139,7 +140,7 @@ fn ids(b: &Batch) -> Vec<i64> {
 #[test]
 fn batches_in_flight_never_share_a_mac() {
     let mut p = Planner::new(settings());
-    p.window = 8;
+    p.window.size = 8;
     let pending = rows(0..40, 10);
     let t = Instant::now();
     let a = sent(fetch_and_offer(&mut p, &pending, t));
@@ -349,7 +350,7 @@ fn a_slow_answer_does_not_grow_the_window() {
 fn the_window_halves_on_a_503_429_or_timeout_once_per_round() {
     for cause in ["server error 503", "rate limited", "timeout"] {
         let mut p = Planner::new(settings());
-        p.window = 8;
+        p.window.size = 8;
         let pending = rows(0..400, 100);
         let t = Instant::now();
         let batches: Vec<Batch> = (0..8)
@@ -402,7 +403,7 @@ fn a_transient_failure_pauses_new_sends_with_backoff_and_a_clean_answer_ends_the
     assert_eq!(ids(&again), [0, 1, 2, 3], "the first batch is due again");
     let res = p.answered(again.id, all_ok(&again), t2, 1.0);
     assert!(res.notes.contains(&Note::Recovered));
-    assert_eq!(p.backoff.failures(), 0);
+    assert_eq!(p.pause.backoff.failures(), 0);
 }
 
 #[test]
@@ -431,7 +432,7 @@ fn retry_after_is_honoured_beyond_backoff_max() {
 #[test]
 fn a_retry_after_pause_holds_even_when_a_batch_sent_before_it_succeeds() {
     let mut p = Planner::new(settings());
-    p.window = 2;
+    p.window.size = 2;
     let pending = rows(0..8, 8);
     let t = Instant::now();
     let a = sent(fetch_and_offer(&mut p, &pending, t));
@@ -449,7 +450,7 @@ fn a_retry_after_pause_holds_even_when_a_batch_sent_before_it_succeeds() {
 #[test]
 fn a_pause_that_begins_while_a_fetch_is_under_way_holds_what_the_fetch_found() {
     let mut p = Planner::new(settings());
-    p.window = 2;
+    p.window.size = 2;
     let pending = rows(0..8, 8);
     let t = Instant::now();
     let a = sent(fetch_and_offer(&mut p, &pending, t));
@@ -511,7 +512,7 @@ fn a_part_due_inside_a_pause_waits_and_rows_evicted_while_parked_are_never_sent(
         panic!("due again")
     };
     assert_eq!(part.ids(), [1], "failed twice: split to isolate");
-    p.paused_until = Some(later + Duration::from_secs(2));
+    p.pause.until = Some(later + Duration::from_secs(2));
     assert_eq!(p.claimed(part, &[1], later), None);
     assert_eq!(p.take_unclaimed(), [1]);
     assert_eq!(
@@ -596,7 +597,7 @@ fn a_400_splits_the_batch_and_a_capture_refused_alone_is_a_dead_letter_once_othe
 #[test]
 fn a_poisoned_capture_is_dead_lettered_at_once_when_its_sibling_half_is_answered_first() {
     let mut p = Planner::new(settings());
-    p.window = 2;
+    p.window.size = 2;
     let t = Instant::now();
     let refused = || Action::Refused("Invalid ble_packet".into());
     // Two tapes with more behind: the batch is as full as it gets.
@@ -654,7 +655,7 @@ fn a_service_refusing_every_request_whatever_it_holds_gets_no_dead_letter_and_a_
             requests < 60,
             "{message}: {requests} requests for six pauses"
         );
-        assert!(p.failing);
+        assert!(p.pause.failing);
     }
 }
 
@@ -989,7 +990,7 @@ mod model {
             script in proptest::collection::vec((answer(), any::<prop::sample::Index>()), 1..300),
         ) {
             let mut p = Planner::new(FlushSettings { max_batch: 4, ..settings() });
-            p.window = 4;
+            p.window.size = 4;
             let mut pending = rows(0..n, macs);
             let mut in_flight: Vec<Batch> = Vec::new();
             let mut settled: Vec<PendingCapture> = Vec::new();
