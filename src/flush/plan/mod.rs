@@ -63,6 +63,12 @@ The rules, in the order a batch meets them:
 - **Recording.** What an answer settled is kept here until the outbox has recorded it;
   if that fails (disk full), new sends pause (backoff) and the same outcomes are
   recorded again, never re-sent.
+
+The rooms: this file holds the [`Planner`] and what the loop calls (next, offer,
+claimed, recorded); `verdict.rs` what an answer means for its captures (the only room
+that counts attempts and weighs evidence); `queue.rs` the parked, split and isolating
+parts; `window.rs` and `pause.rs` the concurrency window and the pause as pure state;
+`step.rs` the vocabulary the loop and the planner share. None of them does I/O.
 */
 
 mod pause;
@@ -80,8 +86,7 @@ use crate::config::FlushSettings;
 use crate::outbox::{Fetched, Outcome, PendingCapture};
 use crate::record::Mac;
 use pause::Pause;
-use queue::Queued;
-use step::{Attempts, InFlight, Origin};
+use step::{Attempts, InFlight, Origin, Queued};
 pub use step::{Batch, BatchId, Note, Part, Resolution, Step};
 use window::Window;
 
@@ -343,10 +348,7 @@ impl Planner {
         }
     }
 
-    /// The answer to batch `id`. Rows not in the returned `settle` are released
-    /// (retried later) or queued here; the settled ones stay busy (and claimed) until
-    /// [`Planner::recorded`] (or [`Planner::record_failed`]).
-
+    /// The outcomes of `settle` are recorded (the outbox let go of their claims in the
     /// same call): their MACs are free again.
     pub fn recorded(&mut self, settle: &[(PendingCapture, Outcome)]) {
         self.exhausted_until = None;

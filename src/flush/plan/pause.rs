@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Note;
+use super::step::Note;
 use crate::backoff::{Backoff, RETRY_AFTER_MAX};
 
 #[derive(Debug)]

@@ -1,20 +1,14 @@
-//! The queue of parked, split and isolating parts, each due at its own time, and the
-//! bound on what it holds. Part of [`Planner`]: it touches the queue, the claims to hand
+//! The queue of parked, split and isolating parts ([`Queued`]), each due at its own
+//! time, and the bound on what it holds. Part of [`Planner`]: it touches the queue, the claims to hand
 //! back and the busy MACs, nothing of the window or the pause.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Origin, Planner};
+use super::step::{Origin, Queued};
+use super::Planner;
 use crate::outbox::PendingCapture;
-
-#[derive(Debug)]
-pub(super) struct Queued {
-    pub(super) rows: Vec<PendingCapture>,
-    pub(super) origin: Origin,
-    pub(super) not_before: Instant,
-}
 
 impl Planner {
     /// Earliest time a queued batch is due, if any waits.

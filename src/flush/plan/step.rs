@@ -132,3 +132,11 @@ pub(super) struct Attempts {
     /// 200 answers that left it out.
     pub(super) left_out: u32,
 }
+
+/// A part waiting in the planner's queue (parked, split or isolating) until `not_before`.
+#[derive(Debug)]
+pub(super) struct Queued {
+    pub(super) rows: Vec<PendingCapture>,
+    pub(super) origin: Origin,
+    pub(super) not_before: Instant,
+}

@@ -2,13 +2,12 @@
 //! refused (split, dead letter or parked), shrunk (413), or failed (parked, isolated,
 //! paused). Part of [`Planner`]: the only room that counts attempts and weighs evidence.
 
-use tokio::time::Instant;
-
 use std::time::Duration;
 
-use super::queue::Queued;
-use super::BatchId;
-use super::{InFlight, Note, Origin, Planner, Resolution};
+use tokio::time::Instant;
+
+use super::step::{BatchId, InFlight, Note, Origin, Queued, Resolution};
+use super::Planner;
 use crate::backoff::RETRY_AFTER_MAX;
 use crate::flush::answer::Action;
 use crate::outbox::{Outcome, PendingCapture};
@@ -24,6 +23,9 @@ struct Failure {
 }
 
 impl Planner {
+    /// The answer to batch `id`. Rows not in the returned `settle` are released
+    /// (retried later) or queued here; the settled ones stay busy (and claimed) until
+    /// [`Planner::recorded`] (or [`Planner::record_failed`]).
     pub fn answered(
         &mut self,
         id: BatchId,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Note;
+use super::step::Note;
 
 /// The window grows past this many batches only while answers are slow (the usual
 /// answer takes [`SLOW_ANSWER`] or more): below it, this many batches of 250 already
