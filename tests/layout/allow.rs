@@ -11,8 +11,6 @@ const PERF: &str =
 /// Files over 500 lines.
 pub const LONG_FILES: &[(&str, &str)] = &[
     ("src/flush/mod.rs", PERF),
-    ("src/flush/plan.rs", PERF),
-    ("src/flush/plan/tests.rs", PERF),
     ("src/outbox/clock.rs", PERF),
     ("src/outbox/queue.rs", PERF),
     ("src/outbox/store.rs", PERF),
@@ -46,11 +44,6 @@ pub const CIRCLES: &[(&[&str], &str)] = &[
         &["heard_now", "outbox::dock", "outbox::queue"],
         "pending issue 23 pass (speed work; the typed outbox follows): the tapes heard and \
          the outcomes they are told are the outbox's vocabulary, defined below both",
-    ),
-    (
-        &["api::bulk_answer", "api::decode"],
-        "pending issue 23 pass (speed work): `Decoded` moves to a leaf of its own that both \
-         the streaming bulk reader and the single decode fill",
     ),
 ];
 
