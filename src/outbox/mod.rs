@@ -97,7 +97,9 @@ and holds and releases captures for the clock keeper; `dock.rs` the rate window 
 tapes heard, for the operator commands of the service interface; `lock.rs` the state
 directory's one owner; `access.rs` who may create and write the state (a database is
 created only by the state directory's owner, or by root for it). `handle.rs` is the
-owner thread.
+owner thread; `users/` the one small handle each user gets over it ([`Handles`]: the
+ingest writer, the flusher's, the clock keeper's, the readers', the scanner notes, the
+stages'), so that no stage can do to the database more than its few calls.
 */
 
 mod access;
@@ -112,6 +114,7 @@ mod queue;
 mod retention;
 mod scan;
 mod store;
+mod users;
 
 pub use access::why_unwritable;
 pub use clock::{BootStart, ClockChange, ClockStatus, Released};
@@ -126,6 +129,10 @@ pub use retention::{keep_bounds, Evictions};
 // The settings' types are config's words (`[outbox]`), shown here for the store's users.
 pub use crate::config::{Durability, Retention};
 pub use store::{OpenReport, Store, StoreOptions};
+pub use users::{
+    overlay_flusher, ClockOutbox, FlusherOutbox, Handles, IngestWriter, Reader, ScannerNotes,
+    StageOutbox,
+};
 
 use std::path::PathBuf;
 
