@@ -228,7 +228,7 @@ impl Flusher {
                 sh.state.written(due, now);
             }
         }
-        match sh.state.due_at(&state) {
+        match sh.state.due_at(&state, now) {
             Some(at) if at > now => Some(until.map_or(at, |u| u.min(at))),
             _ => until,
         }

@@ -39,11 +39,12 @@ impl StateNotes {
         }
     }
 
-    /// When `state` is to be written: now for a meaningful change, [`STATE_EVERY`]
-    /// after the last write for any other; `None` when it is what was written.
-    pub(super) fn due_at(&self, state: &FlusherState) -> Option<Instant> {
+    /// When `state` is to be written, seen at `now`: at once for the first or a
+    /// meaningful change, [`STATE_EVERY`] after the last write for any other; `None`
+    /// when it is what was written.
+    pub(super) fn due_at(&self, state: &FlusherState, now: Instant) -> Option<Instant> {
         let Some((w, at)) = self.written else {
-            return Some(Instant::now());
+            return Some(now);
         };
         if w == *state {
             None
@@ -57,7 +58,9 @@ impl StateNotes {
 
     /// `state` if it is due at `now`.
     pub(super) fn due(&self, state: FlusherState, now: Instant) -> Option<FlusherState> {
-        self.due_at(&state).filter(|at| *at <= now).map(|_| state)
+        self.due_at(&state, now)
+            .filter(|at| *at <= now)
+            .map(|_| state)
     }
 
     /// `state` was written at `now`.
@@ -81,7 +84,7 @@ mod tests {
         assert_eq!(notes.due(first, t0), None, "unchanged: nothing to write");
         let more = notes.now(2, 2);
         assert_eq!(notes.due(more, t0 + Duration::from_secs(1)), None);
-        assert_eq!(notes.due_at(&more), Some(t0 + STATE_EVERY));
+        assert_eq!(notes.due_at(&more, t0), Some(t0 + STATE_EVERY));
         assert_eq!(notes.due(more, t0 + STATE_EVERY), Some(more));
         let wider = notes.now(2, 3);
         assert_eq!(notes.due(wider, t0), Some(wider), "a new limit at once");
