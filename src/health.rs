@@ -4,9 +4,12 @@ What the running daemon keeps of its health for operators: the one-line `STATUS=
 counts, moved into the state database so that `tapegate status` shows them accumulated
 across restarts.
 
-`STATUS=` follows `tapegate status --json` within `STATUS_EVERY` (one read of the
-counters row, cheap) and is sent only when its text changes: it names the time of the
-last good flush rather than its age, so an idle gateway sends nothing.
+`STATUS=` is built from the readers' handle: the flusher's part (the last good flush)
+from memory, the counters read again only when this daemon wrote something it shows (a
+commit, a settle, an error, a clock release: the outbox's change count), at most once a
+`STATUS_EVERY`, and otherwise every `STATUS_STALE` (for what the CLI changes from another
+process). It is sent only when its text changes: it names the time of the last good
+flush rather than its age, so an idle gateway reads and sends nothing.
 
 [`verdict`] is what `/healthz` answers: the watchdog's truth (every running stage has
 turned within its allowance, [`Liveness`]) and, beyond it, admission's and delivery's:
@@ -25,13 +28,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::{rfc3339, SharedClock};
 use crate::metrics::{Metrics, FAILING_AFTER};
-use crate::outbox::{Outbox, ScannerCounts, Stats};
+use crate::outbox::{Reader, ScannerCounts, ScannerNotes, Stats};
 use crate::record::EpochMillis;
 use crate::source::SourceHealth;
 use crate::systemd::{Liveness, Notifier};
 
-/// How often the state is read for `STATUS=` (sent only when it changed).
+/// How often, at most, the state is read for `STATUS=` (sent only when it changed).
 const STATUS_EVERY: Duration = Duration::from_secs(1);
+
+/// How often the state is read for `STATUS=` when this daemon changed nothing in it.
+const STATUS_STALE: Duration = Duration::from_secs(60);
 
 /// How often the scanner's counts are moved into the state database outside systemd.
 const KEEP_EVERY: Duration = Duration::from_secs(10);
@@ -148,7 +154,7 @@ impl HealthKeeper {
     /// Measures the reports per second since the last keep (for the status page) and,
     /// every [`RATE_EVERY`] or when the path changed, writes them with the path for
     /// `tapegate status`.
-    async fn keep_rate(&mut self, outbox: &Outbox) {
+    async fn keep_rate(&mut self, outbox: &ScannerNotes) {
         let Some(path) = self.health.adverts_path() else {
             return;
         };
@@ -172,16 +178,14 @@ impl HealthKeeper {
         }
         let per_sec = self.reports_kept.and_then(rate);
         let at = self.clock.wall_ms();
-        let written = outbox
-            .call(move |s| s.note_scanner_rate(Some(path), per_sec, at))
-            .await;
+        let written = outbox.note_rate(path, per_sec, at).await;
         if written.is_ok() {
             self.reports_kept = Some((now, reports));
             self.path_kept = Some(path);
         }
     }
 
-    async fn keep(&mut self, outbox: &Outbox) {
+    async fn keep(&mut self, outbox: &ScannerNotes) {
         self.keep_rate(outbox).await;
         let read = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let now = ScannerCounts {
@@ -206,12 +210,7 @@ impl HealthKeeper {
             dropped: now.dropped - self.kept.dropped,
             forgotten: now.forgotten - self.kept.forgotten,
         };
-        let t = trouble.clone();
-        let result = outbox
-            .call(move |s| {
-                s.add_scanner_counts(&delta, t.as_ref().map(|(r, at)| (r.as_str(), *at)))
-            })
-            .await;
+        let result = outbox.add_counts(delta, trouble.clone()).await;
         match result {
             Ok(()) => {
                 self.kept = now;
@@ -230,7 +229,8 @@ impl HealthKeeper {
 /// counts in the state database; keeps them once more when stopped.
 pub async fn report_status(
     notifier: Notifier,
-    outbox: Outbox,
+    reader: Reader,
+    scanner: ScannerNotes,
     mut health: HealthKeeper,
     stop: CancellationToken,
 ) {
@@ -242,28 +242,75 @@ pub async fn report_status(
         KEEP_EVERY
     };
     let mut tick = tokio::time::interval(every);
-    let mut sent = String::new();
+    let mut status = StatusLine::new(reader);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stop.cancelled() => {
-                health.keep(&outbox).await;
+                health.keep(&scanner).await;
                 return;
             }
         }
-        health.keep(&outbox).await;
+        health.keep(&scanner).await;
         // Outside systemd nobody reads `STATUS=`: no query for it.
-        if !notifier.is_enabled() {
-            continue;
-        }
-        let Ok(s) = outbox.call(|store| store.stats()).await else {
+        if notifier.is_enabled() && !status.send_if_changed(&notifier).await {
             return;
-        };
-        let text = status_line(&s);
-        if text != sent {
-            notifier.status(&text);
-            sent = text;
         }
+    }
+}
+
+/// The `STATUS=` line last sent, and when the state it was built from was read.
+struct StatusLine {
+    reader: Reader,
+    changes: tokio::sync::watch::Receiver<u64>,
+    flusher: Option<crate::outbox::FlusherState>,
+    read_at: Option<tokio::time::Instant>,
+    stats: Stats,
+    sent: String,
+}
+
+impl StatusLine {
+    fn new(reader: Reader) -> StatusLine {
+        StatusLine {
+            changes: reader.changes(),
+            flusher: None,
+            reader,
+            read_at: None,
+            stats: Stats::default(),
+            sent: String::new(),
+        }
+    }
+
+    /// Reads the counters again if this daemon changed them (or [`STATUS_STALE`] has
+    /// passed), takes the flusher's state from memory, and sends the line if it changed.
+    /// `false` once the outbox has closed.
+    async fn send_if_changed(&mut self, notifier: &Notifier) -> bool {
+        let now = tokio::time::Instant::now();
+        let stale = self
+            .read_at
+            .is_none_or(|at| now.duration_since(at) >= STATUS_STALE);
+        let changed = self.changes.has_changed().unwrap_or(false);
+        if stale || changed {
+            self.changes.mark_unchanged();
+            let Ok(s) = self.reader.stats().await else {
+                return false;
+            };
+            self.stats = s;
+            self.read_at = Some(now);
+        }
+        let flusher = self.reader.flusher();
+        if flusher != self.flusher {
+            if let Some(f) = &flusher {
+                crate::outbox::overlay_flusher(&mut self.stats, f);
+            }
+            self.flusher = flusher;
+        }
+        let text = status_line(&self.stats);
+        if text != self.sent {
+            notifier.status(&text);
+            self.sent = text;
+        }
+        true
     }
 }
 
@@ -378,18 +425,19 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_reports_rate_is_live_on_the_page_and_written_for_status_once_a_minute() {
-        use crate::outbox::{Store, StoreOptions};
+        use crate::outbox::{Outbox, Store, StoreOptions};
         let dir = tempfile::tempdir().unwrap();
         let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
         let (outbox, _thread) = Outbox::start(store).unwrap();
         let health = Arc::new(SourceHealth::default());
         let mut keeper = HealthKeeper::new(health.clone(), crate::clock::system());
+        let notes = crate::outbox::Handles::new(&outbox).scanner();
         let stats = || async { outbox.call(|s| s.stats()).await.unwrap() };
         // Before the source says where it reads, nothing is written.
-        keeper.keep(&outbox).await;
+        keeper.keep(&notes).await;
         assert_eq!(stats().await.scanner_adverts, None);
         health.set_adverts_path("mgmt");
-        keeper.keep(&outbox).await;
+        keeper.keep(&notes).await;
         let s = stats().await;
         assert_eq!(s.scanner_adverts.as_deref(), Some("mgmt"));
         assert_eq!(s.scanner_reports_per_sec, None, "no minute measured yet");
@@ -398,7 +446,7 @@ mod tests {
         for _ in 0..10 {
             tokio::time::advance(Duration::from_secs(1)).await;
             health.reports.fetch_add(100, Ordering::Relaxed);
-            keeper.keep(&outbox).await;
+            keeper.keep(&notes).await;
         }
         assert_eq!(health.reports_per_sec(), Some(100.0));
         assert_eq!(stats().await.scanner_reports_at, first_at);
@@ -407,7 +455,7 @@ mod tests {
         for _ in 0..50 {
             tokio::time::advance(Duration::from_secs(1)).await;
             health.reports.fetch_add(500, Ordering::Relaxed);
-            keeper.keep(&outbox).await;
+            keeper.keep(&notes).await;
         }
         let s = stats().await;
         // (10 s x 100 + 50 s x 500) / 60 s, to a tenth.
@@ -415,7 +463,7 @@ mod tests {
         assert_eq!(health.reports_per_sec(), Some(500.0));
         // A changed path is written at once.
         health.set_adverts_path("dbus");
-        keeper.keep(&outbox).await;
+        keeper.keep(&notes).await;
         assert_eq!(stats().await.scanner_adverts.as_deref(), Some("dbus"));
     }
 }

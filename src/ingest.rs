@@ -15,7 +15,8 @@ reason); a cause that waiting will not cure (a database this user cannot write) 
 logged at ERROR with the path and the fix.
 
 The stage ends when its input closes (the source ended or was stopped), after admitting
-what dedup still holds and committing the last group.
+what dedup still holds and committing the last group. It touches the outbox only
+through its handle ([`IngestWriter`]: commit a group, say why it cannot be written).
 */
 
 use std::sync::Arc;
@@ -25,41 +26,24 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::backoff::Backoff;
 use crate::clock::{ClockKeeper, SharedClock};
 use crate::dedup::{Dedup, DedupSettings};
 use crate::health::Admission;
 use crate::heard_now::HeardNow;
 use crate::metrics::Metrics;
-use crate::outbox::{why_unwritable, Outbox, GROUP_MAX};
+use crate::outbox::{IngestWriter, GROUP_MAX};
+
+mod commit;
+
 use crate::products::Products;
 use crate::record::{Capture, EpochMillis};
 use crate::source::Heard;
 use crate::systemd::Beat;
+use commit::Committer;
+pub use commit::IngestReport;
 
 /// Advertisements taken from the source's channel at most per wake-up.
 const RECV_BATCH: usize = 256;
-
-/// A failed commit is retried after this, doubling (no jitter: one writer)...
-const COMMIT_RETRY_INITIAL: Duration = Duration::from_millis(100);
-/// ...up to this, so that space coming back is noticed within seconds.
-const COMMIT_RETRY_MAX: Duration = Duration::from_secs(5);
-
-/// What the ingest stage did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct IngestReport {
-    pub adverts: u64,
-    /// Matched no product.
-    pub unmatched: u64,
-    /// Dropped or merged by dedup.
-    pub deduplicated: u64,
-    /// Committed to the outbox.
-    pub accepted: u64,
-    /// Evicted from the outbox to stay within `max_pending`.
-    pub evicted: u64,
-    /// Captures that could not be committed before shutdown gave up (logged at ERROR).
-    pub lost: u64,
-}
 
 /// Settings the stage needs.
 pub struct IngestSettings {
@@ -93,29 +77,23 @@ pub struct IngestSettings {
 /// flusher knows there is new work. `abandon` is cancelled when the shutdown grace has
 /// run out: a group that still cannot be committed is then given up (and logged).
 pub async fn run(
-    settings: IngestSettings,
+    mut settings: IngestSettings,
     mut input: mpsc::Receiver<Heard>,
-    outbox: Outbox,
+    outbox: IngestWriter,
     committed: watch::Sender<u64>,
     abandon: CancellationToken,
 ) -> IngestReport {
-    let mut dedup = Dedup::new(settings.dedup);
-    let mut products = settings.products;
-    let mut reload_products = settings.reload_products;
-    let mut reload_dedup = settings.reload_dedup;
-    let beat = settings.beat;
-    let mut report = IngestReport::default();
-    let mut group: Vec<Capture> = Vec::with_capacity(GROUP_MAX);
-    let mut admitted: Vec<Capture> = Vec::with_capacity(4);
-    let mut clock: EpochMillis = EpochMillis::MIN;
-    let mut keeper = settings.clock;
     let mut committer = Committer {
         outbox,
         committed,
         abandon,
-        beat: beat.clone(),
+        beat: settings.beat.clone(),
         admission: settings.admission.clone(),
     };
+    let mut intake = Intake::new(&settings);
+    let mut reload_products = settings.reload_products.take();
+    let mut reload_dedup = settings.reload_dedup.take();
+    let mut keeper = settings.clock.take();
     // Armed only while a group is open or dedup holds a capture: a quiet dock sleeps on
     // its input alone, with no timer.
     let commit_at = tokio::time::sleep(Duration::ZERO);
@@ -124,14 +102,14 @@ pub async fn run(
     let mut batch: Vec<Heard> = Vec::with_capacity(RECV_BATCH);
 
     loop {
-        if !armed && (!group.is_empty() || dedup.held() > 0) {
+        if !armed && intake.holds_any() {
             commit_at
                 .as_mut()
                 .reset(Instant::now() + settings.commit_interval);
             armed = true;
         }
         if !armed {
-            beat.idle();
+            settings.beat.idle();
         }
         tokio::select! {
             biased;
@@ -140,35 +118,14 @@ pub async fn run(
                 if n == 0 {
                     break;
                 }
-                beat.touch();
-                let heard_at = settings.time.wall_ms();
-                // Boot time is taken on receipt: the source's channel delay apart, the
-                // moment the wall time was stamped.
-                let boot = settings.live.then(|| settings.time.boot_ms());
-                for heard in batch.drain(..) {
-                    report.adverts += 1;
-                    clock = clock.max(boot.unwrap_or(heard.advert.ts_ms));
-                    let Some(mut capture) = heard.capture.map(|c| *c).or_else(|| products.capture(&heard.advert)) else {
-                        report.unmatched += 1;
-                        settings.metrics.advert(false);
-                        continue;
-                    };
-                    capture.boot_ms = boot;
-                    settings.metrics.advert(true);
-                    settings.tapes_heard.heard(capture.mac, capture.rssi, heard_at);
-                    dedup.offer(capture, &mut admitted);
-                    group.append(&mut admitted);
-                    if group.len() >= GROUP_MAX {
-                        committer.commit(&mut group, &mut report).await;
-                    }
-                }
+                intake.take(&settings, &mut batch, &mut committer).await;
             }
             new = reloaded(&mut reload_products) => {
-                products = new;
-                tracing::info!(products = products.0.len(), "reloaded products");
+                tracing::info!(products = new.0.len(), "reloaded products");
+                intake.products = new;
             }
             new = reloaded(&mut reload_dedup) => {
-                dedup.set_settings(new);
+                intake.dedup.set_settings(new);
                 tracing::info!("reloaded dedup settings");
             }
             () = clock_due(&keeper) => {
@@ -178,19 +135,101 @@ pub async fn run(
             }
             () = &mut commit_at, if armed => {
                 armed = false;
-                beat.touch();
-                let now = if settings.live { clock.max(settings.time.boot_ms()) } else { clock };
-                dedup.release_due(now, &mut admitted);
-                group.append(&mut admitted);
-                committer.commit(&mut group, &mut report).await;
+                intake.due(&settings, &mut committer).await;
             }
         }
     }
-    dedup.drain(&mut admitted);
-    group.append(&mut admitted);
-    committer.commit(&mut group, &mut report).await;
-    report.deduplicated = report.adverts - report.unmatched - report.accepted - report.lost;
-    report
+    intake.finish(&mut committer).await
+}
+
+/// What the stage holds between commits: products and dedup, the open group, the
+/// report.
+struct Intake {
+    dedup: Dedup,
+    products: Products,
+    group: Vec<Capture>,
+    admitted: Vec<Capture>,
+    /// The latest time seen (boot time for live sources, capture time otherwise).
+    clock: EpochMillis,
+    report: IngestReport,
+}
+
+impl Intake {
+    fn new(settings: &IngestSettings) -> Intake {
+        Intake {
+            dedup: Dedup::new(settings.dedup),
+            products: settings.products.clone(),
+            group: Vec::with_capacity(GROUP_MAX),
+            admitted: Vec::with_capacity(4),
+            clock: EpochMillis::MIN,
+            report: IngestReport::default(),
+        }
+    }
+
+    /// A group is open or dedup holds a capture: a commit is to come.
+    fn holds_any(&self) -> bool {
+        !self.group.is_empty() || self.dedup.held() > 0
+    }
+
+    /// Matches, dedups and groups what was heard; commits a group once it is full.
+    async fn take(
+        &mut self,
+        settings: &IngestSettings,
+        batch: &mut Vec<Heard>,
+        committer: &mut Committer,
+    ) {
+        settings.beat.touch();
+        let heard_at = settings.time.wall_ms();
+        // Boot time is taken on receipt: the source's channel delay apart, the moment
+        // the wall time was stamped.
+        let boot = settings.live.then(|| settings.time.boot_ms());
+        for heard in batch.drain(..) {
+            self.report.adverts += 1;
+            self.clock = self.clock.max(boot.unwrap_or(heard.advert.ts_ms));
+            let Some(mut capture) = heard
+                .capture
+                .map(|c| *c)
+                .or_else(|| self.products.capture(&heard.advert))
+            else {
+                self.report.unmatched += 1;
+                settings.metrics.advert(false);
+                continue;
+            };
+            capture.boot_ms = boot;
+            settings.metrics.advert(true);
+            settings
+                .tapes_heard
+                .heard(capture.mac, capture.rssi, heard_at);
+            self.dedup.offer(capture, &mut self.admitted);
+            self.group.append(&mut self.admitted);
+            if self.group.len() >= GROUP_MAX {
+                committer.commit(&mut self.group, &mut self.report).await;
+            }
+        }
+    }
+
+    /// The commit interval has passed: releases what dedup held long enough and commits.
+    async fn due(&mut self, settings: &IngestSettings, committer: &mut Committer) {
+        settings.beat.touch();
+        let now = if settings.live {
+            self.clock.max(settings.time.boot_ms())
+        } else {
+            self.clock
+        };
+        self.dedup.release_due(now, &mut self.admitted);
+        self.group.append(&mut self.admitted);
+        committer.commit(&mut self.group, &mut self.report).await;
+    }
+
+    /// The input closed: admits what dedup still holds and commits the last group.
+    async fn finish(mut self, committer: &mut Committer) -> IngestReport {
+        self.dedup.drain(&mut self.admitted);
+        self.group.append(&mut self.admitted);
+        committer.commit(&mut self.group, &mut self.report).await;
+        let r = &mut self.report;
+        r.deduplicated = r.adverts - r.unmatched - r.accepted - r.lost;
+        self.report
+    }
 }
 
 /// When the clock keeper wants to look at the clock; never without one.
@@ -213,121 +252,10 @@ async fn reloaded<T: Clone>(reload: &mut Option<watch::Receiver<T>>) -> T {
     std::future::pending().await
 }
 
-/// Commits groups, retrying a failed one with backoff until it commits or shutdown
-/// gives up on it.
-struct Committer {
-    outbox: Outbox,
-    committed: watch::Sender<u64>,
-    abandon: CancellationToken,
-    beat: Beat,
-    admission: Arc<Admission>,
-}
-
-impl Committer {
-    /// Lets the clock keeper look at the clock; wakes the flusher when held captures
-    /// were released. A failed write is retried at the keeper's next look.
-    async fn check_clock(&mut self, keeper: &mut ClockKeeper) {
-        match keeper.check(&self.outbox).await {
-            Ok(0) => {}
-            Ok(released) => self.committed.send_modify(|c| *c += released),
-            Err(e) => {
-                tracing::warn!(error = %e, "could not apply the clock's state to the outbox; will retry")
-            }
-        }
-    }
-
-    async fn commit(&mut self, group: &mut Vec<Capture>, report: &mut IngestReport) {
-        if group.is_empty() {
-            return;
-        }
-        let mut backoff = Backoff::new(COMMIT_RETRY_INITIAL, COMMIT_RETRY_MAX);
-        loop {
-            let batch = std::mem::take(group);
-            let n = batch.len() as u64;
-            let (result, batch) = self
-                .outbox
-                .call(move |store| {
-                    let r = store.enqueue_counted(&batch);
-                    Ok((r, batch))
-                })
-                .await
-                .unwrap_or_else(|e| (Err(e), Vec::new()));
-            match result {
-                Ok(evictions) => {
-                    self.admission.committed();
-                    report.accepted += n;
-                    let evicted = evictions.total();
-                    if evicted > 0 {
-                        report.evicted += evicted;
-                        tracing::error!(
-                            evicted,
-                            max_pending = evictions.max_pending,
-                            max_age = evictions.max_age,
-                            max_bytes = evictions.max_bytes,
-                            "outbox bounds: evicted the oldest pending captures ({})",
-                            evictions.describe()
-                        );
-                    }
-                    if backoff.failures() > 0 {
-                        tracing::info!(
-                            captures = n,
-                            failures = backoff.failures(),
-                            "outbox write recovered"
-                        );
-                    }
-                    self.committed.send_modify(|c| *c += n);
-                    return;
-                }
-                Err(e) if e.is_retryable() && !self.abandon.is_cancelled() => {
-                    *group = batch;
-                    let delay = backoff.next_delay(1.0, None);
-                    // Holding a group on a full disk is not a stall.
-                    self.beat.touch();
-                    if backoff.failures() == 1 {
-                        // Waiting cures a full disk, not a file of another user.
-                        let why = self
-                            .outbox
-                            .call(|s| Ok(why_unwritable(s.path())))
-                            .await
-                            .ok()
-                            .flatten();
-                        match why {
-                            Some(why) => {
-                                tracing::error!(captures = n, error = %e, "the outbox cannot be written: {why}; holding the group and retrying");
-                                self.admission.failed(why);
-                            }
-                            None => {
-                                tracing::warn!(captures = n, error = %e, "outbox write failed; holding the group and retrying");
-                                self.admission.failed(e.to_string());
-                            }
-                        }
-                    } else {
-                        tracing::debug!(
-                            captures = n,
-                            failures = backoff.failures(),
-                            retry_in_ms = delay.as_millis() as u64,
-                            "outbox write failed again; still holding the group"
-                        );
-                    }
-                    tokio::select! {
-                        _ = tokio::time::sleep_until(Instant::now() + delay) => {}
-                        _ = self.abandon.cancelled() => {}
-                    }
-                }
-                Err(e) => {
-                    report.lost += n;
-                    tracing::error!(captures = n, error = %e, "captures lost: the outbox could not take them before shutdown");
-                    return;
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outbox::{Store, StoreOptions};
+    use crate::outbox::{Outbox, Store, StoreOptions};
     use crate::record::{Advertisement, Mac};
     use crate::systemd::Liveness;
 
@@ -390,7 +318,7 @@ mod tests {
                 admission: Arc::default(),
             },
             rx,
-            outbox,
+            crate::outbox::Handles::new(&outbox).ingest(),
             committed_tx,
             CancellationToken::new(),
         ));

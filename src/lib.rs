@@ -41,7 +41,8 @@ daemon ([`pipeline`], [`reload`], [`http`]) < commands ([`cmd`], [`cli`]) <
   watcher), `replay` and `sim` sources.
 - [`products`]: which advertisements are tapes, and the `ble_packet` sent for them.
 - [`dedup`]: per-MAC deduplication on capture time (pure, time passed in).
-- [`ingest`]: the stage from advertisements to committed groups in the outbox.
+- [`ingest`]: the stage from advertisements to committed groups in the outbox
+  (`ingest/commit.rs` the commit with its retry).
 - [`outbox`]: the durable, bounded SQLite store (`store.rs` open, migrate, quarantine,
   reopen a file deleted under the daemon; `queue.rs` enqueue, next batch, settle;
   `operator.rs` the reads and changes of `status`, `tapes`, `dead-letters`; `clock.rs`
@@ -49,13 +50,17 @@ daemon ([`pipeline`], [`reload`], [`http`]) < commands ([`cmd`], [`cli`]) <
   daemon per state directory; `access.rs` who may create and write the state, and why
   a database cannot be written; `retention.rs` the count, age and size bounds and the
   one eviction; `fleet.rs` the inventory, dead-letter summary and boots for the fleet's
-  tools); its module doc is the design document.
+  tools); `users/` the one small handle each user gets over the owner thread
+  (`IngestWriter`, `FlusherOutbox`, `ClockOutbox`, `Reader`, `ScannerNotes`,
+  `StageOutbox`, made by `Handles`; the flusher's state published in memory on their
+  board); its module doc is the design document.
 - [`flush`]: delivery to the bulk decode endpoint: `plan/` the pure planner (batches,
   splits, isolation, attempt bounds, backoff, the concurrency window: `verdict.rs` what
   an answer does to its captures, `queue.rs` the parked parts, `window.rs` and
   `pause.rs` pure state), `answer.rs` what an answer means, `mod.rs` the loop with
-  several batches in flight; [`backoff`] is the one retry delay (flusher, token cache,
-  ingest).
+  several batches in flight (`send.rs` a request, `notes.rs` what a note logs,
+  `state.rs` the flusher's state and its write bound, `shell.rs` and `inputs.rs` its
+  data); [`backoff`] is the one retry delay (flusher, token cache, ingest).
 - [`api`]: the transport shared by the daemon and the operator room (`grant.rs` the
   password grant, `auth.rs` the token cache and its lifetime bounds, `decode.rs` bulk
   and single decode, `bulk_answer.rs` the bulk answer read as it streams, `decoded.rs`

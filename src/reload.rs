@@ -32,7 +32,7 @@ use crate::dedup::DedupSettings;
 use crate::http;
 use crate::inventory::Inventory;
 use crate::metrics::Metrics;
-use crate::outbox::Outbox;
+use crate::outbox::StageOutbox;
 use crate::products::Products;
 use crate::telemetry::Pusher;
 use changes::{by_how, in_force, log_summary, Apply};
@@ -57,7 +57,7 @@ pub struct Reloader {
     /// `None` without a `[service]` at start.
     pub flush: Option<mpsc::UnboundedSender<FlushSetup>>,
     pub services: Arc<Mutex<Services>>,
-    pub outbox: Outbox,
+    pub outbox: StageOutbox,
     pub metrics: Arc<Metrics>,
     /// The daemon's clock, for what a reload restarts.
     pub clock: SharedClock,
@@ -173,11 +173,7 @@ impl Reloader {
         let retention = running.outbox.retention();
         let set = self
             .outbox
-            .call(move |s| {
-                s.set_max_pending(max_pending);
-                s.set_retention(retention);
-                s.set_durability(durability)
-            })
+            .set_bounds(max_pending, retention, durability)
             .await;
         if let Err(e) = set {
             tracing::warn!(error = %e, "reload: outbox settings not changed");
@@ -194,7 +190,7 @@ impl Reloader {
             inv.config_hash = hash;
             self.metrics.set_inventory(inv);
             let record = inv.clone();
-            if let Err(e) = self.outbox.call(move |s| s.note_inventory(&record)).await {
+            if let Err(e) = self.outbox.note_inventory(record).await {
                 tracing::warn!(error = %e, "cannot record the inventory");
             }
         }

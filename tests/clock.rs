@@ -477,7 +477,7 @@ async fn the_ingest_stage_stamps_captures_by_the_clock_it_is_handed() {
             admission: Arc::default(),
         },
         rx,
-        outbox.clone(),
+        tapegate::outbox::Handles::new(&outbox).ingest(),
         committed_tx,
         tokio_util::sync::CancellationToken::new(),
     ));

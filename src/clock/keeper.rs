@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use super::policy::{decide, ClockPolicy, ClockSettings, Facts, Trust, Verdict};
 use super::source::{Reading, SharedClock};
 use crate::metrics::{ClockState, Metrics};
-use crate::outbox::{ClockChange, Outbox, OutboxError, Released};
+use crate::outbox::{ClockChange, ClockOutbox, OutboxError, Released};
 
 /// While captures are held, the clock is looked at this often (a sync is noticed
 /// within it).
@@ -36,6 +36,8 @@ pub struct ClockKeeper {
     next_check: Option<Instant>,
     /// Where the verdict in force is shown (`tapegate_clock_state`).
     metrics: Option<Arc<Metrics>>,
+    /// Its handle on the outbox: record the boot, apply a verdict.
+    outbox: ClockOutbox,
 }
 
 impl ClockKeeper {
@@ -45,7 +47,7 @@ impl ClockKeeper {
     pub async fn start(
         clock: SharedClock,
         settings: ClockSettings,
-        outbox: &Outbox,
+        outbox: ClockOutbox,
     ) -> Result<(ClockKeeper, u64), OutboxError> {
         let boot_id = clock.boot_id().unwrap_or_else(|| {
             // Without a boot id, boot times are comparable only within this process.
@@ -56,7 +58,7 @@ impl ClockKeeper {
             );
             id
         });
-        let start = outbox.call(move |s| s.begin_boot(&boot_id)).await?;
+        let start = outbox.begin_boot(boot_id).await?;
         let facts = Facts {
             synced_this_boot: start.synced_this_boot,
             high_water_ms: start.high_water_ms,
@@ -70,9 +72,10 @@ impl ClockKeeper {
             verdict: Verdict::Synced,
             next_check: None,
             metrics: None,
+            outbox,
         };
         let verdict = keeper.judge(&now);
-        let released = keeper.apply(verdict, &now, outbox).await?;
+        let released = keeper.apply(verdict, &now).await?;
         Ok((keeper, released))
     }
 
@@ -99,14 +102,14 @@ impl ClockKeeper {
 
     /// Looks at the clock and applies a changed verdict. Returns how many held captures
     /// were released.
-    pub async fn check(&mut self, outbox: &Outbox) -> Result<u64, OutboxError> {
+    pub async fn check(&mut self) -> Result<u64, OutboxError> {
         let now = self.clock.read();
         let verdict = self.judge(&now);
         if same_kind(verdict, self.verdict) {
             self.schedule(verdict);
             return Ok(0);
         }
-        let applied = self.apply(verdict, &now, outbox).await;
+        let applied = self.apply(verdict, &now).await;
         if applied.is_err() {
             // The verdict in force stays; try again soon, not at once.
             self.next_check = Some(Instant::now() + HOLD_CHECK);
@@ -139,12 +142,7 @@ impl ClockKeeper {
         verdict
     }
 
-    async fn apply(
-        &mut self,
-        verdict: Verdict,
-        now: &Reading,
-        outbox: &Outbox,
-    ) -> Result<u64, OutboxError> {
+    async fn apply(&mut self, verdict: Verdict, now: &Reading) -> Result<u64, OutboxError> {
         let change = ClockChange {
             hold: verdict.holds(),
             synced: verdict == Verdict::Synced,
@@ -153,7 +151,7 @@ impl ClockKeeper {
             boot_ms: now.boot_ms,
             wall_ms: now.wall_ms,
         };
-        let released = outbox.call(move |s| s.apply_clock(&change)).await?;
+        let released = self.outbox.apply_clock(change).await?;
         log_change(verdict, &released);
         self.verdict = verdict;
         if let Some(m) = &self.metrics {
@@ -224,7 +222,7 @@ mod tests {
     use super::*;
     use crate::clock::fake::HandClock;
     use crate::clock::policy::Hold;
-    use crate::outbox::{Store, StoreOptions};
+    use crate::outbox::{Outbox, Store, StoreOptions};
     use crate::record::{Capture, Mac};
 
     const WRONG: i64 = 1_700_000_000_000;
@@ -265,22 +263,25 @@ mod tests {
     async fn the_keeper_holds_until_sync_then_releases_each_capture_at_its_true_time() {
         let (_dir, outbox, clock) = setup();
         clock.set(WRONG + 10_000, 10_000, false, true);
-        let (mut keeper, released) =
-            ClockKeeper::start(clock.clone(), settings(ClockPolicy::Auto), &outbox)
-                .await
-                .unwrap();
+        let (mut keeper, released) = ClockKeeper::start(
+            clock.clone(),
+            settings(ClockPolicy::Auto),
+            crate::outbox::Handles::new(&outbox).clock(),
+        )
+        .await
+        .unwrap();
         assert_eq!(released, 0);
         assert_eq!(keeper.verdict(), Verdict::Hold(Hold::AwaitingSync));
         assert!(keeper.next_check.is_some());
 
         outbox.call(|s| s.enqueue(&[live(20_000)])).await.unwrap();
         clock.set(WRONG + 30_000, 30_000, false, true);
-        assert_eq!(keeper.check(&outbox).await.unwrap(), 0);
+        assert_eq!(keeper.check().await.unwrap(), 0);
         assert!(deliverable(&outbox).await.is_empty());
 
         // Synced: three weeks forward.
         clock.set(WRONG + WEEKS_3 + 40_000, 40_000, true, true);
-        assert_eq!(keeper.check(&outbox).await.unwrap(), 1);
+        assert_eq!(keeper.check().await.unwrap(), 1);
         assert_eq!(keeper.verdict(), Verdict::Synced);
         assert_eq!(deliverable(&outbox).await, vec![WRONG + WEEKS_3 + 20_000]);
         // Synced this boot under "auto": nothing can change the verdict any more.
@@ -295,16 +296,20 @@ mod tests {
             policy: ClockPolicy::Auto,
             max_hold: Duration::from_secs(1),
         };
-        let (mut keeper, _) = ClockKeeper::start(clock.clone(), one_second, &outbox)
-            .await
-            .unwrap();
+        let (mut keeper, _) = ClockKeeper::start(
+            clock.clone(),
+            one_second,
+            crate::outbox::Handles::new(&outbox).clock(),
+        )
+        .await
+        .unwrap();
         outbox.call(|s| s.enqueue(&[live(10_500)])).await.unwrap();
         clock.set(WRONG + 10_999, 10_999, false, true);
-        assert_eq!(keeper.check(&outbox).await.unwrap(), 0);
+        assert_eq!(keeper.check().await.unwrap(), 0);
         assert!(keeper.verdict().holds());
 
         clock.set(WRONG + 11_000, 11_000, false, true);
-        assert_eq!(keeper.check(&outbox).await.unwrap(), 1);
+        assert_eq!(keeper.check().await.unwrap(), 1);
         assert_eq!(keeper.verdict(), Verdict::Trusted(Trust::HoldExpired));
         assert_eq!(deliverable(&outbox).await, vec![WRONG + 10_500]);
         // What comes after is no longer held.
@@ -320,9 +325,13 @@ mod tests {
     async fn without_a_time_service_the_keeper_trusts_and_holds_nothing() {
         let (_dir, outbox, clock) = setup();
         clock.set(WRONG, 1, false, false);
-        let (keeper, _) = ClockKeeper::start(clock.clone(), settings(ClockPolicy::Auto), &outbox)
-            .await
-            .unwrap();
+        let (keeper, _) = ClockKeeper::start(
+            clock.clone(),
+            settings(ClockPolicy::Auto),
+            crate::outbox::Handles::new(&outbox).clock(),
+        )
+        .await
+        .unwrap();
         assert_eq!(keeper.verdict(), Verdict::Trusted(Trust::NoTimeService));
         outbox.call(|s| s.enqueue(&[live(2)])).await.unwrap();
         assert_eq!(deliverable(&outbox).await, vec![WRONG + 2]);

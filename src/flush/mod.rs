@@ -6,8 +6,12 @@ Its decisions are a pure planner ([`plan`]: batch composition, the split queue, 
 window), and what an answer means is one function ([`answer::classify`]). This file
 is the shell that carries the plan out: it fetches batches from the outbox, sends each
 as its own task, records each answer in the outbox (a row leaves `pending` only in the
-transaction that stores its reading or dead letter), logs, and keeps `status` told of
-the batches in flight and the concurrency limit.
+transaction that stores its reading or dead letter), logs, and keeps its state (the
+batches in flight, the concurrency limit, the last good flush) published in memory and
+written for `status` within a bound (`state.rs`). It touches the outbox only through its
+handle ([`FlusherOutbox`]: claim, fetch, settle, note). By seam: `shell.rs` the loop's
+state beside the planner, `send.rs` a batch's request task and its answer, `notes.rs`
+what a planner's note logs and records.
 
 | answer | action |
 |---|---|
@@ -44,29 +48,26 @@ Shutdown: `stop` ends new sends and waits for the answers of the batches in flig
 
 pub mod answer;
 mod deadlog;
+mod inputs;
+mod notes;
 pub mod plan;
+mod send;
+mod shell;
+mod state;
 
-use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
-use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
-use crate::api::{ApiError, BulkAnswerItem, BulkItem, ServiceClient};
-use crate::clock::{rfc3339, SharedClock};
-use crate::config::{FlushSettings, MacFormat};
-use crate::heard_now::HeardNow;
-use crate::metrics::Metrics;
-use crate::outbox::{AnswerNotes, FlusherState, Outbox, OutboxError, Outcome, PendingCapture};
-use crate::systemd::Beat;
+use crate::outbox::{AnswerNotes, OutboxError, Outcome, PendingCapture};
 
 pub use answer::{classify, Action};
 pub use deadlog::{DeadLetterLog, DEAD_LETTER_LOG_EVERY};
+pub use inputs::{FlushControl, FlushReport, Flusher};
 pub use plan::{Batch, BatchId, Note, Part, Planner, Resolution, Step};
+pub use state::STATE_EVERY;
+
+use shell::Shell;
 
 /// Rows looked at, at most, to fill one batch.
 const SCAN_LIMIT: usize = 20_000;
@@ -75,101 +76,20 @@ const SCAN_LIMIT: usize = 20_000;
 /// that did not come through ingest, such as dead letters re-queued from the CLI).
 const IDLE_RECHECK: Duration = Duration::from_secs(5);
 
-/// What the flusher did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FlushReport {
-    pub batches: u64,
-    pub delivered: u64,
-    pub dead_letters: u64,
-    pub failures: u64,
-}
-
-/// The flusher's inputs.
-pub struct Flusher {
-    pub client: ServiceClient,
-    pub outbox: Outbox,
-    pub settings: FlushSettings,
-    pub mac_format: MacFormat,
-    pub gateway_id: String,
-    /// The tapes heard: told what the service said of each (for `device add --nearest`).
-    pub heard: Arc<HeardNow>,
-    /// Touched on every turn, for the watchdog.
-    pub beat: Beat,
-    /// Request latency, batch sizes, failures by cause, for `/metrics` and `/healthz`.
-    pub metrics: Arc<Metrics>,
-    /// The daemon's clock (correlation ids, the times `status` shows, pruning).
-    pub clock: SharedClock,
-}
-
-/// How the flusher is told to end.
-pub struct FlushControl {
-    /// Bumped by ingest after each commit; closed when ingest has ended.
-    pub committed: watch::Receiver<u64>,
-    /// Send nothing new; end once the batches in flight are answered (shutdown).
-    pub stop: CancellationToken,
-    /// Drop the batches in flight (shutdown grace ran out); their rows stay pending.
-    pub abandon: CancellationToken,
-    /// End once ingest has ended and nothing is pending (`--until-drained`).
-    pub until_drained: bool,
-}
-
-/// A batch's request, answered (or failed).
-struct Answered {
-    batch: BatchId,
-    mac_ids: Vec<String>,
-    correlation_id: String,
-    answer: Result<Vec<BulkAnswerItem>, ApiError>,
-    elapsed: Duration,
-}
-
-/// The loop's state beside the planner.
-struct Shell {
-    plan: Planner,
-    report: FlushReport,
-    requests: JoinSet<Answered>,
-    /// Which batch each request task carries (a task that panics still names it).
-    tasks: HashMap<tokio::task::Id, BatchId>,
-    dead_log: DeadLetterLog,
-    /// A failure was logged at WARN and no batch has been answered since.
-    warned: bool,
-    /// Writes of the delivery error (for `status`) that failed in a row.
-    unnoted: FailedInARow,
-    seq: u64,
-}
-
-/// A failure that repeats while a condition lasts (a full disk), logged once when it
-/// begins and once when it ends, with how many times it happened.
-#[derive(Debug, Default)]
-struct FailedInARow(u64);
-
-impl FailedInARow {
-    /// One more failure: `true` for the first of a run.
-    fn failed(&mut self) -> bool {
-        self.0 += 1;
-        self.0 == 1
-    }
-
-    /// It worked: how many failures the run that ended had, if one did.
-    fn worked(&mut self) -> Option<u64> {
-        Some(std::mem::take(&mut self.0)).filter(|n| *n > 0)
-    }
+/// What a turn of the loop leads to.
+enum Turn {
+    /// Take the next step at once.
+    Again,
+    /// Wait for something to happen, at most until then.
+    Wait(Option<Instant>),
+    /// The flusher ends.
+    End,
 }
 
 impl Flusher {
     /// Runs until stopped (or drained, with `until_drained`).
     pub async fn run(self, mut ctl: FlushControl) -> FlushReport {
-        let mut sh = Shell {
-            plan: Planner::new(self.settings.clone()),
-            report: FlushReport::default(),
-            requests: JoinSet::new(),
-            tasks: HashMap::new(),
-            dead_log: DeadLetterLog::default(),
-            warned: false,
-            unnoted: FailedInARow::default(),
-            seq: 0,
-        };
-        let mut ingest_done = false;
-
+        let mut sh = Shell::new(&self.settings);
         loop {
             self.beat.touch();
             let now = Instant::now();
@@ -182,202 +102,145 @@ impl Flusher {
             } else {
                 sh.plan.next(now)
             };
-            let until = match step {
-                Step::Send(batch) => {
-                    self.send(&mut sh, batch);
-                    continue;
-                }
-                Step::Record(settle) => {
-                    self.record(&mut sh, settle, "").await;
-                    continue;
-                }
-                Step::Claim(part) => {
-                    let (ids, unclaim) = (part.ids(), sh.plan.take_unclaimed());
-                    match self.outbox.call(move |s| s.claim(&ids, &unclaim)).await {
-                        Ok(present) => {
-                            if let Some(batch) = sh.plan.claimed(part, &present, Instant::now()) {
-                                self.send(&mut sh, batch);
-                            }
-                        }
-                        Err(OutboxError::Closed) => {
-                            tracing::error!("the outbox has closed; flusher stops");
-                            break;
-                        }
-                        Err(e) => {
-                            let cause = format!("cannot read the outbox: {e}");
-                            let res = sh.plan.claim_failed(part, cause, now, fastrand::f64());
-                            self.carry_out(&mut sh, res, "").await;
-                        }
-                    }
-                    continue;
-                }
-                Step::Fetch { max } => {
-                    let busy = sh.plan.busy().clone();
-                    let unclaim = sh.plan.take_unclaimed();
-                    let fetched = self
-                        .outbox
-                        .call(move |s| s.claim_next_batch(max, SCAN_LIMIT, &busy, &unclaim))
-                        .await;
-                    let fetched = match fetched {
-                        Ok(f) => f,
-                        Err(OutboxError::Closed) => {
-                            tracing::error!("the outbox has closed; flusher stops");
-                            break;
-                        }
-                        Err(e) => {
-                            // A read that fails (I/O) may work later: back off, not spin.
-                            let cause = format!("cannot read the outbox: {e}");
-                            let res = sh.plan.read_failed(cause, now, fastrand::f64());
-                            self.carry_out(&mut sh, res, "").await;
-                            continue;
-                        }
-                    };
-                    let empty = fetched.rows.is_empty();
-                    // Time has passed (the fetch), and a pause may have begun: the
-                    // planner decides at the time it decides.
-                    match sh.plan.offer(fetched, ingest_done, Instant::now()) {
-                        Step::Send(batch) => {
-                            self.send(&mut sh, batch);
-                            continue;
-                        }
-                        Step::Wait(until) => {
-                            if empty && ctl.until_drained && ingest_done && sh.plan.is_idle() {
-                                break;
-                            }
-                            until
-                        }
-                        Step::Fetch { .. } | Step::Record(_) | Step::Claim(_) => None,
-                    }
-                }
-                Step::Wait(until) => until,
+            let until = match self.take(&mut sh, step, now, &ctl).await {
+                Turn::Again => continue,
+                Turn::End => break,
+                Turn::Wait(until) => until,
             };
-            let cap = now + IDLE_RECHECK;
-            let until = until.map_or(cap, |u| u.min(cap));
-            tokio::select! {
-                Some(joined) = sh.requests.join_next_with_id(), if !sh.requests.is_empty() => {
-                    self.answered(&mut sh, joined).await;
-                }
-                r = ctl.committed.changed(), if !ingest_done => {
-                    ingest_done = r.is_err();
-                    sh.plan.committed();
-                }
-                _ = tokio::time::sleep_until(until) => {}
-                _ = ctl.stop.cancelled(), if !stopping => {}
-                _ = ctl.abandon.cancelled() => {
-                    tracing::warn!(
-                        batches = sh.requests.len(),
-                        "shutdown: abandoned the batches in flight; their captures stay pending"
-                    );
-                    sh.requests.abort_all();
-                    sh.plan.abandon_in_flight();
-                    break;
-                }
+            let until = self.keep_state(&mut sh, until).await;
+            if !self.wait(&mut sh, &mut ctl, now, until, stopping).await {
+                break;
             }
         }
-        let state = FlusherState {
-            ok_at: None,
-            in_flight: 0,
-            concurrency: sh.plan.window(),
-        };
-        if let Err(e) = self.outbox.call(move |s| s.note_flusher(&state)).await {
-            tracing::debug!(error = %e, "could not record the flusher's state");
-        }
+        self.stopped(&mut sh).await;
         sh.report
     }
 
-    /// Sends `batch` as a task of its own.
-    fn send(&self, sh: &mut Shell, batch: Batch) {
-        sh.seq += 1;
-        sh.report.batches += 1;
-        let correlation_id = format!("{}-{}-{}", self.gateway_id, self.clock.wall_ms(), sh.seq);
-        let mac_ids: Vec<String> = batch
-            .rows
-            .iter()
-            .map(|p| self.mac_format.format(p.capture.mac))
-            .collect();
-        let items: Vec<BulkItem> = batch
-            .rows
-            .iter()
-            .zip(&mac_ids)
-            .map(|(p, mac_id)| BulkItem {
-                mac_id: mac_id.clone(),
-                ble_packet: p.capture.packet.clone(),
-                product_id: p.capture.product_id.clone(),
-                scan_time: (p.capture.ts_ms.div_euclid(1000)).to_string(),
-            })
-            .collect();
-        tracing::debug!(
-            correlation_id,
-            items = items.len(),
-            in_flight = sh.plan.in_flight(),
-            concurrency_limit = sh.plan.window(),
-            "batch sent"
-        );
-        let client = self.client.clone();
-        let id = batch.id;
-        let metrics = self.metrics.clone();
-        let clock = self.clock.clone();
-        let rows = batch.rows.clone();
-        let task = async move {
-            let started = Instant::now();
-            let request = metrics.request();
-            let answer = client.decode_bulk(&items, &correlation_id).await;
-            let failure = match &answer {
-                Ok(items) if items.is_empty() => Some("empty_answer"),
-                Ok(_) => None,
-                Err(e) => Some(e.label()),
-            };
-            request.answered(&rows, failure, clock.wall_ms());
-            Answered {
-                batch: id,
-                mac_ids,
-                correlation_id,
-                answer,
-                elapsed: started.elapsed(),
+    /// Carries out one step of the planner.
+    async fn take(&self, sh: &mut Shell, step: Step, now: Instant, ctl: &FlushControl) -> Turn {
+        match step {
+            Step::Send(batch) => {
+                self.send(sh, batch);
+                Turn::Again
             }
-        };
-        let handle = sh.requests.spawn(task.in_current_span());
-        sh.tasks.insert(handle.id(), id);
+            Step::Record(settle) => {
+                self.record(sh, settle, "").await;
+                Turn::Again
+            }
+            Step::Claim(part) => self.claim(sh, part, now).await,
+            Step::Fetch { max } => self.fetch(sh, max, now, ctl).await,
+            Step::Wait(until) => Turn::Wait(until),
+        }
     }
 
-    /// Carries out what an answer means.
-    async fn answered(
-        &self,
-        sh: &mut Shell,
-        joined: Result<(tokio::task::Id, Answered), tokio::task::JoinError>,
-    ) {
-        let (action, batch, correlation_id) = match joined {
-            Ok((task, a)) => {
-                sh.tasks.remove(&task);
-                tracing::debug!(
-                    correlation_id = a.correlation_id,
-                    items = a.mac_ids.len(),
-                    ms = a.elapsed.as_millis() as u64,
-                    ok = a.answer.is_ok(),
-                    "batch answered"
-                );
-                (classify(&a.mac_ids, a.answer), a.batch, a.correlation_id)
+    /// Claims a parked or split part's rows again and sends what is still pending.
+    async fn claim(&self, sh: &mut Shell, part: Part, now: Instant) -> Turn {
+        let (ids, unclaim) = (part.ids(), sh.plan.take_unclaimed());
+        match self.outbox.claim(ids, unclaim).await {
+            Ok(present) => {
+                if let Some(batch) = sh.plan.claimed(part, &present, Instant::now()) {
+                    self.send(sh, batch);
+                }
             }
+            Err(OutboxError::Closed) => return closed(),
             Err(e) => {
-                // A request task that panicked: its batch failed like a lost answer.
-                let Some(batch) = sh.tasks.remove(&e.id()) else {
-                    return;
-                };
-                tracing::error!(error = %e, "a request task failed; its batch will be sent again");
-                let cause = "request task failed".to_string();
-                let action = Action::Retry {
-                    cause,
-                    label: "task_failed",
-                    retry_after: None,
-                    isolate: false,
-                };
-                (action, batch, String::new())
+                let cause = format!("cannot read the outbox: {e}");
+                let res = sh.plan.claim_failed(part, cause, now, fastrand::f64());
+                self.carry_out(sh, res, "").await;
+            }
+        }
+        Turn::Again
+    }
+
+    /// Fetches the next batch and offers it to the planner.
+    async fn fetch(&self, sh: &mut Shell, max: usize, now: Instant, ctl: &FlushControl) -> Turn {
+        let (busy, unclaim) = (sh.plan.busy().clone(), sh.plan.take_unclaimed());
+        let fetched = match self.outbox.fetch(max, SCAN_LIMIT, busy, unclaim).await {
+            Ok(f) => f,
+            Err(OutboxError::Closed) => return closed(),
+            Err(e) => {
+                // A read that fails (I/O) may work later: back off, not spin.
+                let cause = format!("cannot read the outbox: {e}");
+                let res = sh.plan.read_failed(cause, now, fastrand::f64());
+                self.carry_out(sh, res, "").await;
+                return Turn::Again;
             }
         };
-        let res = sh
-            .plan
-            .answered(batch, action, Instant::now(), fastrand::f64());
-        self.carry_out(sh, res, &correlation_id).await;
+        let empty = fetched.rows.is_empty();
+        // Time has passed (the fetch), and a pause may have begun: the planner decides
+        // at the time it decides.
+        match sh.plan.offer(fetched, sh.ingest_done, Instant::now()) {
+            Step::Send(batch) => {
+                self.send(sh, batch);
+                Turn::Again
+            }
+            Step::Wait(_) if empty && ctl.until_drained && sh.ingest_done && sh.plan.is_idle() => {
+                Turn::End
+            }
+            Step::Wait(until) => Turn::Wait(until),
+            Step::Fetch { .. } | Step::Record(_) | Step::Claim(_) => Turn::Wait(None),
+        }
+    }
+
+    /// Waits for an answer, a commit, the time `until` (capped for the watchdog) or
+    /// shutdown; `false` when the batches in flight were abandoned.
+    async fn wait(
+        &self,
+        sh: &mut Shell,
+        ctl: &mut FlushControl,
+        now: Instant,
+        until: Option<Instant>,
+        stopping: bool,
+    ) -> bool {
+        let cap = now + IDLE_RECHECK;
+        let until = until.map_or(cap, |u| u.min(cap));
+        tokio::select! {
+            Some(joined) = sh.requests.join_next_with_id(), if !sh.requests.is_empty() => {
+                self.answered(sh, joined).await;
+            }
+            r = ctl.committed.changed(), if !sh.ingest_done => {
+                sh.ingest_done = r.is_err();
+                sh.plan.committed();
+            }
+            _ = tokio::time::sleep_until(until) => {}
+            _ = ctl.stop.cancelled(), if !stopping => {}
+            _ = ctl.abandon.cancelled() => {
+                tracing::warn!(
+                    batches = sh.requests.len(),
+                    "shutdown: abandoned the batches in flight; their captures stay pending"
+                );
+                sh.requests.abort_all();
+                sh.plan.abandon_in_flight();
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Publishes the state to this daemon's readers and writes it for `status` when it
+    /// is due (`state.rs`); returns `until`, brought forward to when a write falls due.
+    async fn keep_state(&self, sh: &mut Shell, until: Option<Instant>) -> Option<Instant> {
+        let state = sh.state();
+        self.outbox.publish(state);
+        let now = Instant::now();
+        if let Some(due) = sh.state.due(state, now) {
+            if self.outbox.note_state(due).await.is_ok() {
+                sh.state.written(due, now);
+            }
+        }
+        match sh.state.due_at(&state, now) {
+            Some(at) if at > now => Some(until.map_or(at, |u| u.min(at))),
+            _ => until,
+        }
+    }
+
+    /// Writes the final state: nothing in flight, and the last delivery.
+    async fn stopped(&self, sh: &mut Shell) {
+        let state = sh.state.now(0, sh.plan.window());
+        self.outbox.publish(state);
+        if let Err(e) = self.outbox.note_state(state).await {
+            tracing::debug!(error = %e, "could not record the flusher's state");
+        }
     }
 
     /// Logs the notes of a resolution, tells the metrics (and so `/healthz`) whether
@@ -411,24 +274,21 @@ impl Flusher {
             .iter()
             .filter(|(_, o)| matches!(o, Outcome::Delivered(_)))
             .count();
-        let rows = settle.clone();
         let at = self.clock.wall_ms();
+        // The state as it will be once this is recorded (kept only if it is).
+        let mut state_notes_after = sh.state;
+        if delivered > 0 {
+            state_notes_after.delivered(at);
+        }
+        let state = state_notes_after.now(sh.plan.in_flight(), sh.plan.window());
+        let now = Instant::now();
+        let due = state_notes_after.due(state, now);
         let notes = AnswerNotes {
-            flusher: Some(FlusherState {
-                ok_at: (delivered > 0).then_some(at),
-                in_flight: sh.plan.in_flight(),
-                concurrency: sh.plan.window(),
-            }),
+            flusher: due,
             heard: self.heard.changes(&settle),
         };
         let unclaim = sh.plan.take_unclaimed();
-        let written = self
-            .outbox
-            .call(move |s| {
-                s.unclaim(&unclaim);
-                s.settle_noting(&rows, at, &notes)
-            })
-            .await;
+        let written = self.outbox.settle(unclaim, settle.clone(), at, notes).await;
         if let Err(e) = written {
             let cause = format!("could not record the service's answer: {e}");
             let res = sh
@@ -442,6 +302,11 @@ impl Flusher {
             }
             return;
         }
+        if let Some(due) = due {
+            state_notes_after.written(due, now);
+        }
+        sh.state = state_notes_after;
+        self.outbox.publish(state);
         sh.plan.recorded(&settle);
         self.heard.answered(&settle);
         sh.report.delivered += delivered as u64;
@@ -454,129 +319,10 @@ impl Flusher {
             }
         }
     }
-
-    /// Logs one note of the planner (and records a backoff's cause for `status`).
-    async fn note(&self, sh: &mut Shell, note: Note, correlation_id: &str) {
-        match note {
-            Note::Split { items, reason } => tracing::info!(
-                correlation_id,
-                items,
-                reason,
-                "the service refused the batch (400); splitting it to find what it refuses"
-            ),
-            Note::Isolating { items, cause } => tracing::info!(
-                correlation_id,
-                items,
-                cause,
-                "a batch keeps failing while others are delivered; splitting it to find the capture at fault"
-            ),
-            Note::Shrunk { sent, limit } => tracing::warn!(
-                correlation_id,
-                sent,
-                new_limit = limit,
-                "the service said the batch was too large (413); sending smaller batches from now on"
-            ),
-            Note::Window { from, to } if to < from => tracing::info!(
-                from,
-                to,
-                in_flight = sh.plan.in_flight(),
-                "fewer batches in flight while the service struggles"
-            ),
-            Note::Window { from, to } => tracing::debug!(
-                from,
-                to,
-                in_flight = sh.plan.in_flight(),
-                "more batches in flight"
-            ),
-            Note::Recovered => {
-                if std::mem::take(&mut sh.warned) {
-                    tracing::info!(correlation_id, "delivery recovered");
-                }
-            }
-            Note::BackOff {
-                cause,
-                delay,
-                server,
-                ..
-            } => {
-                sh.report.failures += 1;
-                let cause = if server {
-                    format!(
-                        "{cause} until {} (the service's Retry-After)",
-                        rfc3339(self.clock.wall_ms() + delay.as_millis() as i64)
-                    )
-                } else {
-                    cause
-                };
-                let retry_in_ms = delay.as_millis() as u64;
-                let (in_flight, window) = (sh.plan.in_flight(), sh.plan.window());
-                if std::mem::replace(&mut sh.warned, true) {
-                    tracing::debug!(correlation_id, cause, retry_in_ms, "delivery failed again");
-                } else {
-                    tracing::warn!(
-                        correlation_id,
-                        cause,
-                        retry_in_ms,
-                        in_flight,
-                        concurrency_limit = window,
-                        "delivery failed; backing off"
-                    );
-                }
-                let at = self.clock.wall_ms();
-                self.metrics
-                    .set_paused_until(at + delay.as_millis() as i64);
-                let state = FlusherState {
-                    ok_at: None,
-                    in_flight,
-                    concurrency: window,
-                };
-                let unclaim = sh.plan.take_unclaimed();
-                let written = self
-                    .outbox
-                    .call(move |s| {
-                        s.unclaim(&unclaim);
-                        s.note_error(&cause, at)?;
-                        s.note_flusher(&state)
-                    })
-                    .await;
-                // Logged when it starts failing and when it works again, not at every
-                // backoff while the disk stays full.
-                match written {
-                    Err(e) => {
-                        if sh.unnoted.failed() {
-                            tracing::warn!(
-                                error = %e,
-                                "could not record the delivery error for status; not logged again until it can be"
-                            );
-                        }
-                    }
-                    Ok(()) => {
-                        if let Some(failed) = sh.unnoted.worked() {
-                            tracing::info!(
-                                failed,
-                                "the delivery error is recorded for status again, after {failed} failed attempts"
-                            );
-                        }
-                    }
-                }
-            }
-        }
-    }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_repeating_failure_is_told_when_it_begins_and_when_it_ends_with_its_count() {
-        let mut f = FailedInARow::default();
-        assert_eq!(f.worked(), None, "nothing to tell");
-        assert!(f.failed(), "the first failure is logged");
-        assert!(!f.failed());
-        assert!(!f.failed());
-        assert_eq!(f.worked(), Some(3));
-        assert_eq!(f.worked(), None);
-        assert!(f.failed(), "a new run is logged again");
-    }
+/// The outbox has closed (shutdown, or its thread died): the flusher ends.
+fn closed() -> Turn {
+    tracing::error!("the outbox has closed; flusher stops");
+    Turn::End
 }

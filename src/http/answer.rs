@@ -14,7 +14,7 @@ use hyper::{Response, StatusCode};
 use crate::health;
 use crate::heard_now::HeardNow;
 use crate::metrics::Metrics;
-use crate::outbox::Outbox;
+use crate::outbox::Reader;
 use crate::source::SourceHealth;
 use crate::systemd::Liveness;
 
@@ -23,7 +23,8 @@ pub struct HttpState {
     pub gateway_id: String,
     /// The source `[scanner]` names, for the page (`ble`, `replay`, `sim`).
     pub source: String,
-    pub outbox: Outbox,
+    /// The outbox's readers' handle (the flusher's state from memory).
+    pub outbox: Reader,
     pub liveness: Liveness,
     /// Whether captures can be committed (the ingest stage's word).
     pub admission: Arc<health::Admission>,

@@ -47,10 +47,7 @@ pub(super) async fn render(state: &HttpState) -> Answer {
     let seen = state.heard.since(now - HEARD_WINDOW_MS, MAX_TAPES);
     let last_heard = state.heard.since(EpochMillis::MIN, 1).first().map(|s| s.at);
     let macs: Vec<_> = seen.iter().map(|s| s.mac).collect();
-    let read = state
-        .outbox
-        .call(move |s| Ok((s.stats()?, s.tapes_known(&macs)?)))
-        .await;
+    let read = state.outbox.stats_and_known(macs).await;
     let (stats, tapes) = match read {
         Ok((stats, known)) => (Ok(stats), seen.into_iter().zip(known).collect()),
         Err(e) => {

@@ -47,7 +47,7 @@ pub(super) async fn answer(
 }
 
 async fn scrape(state: &HttpState) -> Answer {
-    let stats = match state.outbox.call(|s| s.stats()).await {
+    let stats = match state.outbox.stats().await {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(error = %e, "/metrics: cannot read the state database");

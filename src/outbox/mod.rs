@@ -14,7 +14,7 @@ outcome (delivered, counted, or a dead letter). Delivery is therefore at-least-o
 | `dead_letters` | captures the service refused, with its `error` and `dead_at` |
 | `tapes` | the latest reading of each tape, written behind: the daemon holds the readings it has not written in memory and writes them at most a minute later, with the answers or on their own, and when it stops (`latest.rs`; no history of readings is kept: the service keeps them) |
 | `counters` | `admitted`, `delivered`, `dead_lettered`, `evicted`, `dead_letters_dropped`; `evicted_max_pending`, `evicted_max_age`, `evicted_max_bytes` (which bound evicted) |
-| `meta` | `last_flush_ok_at`, `last_error`, `last_error_at`; the flusher's batches in flight and concurrency limit (`flush_in_flight`, `flush_concurrency`, written with each settle); the BLE scanner's ladder counts (`scanner_*`); `clock_state` |
+| `meta` | `last_flush_ok_at`, `last_error`, `last_error_at`; the flusher's batches in flight and concurrency limit (`flush_in_flight`, `flush_concurrency`, and `last_flush_ok_at`: written at once for a new limit or the first delivery, else within `flush::STATE_EVERY` (5 s) of a change, and at stop; the running daemon's readers take them from memory); the BLE scanner's ladder counts (`scanner_*`); `clock_state` |
 | `boots` | each boot seen (`boot_id` from the kernel) and `synced_at`, when its clock was first seen synchronised |
 | `rate_sends` | per API identity, the times of its last requests that count in the service's shared rate window (spec 8; at most 10 each, see `api::rate`); shared by every CLI run |
 | `heard` | the tapes heard in the last [`HEARD_KEEP_MS`] that the service refused as unknown (not found): when last heard, strongest recent RSSI, `known` (1 once decoded since); written only in the transaction that records such a refusal (the daemon keeps every tape it hears in memory, `heard_now.rs`), read by `device add --nearest` |
@@ -97,7 +97,9 @@ and holds and releases captures for the clock keeper; `dock.rs` the rate window 
 tapes heard, for the operator commands of the service interface; `lock.rs` the state
 directory's one owner; `access.rs` who may create and write the state (a database is
 created only by the state directory's owner, or by root for it). `handle.rs` is the
-owner thread.
+owner thread; `users/` the one small handle each user gets over it ([`Handles`]: the
+ingest writer, the flusher's, the clock keeper's, the readers', the scanner notes, the
+stages'), so that no stage can do to the database more than its few calls.
 */
 
 mod access;
@@ -112,6 +114,7 @@ mod queue;
 mod retention;
 mod scan;
 mod store;
+mod users;
 
 pub use access::why_unwritable;
 pub use clock::{BootStart, ClockChange, ClockStatus, Released};
@@ -126,6 +129,10 @@ pub use retention::{keep_bounds, Evictions};
 // The settings' types are config's words (`[outbox]`), shown here for the store's users.
 pub use crate::config::{Durability, Retention};
 pub use store::{OpenReport, Store, StoreOptions};
+pub use users::{
+    overlay_flusher, ClockOutbox, FlusherOutbox, Handles, IngestWriter, Reader, ScannerNotes,
+    StageOutbox,
+};
 
 use std::path::PathBuf;
 

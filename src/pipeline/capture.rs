@@ -47,7 +47,13 @@ pub(super) async fn start(
         .with_health(parts.source_health.clone());
     let live = source.is_live();
     let announces_start = source.announces_start();
-    let clock = start_clock(config, parts.clock.clone(), &parts.outbox, &parts.metrics).await;
+    let clock = start_clock(
+        config,
+        parts.clock.clone(),
+        parts.outbox.clock(),
+        &parts.metrics,
+    )
+    .await;
     {
         let stop = stops.source.clone();
         let run = async move { source.run(adverts_tx, stop).await.map_err(RunError::from) };
@@ -72,7 +78,7 @@ pub(super) async fn start(
                 admission: parts.admission.clone(),
             },
             adverts_rx,
-            parts.outbox.clone(),
+            parts.outbox.ingest(),
             committed_tx,
             stops.abandon.clone(),
         ),

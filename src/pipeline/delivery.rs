@@ -41,7 +41,7 @@ pub(super) fn start(
     // The delivery stage: a flusher that a reload may replace (src/reload.rs).
     let flusher = reload::flush_stage(
         reload::FlushStage {
-            outbox: parts.outbox.clone(),
+            outbox: parts.outbox.flusher(),
             gateway_id: config.gateway.id.clone(),
             beat,
             metrics: parts.metrics.clone(),

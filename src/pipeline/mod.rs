@@ -97,7 +97,12 @@ async fn run_in(
     // Held until this function returns: after the outbox has closed.
     let _owner_of_state_dir = StateLock::acquire(&config.gateway.state_dir)?;
     let (outbox, owner) = open::outbox(&config, &options.clock).await?;
-    let mut parts = parts::Parts::new(&config, outbox.clone(), options.clock.clone()).await;
+    let mut parts = parts::Parts::new(
+        &config,
+        crate::outbox::Handles::new(&outbox),
+        options.clock.clone(),
+    )
+    .await;
     let mut outward = open::Outward::open(&config, &parts.metrics, &options.clock).await?;
     let (reloads, reloaded) = parts::reload_channels(&config);
     let stops = parts::Stops::default();

@@ -14,7 +14,7 @@ use crate::config::Config;
 use crate::http;
 use crate::inventory::Inventory;
 use crate::metrics::Metrics;
-use crate::outbox::{Outbox, Store, StoreOptions};
+use crate::outbox::{ClockOutbox, Handles, Outbox, StageOutbox, Store, StoreOptions};
 use crate::record::EpochMillis;
 use crate::telemetry::Pusher;
 
@@ -61,7 +61,7 @@ pub(super) async fn outbox(
 /// Reads what is still pending, lets go of the last handle and waits for the owner
 /// thread, which closes the database (checkpointing the WAL) once every handle is gone.
 pub(super) async fn close(outbox: Outbox, owner: std::thread::JoinHandle<()>) -> u64 {
-    let pending = outbox.call(|s| Ok(s.pending())).await.unwrap_or(0);
+    let pending = Handles::new(&outbox).stages().pending().await;
     drop(outbox);
     let _ = tokio::task::spawn_blocking(move || owner.join()).await;
     pending
@@ -112,7 +112,7 @@ impl Outward {
 /// logged; nothing else depends on it.
 pub(super) async fn record_inventory(
     config: &Config,
-    outbox: &Outbox,
+    outbox: &StageOutbox,
     metrics: &Metrics,
     started_at: EpochMillis,
 ) -> Option<Inventory> {
@@ -131,7 +131,7 @@ pub(super) async fn record_inventory(
         "inventory"
     );
     let record = inventory.clone();
-    if let Err(e) = outbox.call(move |s| s.note_inventory(&record)).await {
+    if let Err(e) = outbox.note_inventory(record).await {
         tracing::warn!(error = %e, "cannot record the inventory in the state database");
     }
     Some(inventory)
@@ -143,7 +143,7 @@ pub(super) async fn record_inventory(
 pub(super) async fn start_clock(
     config: &Config,
     clock: SharedClock,
-    outbox: &Outbox,
+    outbox: ClockOutbox,
     metrics: &Arc<Metrics>,
 ) -> Option<ClockKeeper> {
     match ClockKeeper::start(clock, config.gateway.clock, outbox).await {

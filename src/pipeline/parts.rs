@@ -16,7 +16,7 @@ use crate::health::Admission;
 use crate::heard_now::HeardNow;
 use crate::inventory::Inventory;
 use crate::metrics::Metrics;
-use crate::outbox::Outbox;
+use crate::outbox::Handles;
 use crate::products::Products;
 use crate::reload::FlushSetup;
 use crate::source::SourceHealth;
@@ -28,7 +28,8 @@ pub(super) struct Parts {
     /// Every stage's beat, for the watchdog and `/healthz`.
     pub liveness: Liveness,
     pub source_health: Arc<SourceHealth>,
-    pub outbox: Outbox,
+    /// The outbox's handles: each stage and service is handed its own.
+    pub outbox: Handles,
     pub metrics: Arc<Metrics>,
     /// What the daemon recorded of itself at start (for the reloader).
     pub inventory: Option<Inventory>,
@@ -42,10 +43,11 @@ pub(super) struct Parts {
 impl Parts {
     /// Makes the shared handles over an open `outbox`, gathering and recording the
     /// inventory on the way.
-    pub(super) async fn new(config: &Config, outbox: Outbox, clock: SharedClock) -> Parts {
+    pub(super) async fn new(config: &Config, outbox: Handles, clock: SharedClock) -> Parts {
         let metrics = Arc::new(Metrics::new());
         let started_at = clock.wall_ms();
-        let inventory = super::open::record_inventory(config, &outbox, &metrics, started_at).await;
+        let inventory =
+            super::open::record_inventory(config, &outbox.stages(), &metrics, started_at).await;
         Parts {
             notifier: Notifier::from_env(),
             liveness: Liveness::default(),

@@ -16,7 +16,7 @@ use super::parts::{Parts, Reloads};
 use crate::config::Config;
 use crate::health::{self, HealthKeeper};
 use crate::http::HttpState;
-use crate::outbox::Outbox;
+use crate::outbox::StageOutbox;
 use crate::reload;
 use crate::systemd::{self, Liveness, Notifier};
 
@@ -47,7 +47,8 @@ pub(super) async fn start(
     let status_task = tokio::spawn(
         health::report_status(
             parts.notifier.clone(),
-            parts.outbox.clone(),
+            parts.outbox.reader(),
+            parts.outbox.scanner(),
             HealthKeeper::new(parts.source_health.clone(), parts.clock.clone()),
             tasks.clone(),
         )
@@ -56,7 +57,7 @@ pub(super) async fn start(
     let http_state = Arc::new(HttpState {
         gateway_id: config.gateway.id.clone(),
         source: config.scanner.source.name().to_string(),
-        outbox: parts.outbox.clone(),
+        outbox: parts.outbox.reader(),
         liveness: parts.liveness.clone(),
         admission: parts.admission.clone(),
         metrics: parts.metrics.clone(),
@@ -68,7 +69,7 @@ pub(super) async fn start(
     let services = Arc::new(tokio::sync::Mutex::new(reload::Services::new(
         tasks.clone(),
         http_state,
-        parts.outbox.clone(),
+        parts.outbox.reader(),
     )));
     {
         let mut s = services.lock().await;
@@ -83,7 +84,7 @@ pub(super) async fn start(
         )?),
         None => None,
     };
-    keep_bounds(config, &parts.outbox, &tasks);
+    keep_bounds(config, parts.outbox.stages(), &tasks);
     watchdog(&parts.notifier, parts.liveness, &tasks);
     Ok(Running {
         tasks,
@@ -142,7 +143,7 @@ fn reloader(
         dedup: reloads.dedup,
         flush: config.service.is_some().then_some(reloads.flush),
         services: services.clone(),
-        outbox: parts.outbox.clone(),
+        outbox: parts.outbox.stages(),
         metrics: parts.metrics.clone(),
         clock: parts.clock.clone(),
         running: config.clone(),
@@ -155,14 +156,12 @@ fn reloader(
 
 /// The age and size bounds, kept while nothing is committed too (a dock hearing
 /// nothing while its uplink is down).
-fn keep_bounds(config: &Config, outbox: &Outbox, tasks: &CancellationToken) {
+fn keep_bounds(config: &Config, outbox: StageOutbox, tasks: &CancellationToken) {
     if config.outbox.max_age.is_some() || config.outbox.max_bytes.is_some() {
         let every = config.outbox.max_age.map_or(RETENTION_EVERY, |age| {
             (age / 4).clamp(Duration::from_secs(1), RETENTION_EVERY)
         });
-        tokio::spawn(
-            crate::outbox::keep_bounds(outbox.clone(), every, tasks.clone()).in_current_span(),
-        );
+        tokio::spawn(outbox.keep_bounds(every, tasks.clone()).in_current_span());
     }
 }
 

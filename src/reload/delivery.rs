@@ -13,7 +13,7 @@ use crate::config::{Config, FlushSettings, MacFormat};
 use crate::flush::{FlushControl, FlushReport, Flusher};
 use crate::heard_now::HeardNow;
 use crate::metrics::Metrics;
-use crate::outbox::Outbox;
+use crate::outbox::FlusherOutbox;
 use crate::systemd::Beat;
 
 /// What the delivery stage runs with; a new one restarts it.
@@ -42,7 +42,7 @@ impl FlushSetup {
 
 /// The delivery stage's fixed parts.
 pub struct FlushStage {
-    pub outbox: Outbox,
+    pub outbox: FlusherOutbox,
     pub gateway_id: String,
     pub beat: Beat,
     pub metrics: Arc<Metrics>,

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::http::{self, HttpState};
-use crate::outbox::Outbox;
+use crate::outbox::Reader;
 use crate::telemetry::Pusher;
 
 /// A server or pusher task and the token that stops it.
@@ -28,11 +28,11 @@ pub struct Services {
     http_state: Arc<HttpState>,
     http: Option<(SocketAddr, Task<()>)>,
     telemetry: Option<Task<Pusher>>,
-    outbox: Outbox,
+    outbox: Reader,
 }
 
 impl Services {
-    pub fn new(parent: CancellationToken, http_state: Arc<HttpState>, outbox: Outbox) -> Services {
+    pub fn new(parent: CancellationToken, http_state: Arc<HttpState>, outbox: Reader) -> Services {
         Services {
             parent,
             http_state,

@@ -41,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::SharedClock;
 use crate::config::{TelemetryAuth, TelemetrySettings};
 use crate::metrics::{Metrics, PushOutcome};
-use crate::outbox::Outbox;
+use crate::outbox::Reader;
 use crate::record::EpochMillis;
 use crate::secret::{scrub, Secret};
 
@@ -153,7 +153,7 @@ impl Pusher {
 
     /// Pushes every interval until `stop`, the first at once; returns itself with the
     /// pushes not yet sent.
-    pub async fn run(mut self, outbox: Outbox, stop: CancellationToken) -> Pusher {
+    pub async fn run(mut self, outbox: Reader, stop: CancellationToken) -> Pusher {
         tracing::info!(
             url = %self.settings.url,
             interval_secs = self.settings.interval.as_secs(),
@@ -166,7 +166,7 @@ impl Pusher {
                 _ = stop.cancelled() => break,
                 _ = tick.tick() => {}
             }
-            match outbox.call(|s| s.stats()).await {
+            match outbox.stats().await {
                 Ok(stats) => {
                     let at = self.clock.wall_ms();
                     match self.metrics.encode(&stats, at) {
