@@ -16,6 +16,7 @@ use std::sync::Mutex;
 
 use hashlink::LruCache;
 
+pub use crate::outbox::HeardChanges;
 use crate::outbox::{HeardTape, Outcome, PendingCapture};
 use crate::record::{EpochMillis, Mac};
 
@@ -67,22 +68,6 @@ impl Seen {
             best_at: self.best_at,
             known: self.known,
         }
-    }
-}
-
-/// What the state database must learn of the tapes heard, with an answer being
-/// recorded ([`HeardNow::changes`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HeardChanges {
-    /// Tapes refused as unknown: their rows, written (`known` false).
-    pub unknown: Vec<HeardTape>,
-    /// Tapes the database holds as unknown that the service has now decoded.
-    pub known: Vec<Mac>,
-}
-
-impl HeardChanges {
-    pub fn is_empty(&self) -> bool {
-        self.unknown.is_empty() && self.known.is_empty()
     }
 }
 

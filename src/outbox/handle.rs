@@ -3,7 +3,8 @@
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::{OutboxError, Store};
+use super::db::OutboxError;
+use super::store::Store;
 
 type Job = Box<dyn FnOnce(&mut Store) + Send>;
 

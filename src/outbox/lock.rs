@@ -51,7 +51,7 @@ impl StateLock {
                 source.kind(),
                 std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
             );
-            match super::why_unwritable(&state_dir.join(LOCK_FILE)).filter(|_| denied) {
+            match super::access::why_unwritable(&state_dir.join(LOCK_FILE)).filter(|_| denied) {
                 Some(why) => LockError::NotWritable {
                     dir: state_dir.to_path_buf(),
                     why,

@@ -22,9 +22,11 @@ use std::time::Duration;
 use rusqlite::{params, Transaction};
 use tokio_util::sync::CancellationToken;
 
-use super::clock::first_held;
-use super::store::{read_counters, write_counters, write_tx, Counters};
-use super::{Outbox, OutboxError, Retention, Store};
+use super::db::{read_counters, write_counters, write_tx, Counters, OutboxError};
+use super::handle::Outbox;
+use super::hold::first_held;
+use super::store::Store;
+use crate::config::Retention;
 use crate::record::EpochMillis;
 
 /// Rows evicted, by the bound that evicted them.
