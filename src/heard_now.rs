@@ -10,6 +10,9 @@ to the state database only what `--nearest` can choose from, the tapes the servi
 refused as unknown ([`HeardNow::changes`]), inside the transaction that records the
 refusal, which is written anyway: a tape the service knows costs no write at all, and
 nothing is written on the capture path.
+
+It touches only the outbox's words (`outbox/words.rs`: the tapes heard as the database
+keeps them, [`HeardChanges`], and the outcomes it is told), never the store itself.
 */
 
 use std::sync::Mutex;

@@ -5,6 +5,9 @@
 //! The in-memory side of a hold (this boot, the first held row, the last release, and
 //! how a capture committed now is timed) is `hold.rs`; this room records boots, applies
 //! the clock keeper's verdicts to the rows and reads the clock's state for `status`.
+//!
+//! It touches `db`, `hold.rs` and the [`Store`] it writes; `operator.rs` reads
+//! [`ClockStatus`] from it.
 
 use rusqlite::{params, OptionalExtension};
 

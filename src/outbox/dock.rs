@@ -4,6 +4,9 @@
 //! which `device add --nearest` chooses from. The daemon keeps the tapes it hears in
 //! memory ([`crate::heard_now`]) and writes here only those refusals (and their end),
 //! inside the transaction that records them.
+//!
+//! It touches `db`, the outbox's words and the [`Store`] it reads and writes;
+//! `settle.rs` calls [`record_heard`].
 
 use rusqlite::{params, Transaction};
 

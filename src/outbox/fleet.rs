@@ -1,6 +1,8 @@
 //! What the fleet's tools read from the state database beside the outbox: the
 //! inventory the daemon recorded at start ([`crate::inventory`]), kept in `meta` under
 //! `inventory` as JSON (no schema change; nothing secret is in it).
+//!
+//! It touches `db`, the inventory's type and the [`Store`] it reads.
 
 use rusqlite::OptionalExtension;
 

@@ -7,6 +7,8 @@
 //! `flock` is released by the kernel when the process dies however it dies, so a
 //! crashed daemon never leaves a stale lock behind; the PID written in the file is only
 //! for the message.
+//!
+//! It touches only `access.rs` (to say why a lock file cannot be written); no database.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};

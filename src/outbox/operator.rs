@@ -2,6 +2,9 @@
 //! `tapegate status` (and the notes the daemon leaves for it: last flush, last error,
 //! the BLE scanner's counts), stored dead letters (list, retry, purge), and the tapes'
 //! latest readings (with those the daemon has not written yet, `latest.rs`).
+//!
+//! It touches `db`, `clock.rs` and `retention.rs` (for `status`), the outbox's words
+//! and the [`Store`] it reads and writes.
 
 use rusqlite::{params, Connection, OptionalExtension};
 

@@ -15,6 +15,9 @@
 //! and counted in `evicted` and in the counter of that bound (`evicted_max_pending`,
 //! `evicted_max_age`, `evicted_max_bytes`). The bounds are kept at each commit of a
 //! group and, for a gateway that hears nothing, by [`keep_bounds`] now and then.
+//!
+//! It touches `db`, `hold.rs`, the owner thread (`handle.rs`, for [`keep_bounds`]) and
+//! the [`Store`] it writes; `enqueue.rs` calls [`evict_oldest`] and [`evict_past`].
 
 use std::collections::HashSet;
 use std::time::Duration;

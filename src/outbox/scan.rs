@@ -21,6 +21,9 @@
 //! (`tapegate dead-letters retry`, read from `PRAGMA data_version`). What it costs: the
 //! remembered rows, at most [`PASSED_MAX`]; past that (one tape holding most of the
 //! backlog, say) fetches walk from the front for a while, as they always did.
+//!
+//! It touches `db`, `cursor.rs` and the [`Store`] it walks; `fetch.rs` reads the rows
+//! it chose.
 
 use std::collections::HashSet;
 

@@ -30,7 +30,7 @@ impl Store {
     /// `pending` only here, together with its count (delivered) or its dead letter, and
     /// its claim is let go. A row already gone (its database replaced, say: a claimed
     /// row is never evicted) changes no counter. A delivered capture's reading becomes
-    /// its tape's latest, kept in memory and written behind ([`super::latest`]).
+    /// its tape's latest, kept in memory and written behind (`latest.rs`).
     /// Returns how many rows left.
     pub fn settle(
         &mut self,

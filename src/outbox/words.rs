@@ -57,7 +57,7 @@ pub struct HeardTape {
 }
 
 /// What the state database must learn of the tapes heard, with an answer being
-/// recorded ([`HeardNow::changes`]).
+/// recorded ([`crate::heard_now::HeardNow::changes`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HeardChanges {
     /// Tapes refused as unknown: their rows, written (`known` false).
