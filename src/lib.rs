@@ -52,15 +52,20 @@ daemon ([`pipeline`], [`reload`], [`http`]) < commands ([`cmd`], [`cli`]) <
   a database cannot be written; `retention.rs` the count, age and size bounds and the
   one eviction; `fleet.rs` the inventory, dead-letter summary and boots for the fleet's
   tools); its module doc is the design document.
-- [`flush`]: delivery to the bulk decode endpoint: `plan.rs` the pure planner (batches,
-  splits, isolation, attempt bounds, backoff, the concurrency window), `answer.rs` what
-  an answer means, `mod.rs` the loop with several batches in flight; [`backoff`] is the
-  one retry delay (flusher, token cache, ingest).
+- [`flush`]: delivery to the bulk decode endpoint: `plan/` the pure planner (batches,
+  splits, isolation, attempt bounds, backoff, the concurrency window: `verdict.rs` what
+  an answer does to its captures, `queue.rs` the parked parts, `window.rs` and
+  `pause.rs` pure state), `answer.rs` what an answer means, `mod.rs` the loop with
+  several batches in flight; [`backoff`] is the one retry delay (flusher, token cache,
+  ingest).
 - [`api`]: the transport shared by the daemon and the operator room (`grant.rs` the
-  password grant, `auth.rs` the token cache and its lifetime bounds, `decode.rs` bulk and single decode, `pause.rs`
-  the service's `Retry-After` held for every decode request from the instant it is
-  read, `error.rs` answers and transport failures mapped to typed kinds that say what
-  to do; `error/transport.rs` and `error/answer.rs` read them). [`secret`] keeps the password and token out of every text.
+  password grant, `auth.rs` the token cache and its lifetime bounds, `decode.rs` bulk
+  and single decode, `bulk_answer.rs` the bulk answer read as it streams, `decoded.rs`
+  the decoded packet both fill, `pause.rs` the service's `Retry-After` held for every
+  decode request from the instant it is read, `error.rs` answers and transport
+  failures mapped to typed kinds that say what to do; `error/transport.rs` and
+  `error/answer.rs` read them). [`secret`] keeps the password and token out of every
+  text.
 - [`operator`]: the operator room, the client of the rest of the service, one file per
   capability (`add.rs`, `label.rs` label and relabel, `show.rs`, `deactivate.rs`,
   `configure.rs`, with `devices.rs` the multi-device run they share and

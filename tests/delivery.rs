@@ -1591,7 +1591,7 @@ async fn a_retry_after_of_600_s_is_honoured_past_backoff_max_and_status_and_metr
     assert!((590..=600).contains(&ahead), "paused {ahead} s ahead");
     // Captures committed inside the pause wake the flusher and are not sent. (That the
     // pause lasts its 600 s past backoff_max is timing logic, checked with time passed
-    // in: flush::plan::tests::retry_after_is_honoured_beyond_backoff_max and
+    // in: flush::plan::tests::pause::retry_after_is_honoured_beyond_backoff_max and
     // api::pause::tests.)
     live.send(&trace(20, 0, 2)[20..]);
     until(

@@ -11,7 +11,7 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::decode::Decoded;
+use super::decoded::Decoded;
 
 /// The answer's top level.
 pub(super) enum Top {

@@ -27,6 +27,7 @@ Why it is built this way:
 mod auth;
 mod bulk_answer;
 mod decode;
+mod decoded;
 mod error;
 mod grant;
 mod pause;
@@ -44,7 +45,8 @@ use url::Url;
 use crate::config::{EnvironmentSettings, ServiceSettings};
 use crate::secret::{scrub, Secret};
 
-pub use decode::{BulkAnswerItem, BulkItem, Decoded};
+pub use decode::{BulkAnswerItem, BulkItem};
+pub use decoded::Decoded;
 pub use error::{parse_retry_after, ApiError, Endpoint, TransientKind, Transport, TransportKind};
 
 use auth::TokenCache;

@@ -1,0 +1,173 @@
+//! The concurrency window: grown by one on fast clean answers (past 8 only on a slow
+//! uplink, never wider than the tapes that fill it), halved once per round of failures.
+
+use super::*;
+
+#[test]
+fn the_window_grows_by_one_on_fast_clean_answers_up_to_max_in_flight() {
+    let mut p = Planner::new(FlushSettings {
+        max_in_flight: 3,
+        ..settings()
+    });
+    let pending = rows(0..400, 100);
+    let mut t = Instant::now();
+    assert_eq!(p.window(), 1);
+    for want in [2, 3, 3] {
+        let b = sent(fetch_and_offer(&mut p, &pending, t));
+        // Every batch the window allows is sent (it is in use), then all answer.
+        let mut batches = vec![b];
+        while let Step::Send(b) = fetch_and_offer(&mut p, &pending, t) {
+            batches.push(b);
+        }
+        t += Duration::from_millis(100);
+        for b in batches {
+            let res = p.answered(b.id, all_ok(&b), t, 1.0);
+            p.recorded(&res.settle);
+        }
+        assert_eq!(p.window(), want);
+    }
+}
+
+/// Catch-up over a slow uplink (issue 22): with the shipped settings, answers that take
+/// 200 ms every time but are clean grow the window past 8 (8 x 250 captures per 0.2 s is
+/// 10,000/s; 15,000/s needs 12) up to `flush.max_in_flight`, never a MAC in two batches
+/// at once; one round of 503s still halves it.
+#[test]
+fn slow_clean_answers_grow_the_window_past_8_to_the_shipped_max_and_trouble_halves_it() {
+    let max = crate::config::DEFAULTS.flush.max_in_flight as usize;
+    let mut p = Planner::new(FlushSettings {
+        max_in_flight: max,
+        ..settings()
+    });
+    let pending = rows(0..2_000, 200);
+    let mut t = Instant::now();
+    for _ in 0..2 * max {
+        let mut batches: Vec<Batch> = Vec::new();
+        while let Step::Send(b) = fetch_and_offer(&mut p, &pending, t) {
+            batches.push(b);
+        }
+        let macs: Vec<Mac> = batches
+            .iter()
+            .flat_map(|b| b.rows.iter().map(|r| r.capture.mac))
+            .collect();
+        let distinct: HashSet<&Mac> = macs.iter().collect();
+        assert_eq!(distinct.len(), macs.len(), "a MAC in two batches in flight");
+        t += Duration::from_millis(200);
+        for b in batches {
+            let res = p.answered(b.id, all_ok(&b), t, 1.0);
+            p.recorded(&res.settle);
+        }
+    }
+    assert!(
+        max >= 12,
+        "the shipped max_in_flight ({max}) caps 0.2 s answers below 15,000/s"
+    );
+    assert_eq!(
+        p.window(),
+        max,
+        "slow but clean answers grow the window to its max"
+    );
+    let batches: Vec<Batch> = (0..max)
+        .map(|_| sent(fetch_and_offer(&mut p, &pending, t)))
+        .collect();
+    t += Duration::from_millis(200);
+    for b in &batches {
+        p.answered(b.id, retry("server error 503", None), t, 1.0);
+    }
+    assert_eq!(p.window(), max / 2, "a round of 503s halves it once");
+}
+
+/// A window is only as wide as the tapes free to fill its batches: with 10 tapes and
+/// batches of 4, the third batch of a round is a part (2 tapes), and no wider window
+/// would send anything but smaller batches.
+#[test]
+fn the_window_grows_no_wider_than_the_tapes_that_fill_its_batches() {
+    let mut p = Planner::new(FlushSettings {
+        max_in_flight: 32,
+        ..settings()
+    });
+    let pending = rows(0..400, 10);
+    let mut t = Instant::now();
+    for _ in 0..20 {
+        let mut batches: Vec<Batch> = Vec::new();
+        while let Step::Send(b) = fetch_and_offer(&mut p, &pending, t) {
+            batches.push(b);
+        }
+        t += Duration::from_millis(100);
+        for b in batches {
+            let res = p.answered(b.id, all_ok(&b), t, 1.0);
+            p.recorded(&res.settle);
+        }
+    }
+    assert_eq!(p.window(), 3, "two full batches and a part");
+}
+
+/// Fast answers (a near service) need no more than 8 batches in flight: the window
+/// stays there however high `max_in_flight` is.
+#[test]
+fn fast_answers_grow_the_window_to_8_and_no_further() {
+    let mut p = Planner::new(FlushSettings {
+        max_in_flight: 32,
+        ..settings()
+    });
+    let pending = rows(0..2_000, 200);
+    let mut t = Instant::now();
+    for _ in 0..40 {
+        let mut batches: Vec<Batch> = Vec::new();
+        while let Step::Send(b) = fetch_and_offer(&mut p, &pending, t) {
+            batches.push(b);
+        }
+        t += Duration::from_millis(5);
+        for b in batches {
+            let res = p.answered(b.id, all_ok(&b), t, 1.0);
+            p.recorded(&res.settle);
+        }
+    }
+    assert_eq!(p.window(), 8);
+}
+
+#[test]
+fn a_slow_answer_does_not_grow_the_window() {
+    let mut p = Planner::new(settings());
+    let pending = rows(0..400, 100);
+    let mut t = Instant::now();
+    let b = sent(fetch_and_offer(&mut p, &pending, t));
+    t += Duration::from_millis(100);
+    p.answered(b.id, all_ok(&b), t, 1.0);
+    assert_eq!(p.window(), 2);
+    let b = sent(fetch_and_offer(&mut p, &pending, t));
+    t += Duration::from_secs(3);
+    p.answered(b.id, all_ok(&b), t, 1.0);
+    assert_eq!(
+        p.window(),
+        2,
+        "thirty times slower than usual is no reason for more"
+    );
+}
+
+#[test]
+fn the_window_halves_on_a_503_429_or_timeout_once_per_round() {
+    for cause in ["server error 503", "rate limited", "timeout"] {
+        let mut p = Planner::new(settings());
+        p.window.size = 8;
+        let pending = rows(0..400, 100);
+        let t = Instant::now();
+        let batches: Vec<Batch> = (0..8)
+            .map(|_| sent(fetch_and_offer(&mut p, &pending, t)))
+            .collect();
+        let t1 = t + Duration::from_millis(50);
+        for b in &batches {
+            p.answered(b.id, retry(cause, None), t1, 1.0);
+        }
+        assert_eq!(
+            p.window(),
+            4,
+            "{cause}: eight failures of one round halve once"
+        );
+        // A batch sent after the decrease that fails again halves again.
+        let t2 = p.paused_until(t1).expect("paused");
+        let b = sent(fetch_and_offer(&mut p, &pending, t2));
+        p.answered(b.id, retry(cause, None), t2, 1.0);
+        assert_eq!(p.window(), 2, "{cause}");
+    }
+}
