@@ -10,12 +10,16 @@ to the state database only what `--nearest` can choose from, the tapes the servi
 refused as unknown ([`HeardNow::changes`]), inside the transaction that records the
 refusal, which is written anyway: a tape the service knows costs no write at all, and
 nothing is written on the capture path.
+
+It touches only the outbox's words (`outbox/words.rs`: the tapes heard as the database
+keeps them, [`HeardChanges`], and the outcomes it is told), never the store itself.
 */
 
 use std::sync::Mutex;
 
 use hashlink::LruCache;
 
+pub use crate::outbox::HeardChanges;
 use crate::outbox::{HeardTape, Outcome, PendingCapture};
 use crate::record::{EpochMillis, Mac};
 
@@ -67,22 +71,6 @@ impl Seen {
             best_at: self.best_at,
             known: self.known,
         }
-    }
-}
-
-/// What the state database must learn of the tapes heard, with an answer being
-/// recorded ([`HeardNow::changes`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HeardChanges {
-    /// Tapes refused as unknown: their rows, written (`known` false).
-    pub unknown: Vec<HeardTape>,
-    /// Tapes the database holds as unknown that the service has now decoded.
-    pub known: Vec<Mac>,
-}
-
-impl HeardChanges {
-    pub fn is_empty(&self) -> bool {
-        self.unknown.is_empty() && self.known.is_empty()
     }
 }
 

@@ -43,9 +43,11 @@ daemon ([`pipeline`], [`reload`], [`http`]) < commands ([`cmd`], [`cli`]) <
 - [`dedup`]: per-MAC deduplication on capture time (pure, time passed in).
 - [`ingest`]: the stage from advertisements to committed groups in the outbox
   (`ingest/commit.rs` the commit with its retry).
-- [`outbox`]: the durable, bounded SQLite store (`store.rs` open, migrate, quarantine,
-  reopen a file deleted under the daemon; `queue.rs` enqueue, next batch, settle;
-  `operator.rs` the reads and changes of `status`, `tapes`, `dead-letters`; `clock.rs`
+- [`outbox`]: the durable, bounded SQLite store (`db/` the leaf under it: connection,
+  schema and migrations, counters, column codecs, the error; `words.rs` its vocabulary,
+  which `heard_now` speaks too; `store.rs` open and quarantine, `existing.rs` the CLI's
+  opens, `reopen.rs` a file deleted under the daemon; `enqueue.rs`, `fetch.rs` with
+  `scan.rs`, `settle.rs` the daemon's path; `operator.rs` the reads and changes of `status`, `tapes`, `dead-letters`; `clock.rs`
   boots and held rows; `dock.rs` the rate window and the tapes heard; `lock.rs` one
   daemon per state directory; `access.rs` who may create and write the state, and why
   a database cannot be written; `retention.rs` the count, age and size bounds and the

@@ -10,6 +10,9 @@
 //! with the user to run as. And when a database cannot be written, [`why_unwritable`]
 //! says why (owner, mode, a read-only file system) and what fixes it, for the daemon's
 //! ERROR at start and for `/healthz`.
+//!
+//! A leaf: it touches only the file system (no database); `store.rs`, `reopen.rs` and
+//! `lock.rs` call it.
 
 use std::ffi::CString;
 use std::fs::File;

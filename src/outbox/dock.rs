@@ -4,30 +4,19 @@
 //! which `device add --nearest` chooses from. The daemon keeps the tapes it hears in
 //! memory ([`crate::heard_now`]) and writes here only those refusals (and their end),
 //! inside the transaction that records them.
+//!
+//! It touches `db`, the outbox's words and the [`Store`] it reads and writes;
+//! `settle.rs` calls [`record_heard`].
 
 use rusqlite::{params, Transaction};
 
-use super::store::{int_to_mac, mac_to_int, write_tx};
-use super::{OutboxError, Store};
-use crate::heard_now::HeardChanges;
-use crate::record::{EpochMillis, Mac};
+use super::db::{int_to_mac, mac_to_int, write_tx, OutboxError};
+use super::store::Store;
+use super::words::{HeardChanges, HeardTape};
+use crate::record::EpochMillis;
 
 /// Tapes not heard for this long are forgotten.
 pub const HEARD_KEEP_MS: EpochMillis = 10 * 60_000;
-
-/// A tape heard lately, as the daemon recorded it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct HeardTape {
-    pub mac: Mac,
-    /// When it was last heard (wall time).
-    pub last_at: EpochMillis,
-    /// Its strongest RSSI in the last half minute or so, and when.
-    pub best_rssi: Option<i16>,
-    pub best_at: EpochMillis,
-    /// `Some(true)`: the service decoded it; `Some(false)`: refused as not found;
-    /// `None`: no answer about it yet.
-    pub known: Option<bool>,
-}
 
 impl Store {
     /// Reads and replaces the times of an identity's last rate-limited requests in one

@@ -1,19 +1,20 @@
 //! What the fleet's tools read from the state database beside the outbox: the
 //! inventory the daemon recorded at start ([`crate::inventory`]), kept in `meta` under
 //! `inventory` as JSON (no schema change; nothing secret is in it).
+//!
+//! It touches `db`, the inventory's type and the [`Store`] it reads.
 
 use rusqlite::OptionalExtension;
 
-use super::{OutboxError, Store};
+use super::db::{int_to_mac, read_counters, synchronous, OutboxError};
+use super::store::Store;
+use crate::config::Durability;
 use crate::inventory::Inventory;
 
 impl Store {
     /// Sets `outbox.durability` on the open database (a reload).
-    pub fn set_durability(&mut self, durability: super::Durability) -> Result<(), OutboxError> {
-        let sync = match durability {
-            super::Durability::Full => "FULL",
-            super::Durability::Normal => "NORMAL",
-        };
+    pub fn set_durability(&mut self, durability: Durability) -> Result<(), OutboxError> {
+        let sync = synchronous(durability);
         self.conn
             .execute_batch(&format!("PRAGMA synchronous={sync};"))?;
         self.options.durability = durability;
@@ -90,15 +91,12 @@ impl Store {
         )?;
         let by_mac = stmt
             .query_map([top as i64], |r| {
-                Ok((
-                    super::store::int_to_mac(r.get(0)?).to_string(),
-                    r.get::<_, u64>(1)?,
-                ))
+                Ok((int_to_mac(r.get(0)?).to_string(), r.get::<_, u64>(1)?))
             })?
             .collect::<Result<_, _>>()?;
         Ok(DeadLetterSummary {
             stored,
-            total: super::store::read_counters(c)?.dead_lettered,
+            total: read_counters(c)?.dead_lettered,
             oldest_dead_at: oldest,
             newest_dead_at: newest,
             by_error,
@@ -125,7 +123,7 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use super::super::store::SCHEMA_VERSION;
+    use super::super::db::SCHEMA_VERSION;
     use super::*;
     use crate::outbox::StoreOptions;
 

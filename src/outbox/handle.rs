@@ -1,9 +1,13 @@
 //! The owner thread: one thread owns the [`Store`] and runs the jobs sent to it, so no
 //! lock is ever held across an `.await` and async stages never block on SQLite.
+//!
+//! It touches only the [`Store`] it owns and [`OutboxError`]; every user of the outbox
+//! outside it goes through [`Outbox::call`].
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::{OutboxError, Store};
+use super::db::OutboxError;
+use super::store::Store;
 
 type Job = Box<dyn FnOnce(&mut Store) + Send>;
 

@@ -12,6 +12,8 @@
 //! readings*, never a capture or a count (those are written with the answers). The
 //! daemon's own readers (the status page) see the unwritten readings; another process
 //! (`tapegate tapes`) reads the table, at most a minute behind the running daemon.
+//!
+//! A leaf: it touches only the `db` codecs and the outbox's words; the store holds it.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -19,8 +21,8 @@ use std::time::Duration;
 use rusqlite::{params, Transaction};
 use tokio::time::Instant;
 
-use super::store::mac_to_int;
-use super::TapeRow;
+use super::db::mac_to_int;
+use super::words::TapeRow;
 use crate::record::Mac;
 
 /// Unwritten readings wait at most this long (then the next transaction writes them).

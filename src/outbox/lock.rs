@@ -7,6 +7,8 @@
 //! `flock` is released by the kernel when the process dies however it dies, so a
 //! crashed daemon never leaves a stale lock behind; the PID written in the file is only
 //! for the message.
+//!
+//! It touches only `access.rs` (to say why a lock file cannot be written); no database.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
@@ -51,7 +53,7 @@ impl StateLock {
                 source.kind(),
                 std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
             );
-            match super::why_unwritable(&state_dir.join(LOCK_FILE)).filter(|_| denied) {
+            match super::access::why_unwritable(&state_dir.join(LOCK_FILE)).filter(|_| denied) {
                 Some(why) => LockError::NotWritable {
                     dir: state_dir.to_path_buf(),
                     why,

@@ -89,95 +89,68 @@ write on the normal path.
   in admission order, which is capture order, however many batches are in flight.
 
 # Code
-[`Store`] is one type in several files, by seam: `store.rs` opens, migrates and
-quarantines; `queue.rs` is the daemon's path (enqueue, next batch, settle); `operator.rs`
-is what `status`, `tapes` and `dead-letters` read and change; `latest.rs` writes the tapes' latest
-readings behind; `clock.rs` records boots
-and holds and releases captures for the clock keeper; `dock.rs` the rate window and the
-tapes heard, for the operator commands of the service interface; `lock.rs` the state
-directory's one owner; `access.rs` who may create and write the state (a database is
-created only by the state directory's owner, or by root for it). `handle.rs` is the
-owner thread; `users/` the one small handle each user gets over it ([`Handles`]: the
-ingest writer, the flusher's, the clock keeper's, the readers', the scanner notes, the
-stages'), so that no stage can do to the database more than its few calls.
+[`Store`] is one type in several rooms, by seam. At the bottom, `db` (a leaf: the
+connection and its pragmas, the schema and its migrations, the counters' and meta rows,
+how a MAC and a packet are kept, [`OutboxError`]) and `words.rs` (the outbox's
+vocabulary: a pending capture and its [`Outcome`], a tape's latest reading, the tapes
+heard that an answer tells the database about). Above them, what the store holds in
+memory, each a leaf: `hold.rs` (the clock's hold), `latest.rs` (the tapes' latest
+readings written behind), `cursor.rs` (where the flusher's fetches resume). Then
+`store.rs`, the type and opening it (with `existing.rs`, the CLI's opens, and
+`reopen.rs`, a database replaced under the daemon). Over it, the daemon's path:
+`enqueue.rs` (admitting groups), `scan.rs` and `fetch.rs` (the next batch, the claims),
+`settle.rs` (recording answers), `retention.rs` (the bounds); `clock.rs` records boots
+and applies the clock keeper's verdicts; `operator.rs` is what `status`, `tapes` and
+`dead-letters` read and change, `fleet.rs` what the fleet's tools read; `dock.rs` the
+rate window and the tapes heard for the operator commands of the service interface.
+`handle.rs` is the owner thread and `users/` the one small handle each user gets over
+it ([`Handles`]: the ingest writer, the flusher's, the clock keeper's, the readers', the
+scanner notes, the stages'), so that no stage can do to the database more than its few
+calls; `lock.rs` the state directory's one owner; `access.rs`
+who may create and write the state (a database is created only by the state directory's
+owner, or by root for it). Every arrow runs down this list; this file only declares the
+rooms and shows what they offer.
 */
 
 mod access;
 mod clock;
+mod cursor;
+mod db;
 mod dock;
+mod enqueue;
+mod existing;
+mod fetch;
 mod fleet;
 mod handle;
+mod hold;
 mod latest;
 mod lock;
 mod operator;
-mod queue;
+mod reopen;
 mod retention;
 mod scan;
+mod settle;
 mod store;
 mod users;
+mod words;
 
 pub use access::why_unwritable;
 pub use clock::{BootStart, ClockChange, ClockStatus, Released};
-pub use dock::{HeardTape, HEARD_KEEP_MS};
+pub use db::{OutboxError, DB_FILE, GROUP_MAX, MAX_DEAD_LETTERS};
+pub use dock::HEARD_KEEP_MS;
+pub use fetch::Fetched;
 pub use fleet::{BootRecord, DeadLetterSummary};
 pub use handle::Outbox;
 pub use latest::{LATEST_EVERY, LATEST_EVERY_ENV, LATEST_MAX};
 pub use lock::{LockError, StateLock, LOCK_FILE};
-pub use operator::{DeadLetter, FlusherState, ScannerCounts, Stats, TapeKnown, TapeRow};
-pub use queue::{AnswerNotes, Fetched, Outcome, PendingCapture, Reading};
+pub use operator::{DeadLetter, FlusherState, ScannerCounts, Stats, TapeKnown};
 pub use retention::{keep_bounds, Evictions};
+pub use settle::AnswerNotes;
+pub use store::{OpenReport, Store, StoreOptions};
+pub use words::{HeardChanges, HeardTape, Outcome, PendingCapture, Reading, TapeRow};
 // The settings' types are config's words (`[outbox]`), shown here for the store's users.
 pub use crate::config::{Durability, Retention};
-pub use store::{OpenReport, Store, StoreOptions};
 pub use users::{
     overlay_flusher, ClockOutbox, FlusherOutbox, Handles, IngestWriter, Reader, ScannerNotes,
     StageOutbox,
 };
-
-use std::path::PathBuf;
-
-/// A commit group holds at most this many captures.
-pub const GROUP_MAX: usize = 1000;
-
-/// Stored dead letters at most; past it the oldest are dropped (and counted).
-pub const MAX_DEAD_LETTERS: u64 = 100_000;
-
-/// The database file inside `gateway.state_dir`.
-pub const DB_FILE: &str = "outbox.db";
-
-/// What went wrong with the outbox, and what the caller should do.
-#[derive(Debug, thiserror::Error)]
-pub enum OutboxError {
-    /// The write failed and was rolled back (disk full, I/O error, locked): keep the
-    /// data and try again later.
-    #[error("outbox write failed and was rolled back ({0}); will retry")]
-    WriteFailed(#[source] rusqlite::Error),
-    /// The database cannot be used at all (permissions, newer schema).
-    #[error("outbox {path} cannot be opened: {reason}")]
-    Unusable { path: PathBuf, reason: String },
-    /// The database was written by a newer tapegate (a downgrade): it is left untouched
-    /// and the daemon refuses to start (exit 6, not restarted).
-    #[error("outbox {path} has schema version {found}, newer than this tapegate {} reads ({known}): it was written by a newer tapegate, and a downgrade is not supported. Install that newer version again; the database is left untouched", env!("CARGO_PKG_VERSION"))]
-    SchemaTooNew {
-        path: PathBuf,
-        found: i64,
-        known: i64,
-    },
-    /// This process cannot write the database (its owner, its mode, a read-only file
-    /// system): `why` says what fixes it. Retrying as it is will not.
-    #[error("outbox {path} cannot be written: {why}")]
-    NotWritable { path: PathBuf, why: String },
-    /// Any other database error.
-    #[error("outbox: {0}")]
-    Sqlite(#[from] rusqlite::Error),
-    /// The owner thread is gone (the daemon is shutting down or it panicked).
-    #[error("outbox owner thread has stopped")]
-    Closed,
-}
-
-impl OutboxError {
-    /// Whether the same operation may succeed later (so the caller keeps its data).
-    pub fn is_retryable(&self) -> bool {
-        matches!(self, OutboxError::WriteFailed(_))
-    }
-}

@@ -2,12 +2,20 @@
 //! `tapegate status` (and the notes the daemon leaves for it: last flush, last error,
 //! the BLE scanner's counts), stored dead letters (list, retry, purge), and the tapes'
 //! latest readings (with those the daemon has not written yet, `latest.rs`).
+//!
+//! It touches `db`, `clock.rs` and `retention.rs` (for `status`), the outbox's words
+//! and the [`Store`] it reads and writes.
 
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::clock::{clock_status, ClockStatus};
-use super::store::{int_to_mac, mac_to_int, packet_text, read_counters, write_counters, write_tx};
-use super::{OutboxError, Store};
+use super::db::{
+    int_to_mac, mac_to_int, packet_text, read_counters, set_meta, write_counters, write_tx,
+    OutboxError,
+};
+use super::retention::{evictions_in, used_bytes, Evictions};
+use super::store::Store;
+use super::words::TapeRow;
 use crate::record::{EpochMillis, Mac};
 
 /// A stored dead letter.
@@ -21,18 +29,6 @@ pub struct DeadLetter {
     pub rssi: Option<i16>,
     pub error: String,
     pub dead_at: EpochMillis,
-}
-
-/// The latest reading of one tape.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct TapeRow {
-    pub mac: Mac,
-    pub qr_code: Option<String>,
-    pub captured_at: EpochMillis,
-    pub decoded_at: EpochMillis,
-    pub rssi: Option<i16>,
-    pub temp: Option<f64>,
-    pub bat: Option<f64>,
 }
 
 /// What the state database knows of a tape heard now (the status page).
@@ -76,7 +72,7 @@ pub struct Stats {
     /// The clock's state, held captures and repairs.
     pub clock: ClockStatus,
     /// Evicted captures by the bound that evicted them (`retention.rs`).
-    pub evicted_by: super::Evictions,
+    pub evicted_by: Evictions,
     /// Bytes of the database's pages in use (what `outbox.max_bytes` bounds).
     pub database_bytes: u64,
 }
@@ -243,8 +239,8 @@ impl Store {
             scanner_reports_per_sec: meta("scanner_reports_per_sec")?.and_then(|v| v.parse().ok()),
             scanner_reports_at: int_meta("scanner_reports_at")?,
             clock: clock_status(&tx)?,
-            evicted_by: super::retention::evictions_in(&tx)?,
-            database_bytes: super::retention::used_bytes(&tx)?,
+            evicted_by: evictions_in(&tx)?,
+            database_bytes: used_bytes(&tx)?,
         };
         tx.finish()?;
         Ok(stats)
@@ -403,14 +399,6 @@ fn tape_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TapeRow> {
         temp: r.get(5)?,
         bat: r.get(6)?,
     })
-}
-
-fn set_meta(conn: &Connection, key: &str, value: &str) -> rusqlite::Result<()> {
-    conn.execute(
-        "INSERT INTO meta(key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        [key, value],
-    )?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -15,6 +15,9 @@
 //! and counted in `evicted` and in the counter of that bound (`evicted_max_pending`,
 //! `evicted_max_age`, `evicted_max_bytes`). The bounds are kept at each commit of a
 //! group and, for a gateway that hears nothing, by [`keep_bounds`] now and then.
+//!
+//! It touches `db`, `hold.rs`, the owner thread (`handle.rs`, for [`keep_bounds`]) and
+//! the [`Store`] it writes; `enqueue.rs` calls [`evict_oldest`] and [`evict_past`].
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -22,9 +25,11 @@ use std::time::Duration;
 use rusqlite::{params, Transaction};
 use tokio_util::sync::CancellationToken;
 
-use super::clock::first_held;
-use super::store::{read_counters, write_counters, write_tx, Counters};
-use super::{Outbox, OutboxError, Retention, Store};
+use super::db::{read_counters, write_counters, write_tx, Counters, OutboxError};
+use super::handle::Outbox;
+use super::hold::first_held;
+use super::store::Store;
+use crate::config::Retention;
 use crate::record::EpochMillis;
 
 /// Rows evicted, by the bound that evicted them.

@@ -21,94 +21,16 @@
 //! (`tapegate dead-letters retry`, read from `PRAGMA data_version`). What it costs: the
 //! remembered rows, at most [`PASSED_MAX`]; past that (one tape holding most of the
 //! backlog, say) fetches walk from the front for a while, as they always did.
+//!
+//! It touches `db`, `cursor.rs` and the [`Store`] it walks; `fetch.rs` reads the rows
+//! it chose.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::HashSet;
 
-use super::store::int_to_mac;
-use super::{OutboxError, Store};
+use super::cursor::{Cursor, PASSED_MAX, PLAIN_FETCHES};
+use super::db::{int_to_mac, OutboxError};
+use super::store::Store;
 use crate::record::Mac;
-
-/// Rows remembered at most (a few hundred kB); past it, fetches walk from the front
-/// for [`PLAIN_FETCHES`] fetches before trying again.
-pub const PASSED_MAX: usize = 16_384;
-
-/// Fetches that walk from the front after the rows passed over grew past [`PASSED_MAX`].
-const PLAIN_FETCHES: u32 = 64;
-
-/// Where the flusher's fetches resume; see the module doc.
-#[derive(Debug, Default)]
-pub(super) struct Cursor {
-    /// Rows below this id are claimed or in `passed`.
-    low: i64,
-    /// The unclaimed pending rows below `low`, by id...
-    passed: BTreeMap<i64, Mac>,
-    /// ...and by MAC, oldest first.
-    queues: HashMap<Mac, VecDeque<i64>>,
-    /// `PRAGMA data_version` when the cursor was last used: another connection's
-    /// commit changes it.
-    data_version: Option<i64>,
-    /// Fetches left to walk from the front (after an overflow).
-    plain: u32,
-}
-
-impl Cursor {
-    /// Every row may be anywhere: the next fetch starts from the front.
-    pub(super) fn reset(&mut self) {
-        self.low = 0;
-        self.passed.clear();
-        self.queues.clear();
-        self.data_version = None;
-    }
-
-    /// Rows from `id` on may be pending and not claimed (handed back, or inserted).
-    pub(super) fn lower(&mut self, id: i64) {
-        if id >= self.low {
-            return;
-        }
-        self.low = id;
-        // Newest first: each is the last of its queue.
-        for (id, mac) in self.passed.split_off(&id).into_iter().rev() {
-            if let Some(q) = self.queues.get_mut(&mac) {
-                if q.back() == Some(&id) {
-                    q.pop_back();
-                }
-                if q.is_empty() {
-                    self.queues.remove(&mac);
-                }
-            }
-        }
-    }
-
-    /// No row is remembered.
-    pub(super) fn is_empty(&self) -> bool {
-        self.passed.is_empty()
-    }
-
-    /// Rows `ids` are claimed (or gone): no longer among those passed over.
-    pub(super) fn claimed(&mut self, ids: &[i64]) {
-        if self.passed.is_empty() {
-            return;
-        }
-        for id in ids {
-            let Some(mac) = self.passed.remove(id) else {
-                continue;
-            };
-            if let Some(q) = self.queues.get_mut(&mac) {
-                if let Some(at) = q.iter().position(|i| i == id) {
-                    q.remove(at);
-                }
-                if q.is_empty() {
-                    self.queues.remove(&mac);
-                }
-            }
-        }
-    }
-
-    fn pass(&mut self, mac: Mac, id: i64) {
-        self.passed.insert(id, mac);
-        self.queues.entry(mac).or_default().push_back(id);
-    }
-}
 
 /// What a walk of `pending` found.
 pub(super) struct Walk {

@@ -1,0 +1,108 @@
+//! The outbox's database: the connection and its pragmas, the schema and its migrations
+//! (`schema.rs`), the counters' and meta rows (`counters.rs`), how a MAC and a packet
+//! are kept in columns (`codec.rs`) and the outbox's error (`error.rs`). Every other
+//! outbox file stands on it; it imports none of them (only config's `Durability` and the
+//! domain's words).
+
+mod codec;
+mod counters;
+mod error;
+mod schema;
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, Transaction};
+
+pub(super) use codec::{int_to_mac, mac_to_int, packet_text, packet_value};
+pub(super) use counters::{add_counter, read_counters, set_meta, write_counters, Counters};
+pub use error::OutboxError;
+pub(super) use schema::{Broken, SCHEMA_VERSION};
+
+use crate::config::Durability;
+
+/// A commit group holds at most this many captures.
+pub const GROUP_MAX: usize = 1000;
+
+/// Stored dead letters at most; past it the oldest are dropped (and counted).
+pub const MAX_DEAD_LETTERS: u64 = 100_000;
+
+/// The database file inside `gateway.state_dir`.
+pub const DB_FILE: &str = "outbox.db";
+
+/// Opens the database at `path` (created empty if it is not there) in WAL mode with
+/// the pragmas of `durability` and `max_page_count`, checks it (`quick_check`) and
+/// migrates it to this tapegate's schema.
+pub(super) fn connect(
+    path: &Path,
+    durability: Durability,
+    max_page_count: Option<u32>,
+) -> Result<Connection, Broken> {
+    let conn = Connection::open(path).map_err(Broken::from_sqlite)?;
+    conn.busy_timeout(Duration::from_secs(5))
+        .map_err(Broken::from_sqlite)?;
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+        .map_err(Broken::from_sqlite)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(Broken::Other(format!(
+            "cannot use WAL journal (got {mode})"
+        )));
+    }
+    let sync = synchronous(durability);
+    conn.execute_batch(&format!(
+        "PRAGMA synchronous={sync}; PRAGMA temp_store=MEMORY;"
+    ))
+    .map_err(Broken::from_sqlite)?;
+    if let Some(pages) = max_page_count {
+        conn.query_row(&format!("PRAGMA max_page_count={pages}"), [], |_| Ok(()))
+            .map_err(Broken::from_sqlite)?;
+    }
+    let check: String = conn
+        .query_row("PRAGMA quick_check", [], |r| r.get(0))
+        .map_err(Broken::from_sqlite)?;
+    if check != "ok" {
+        return Err(Broken::Corrupt(format!("quick_check: {check}")));
+    }
+    schema::migrate(&conn)?;
+    Ok(conn)
+}
+
+/// `PRAGMA synchronous` for `durability`.
+pub(super) fn synchronous(durability: Durability) -> &'static str {
+    match durability {
+        Durability::Full => "FULL",
+        Durability::Normal => "NORMAL",
+    }
+}
+
+/// Makes the next row inserted into `pending` in `tx` take an id of at least `floor`:
+/// a row at `floor - 1` holds the place until [`release_id_floor`] removes it in the
+/// same transaction, after the new rows are in.
+pub(super) fn hold_id_floor(tx: &Transaction<'_>, floor: i64) -> rusqlite::Result<()> {
+    if floor > 1 {
+        tx.execute(
+            "INSERT INTO pending(id, mac, captured_at, product_id, packet, rssi)
+             SELECT ?1, 0, 0, '', '', NULL WHERE NOT EXISTS (SELECT 1 FROM pending WHERE id >= ?1)",
+            [floor - 1],
+        )?;
+    }
+    Ok(())
+}
+
+/// Removes the place holder of [`hold_id_floor`].
+pub(super) fn release_id_floor(tx: &Transaction<'_>, floor: i64) -> rusqlite::Result<()> {
+    if floor > 1 {
+        tx.execute(
+            "DELETE FROM pending WHERE id = ?1 AND product_id = '' AND packet = ''",
+            [floor - 1],
+        )?;
+    }
+    Ok(())
+}
+
+/// A write transaction that takes the write lock at once, so that counters read in it
+/// cannot be changed by another connection (the CLI) before it commits.
+pub(super) fn write_tx(conn: &mut Connection) -> rusqlite::Result<Transaction<'_>> {
+    conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+}

@@ -1,0 +1,122 @@
+//! Opening an existing database for the CLI (`status`, `tapes`, `dead-letters`,
+//! `check`): creating and migrating nothing, and read-only for a user who may read the
+//! state directory but not write it. It touches `db` and the [`Store`] it returns.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+
+use super::db::{read_counters, OutboxError, SCHEMA_VERSION};
+use super::store::{Store, StoreOptions};
+
+/// How long `open_existing` waits for a database being created or migrated beside it
+/// (steps of this, this many times): migrating takes milliseconds.
+const MIGRATION_WAIT_STEP: Duration = Duration::from_millis(20);
+const MIGRATION_WAIT_STEPS: u32 = 100;
+
+impl Store {
+    /// Opens an existing database for the CLI without creating or migrating anything.
+    /// `Ok(None)` when there is no database yet.
+    pub fn open_existing(state_dir: &Path) -> Result<Option<Store>, OutboxError> {
+        let path = Self::path_in(state_dir);
+        if !path.exists() {
+            return Ok(None);
+        }
+        let conn = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        Self::existing(conn, path)
+    }
+
+    /// Opens an existing database to read it only (`status`, `tapes`, `dead-letters
+    /// list`, `check`), creating nothing, so that it works for a user who may read the
+    /// state directory but not write it. Such a user cannot make the shared-memory file
+    /// (`-shm`) a WAL database is read through: while the daemon runs it is there (and
+    /// read as it is); when it is not, no one is writing, and the file is read as it
+    /// lies on disk (SQLite's `immutable`), unless a write-ahead log left by a daemon
+    /// that did not close it holds what the file lacks (then the error says whom to run
+    /// as). `Ok(None)` when there is no database yet.
+    pub fn open_existing_read_only(state_dir: &Path) -> Result<Option<Store>, OutboxError> {
+        let path = Self::path_in(state_dir);
+        let Ok(meta) = std::fs::metadata(&path) else {
+            return Ok(None);
+        };
+        let side = |suffix: &str| PathBuf::from(format!("{}{suffix}", path.display()));
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        // The owner and root create the `-shm` as the owner's (SQLite hands it over).
+        let euid = unsafe { libc::geteuid() };
+        let may_create = {
+            use std::os::unix::fs::MetadataExt;
+            euid == 0 || euid == meta.uid()
+        };
+        let conn = if may_create || side("-shm").exists() {
+            Connection::open_with_flags(&path, flags)?
+        } else if side("-wal").metadata().is_ok_and(|m| m.len() > 0) {
+            return Err(OutboxError::Unusable {
+                path,
+                reason: "the daemon is not running and left a write-ahead log (-wal) that only its user can apply: run this as that user or root, or start the daemon".into(),
+            });
+        } else {
+            Connection::open_with_flags(
+                format!("file:{}?immutable=1", uri_path(&path)),
+                flags | OpenFlags::SQLITE_OPEN_URI,
+            )?
+        };
+        Self::existing(conn, path)
+    }
+
+    fn existing(conn: Connection, path: PathBuf) -> Result<Option<Store>, OutboxError> {
+        conn.busy_timeout(Duration::from_secs(5))?;
+        let read_version = || conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0));
+        let mut version = read_version()?;
+        if version == 0 {
+            // The daemon has created the file but not yet committed its schema (it is
+            // starting right now), or the file is empty: either way nothing is stored yet.
+            let tables: i64 =
+                conn.query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get(0))?;
+            if tables == 0 {
+                return Ok(None);
+            }
+        }
+        // A daemon starting beside us may be migrating it, one step a transaction:
+        // give it the moment that takes before calling the version wrong.
+        for _ in 0..MIGRATION_WAIT_STEPS {
+            if version == 0 || version >= SCHEMA_VERSION {
+                break;
+            }
+            std::thread::sleep(MIGRATION_WAIT_STEP);
+            version = read_version()?;
+        }
+        if version != SCHEMA_VERSION {
+            return Err(OutboxError::Unusable {
+                path,
+                reason: format!("schema version {version}, this tapegate reads {SCHEMA_VERSION}"),
+            });
+        }
+        let counters = read_counters(&conn)?;
+        Ok(Some(Store::from_parts(
+            conn,
+            StoreOptions::default(),
+            counters,
+            path,
+            None,
+        )))
+    }
+}
+
+/// `path` for a `file:` URI: every byte but the plainest percent-encoded (SQLite
+/// decodes them back into the bytes of the name).
+fn uri_path(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = String::new();
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'/' | b'.' | b'_' | b'-') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

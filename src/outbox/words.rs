@@ -1,0 +1,73 @@
+//! The outbox's vocabulary: a pending capture and the fate the service's answer gives it
+//! ([`Outcome`], [`Reading`]), a tape's latest reading ([`TapeRow`]), and the tapes
+//! heard that an answer tells the database about ([`HeardTape`], [`HeardChanges`]).
+//! A leaf: the outbox, the flusher and the tapes heard now (`heard_now`) all speak it;
+//! it touches only the domain's words (`record`).
+
+use crate::record::{Capture, EpochMillis, Mac};
+
+/// A pending capture as the flusher sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingCapture {
+    pub id: i64,
+    pub capture: Capture,
+}
+
+/// What the service decoded, as far as the gateway keeps it: the tape's latest reading
+/// (`tapegate tapes`, the status page). The readings themselves are the service's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reading {
+    pub qr_code: Option<String>,
+    pub temp: Option<f64>,
+    pub bat: Option<f64>,
+}
+
+/// What became of one pending capture.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Delivered(Reading),
+    /// Refused by the service; the text is the server's error.
+    DeadLetter(String),
+}
+
+/// The latest reading of one tape.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TapeRow {
+    pub mac: Mac,
+    pub qr_code: Option<String>,
+    pub captured_at: EpochMillis,
+    pub decoded_at: EpochMillis,
+    pub rssi: Option<i16>,
+    pub temp: Option<f64>,
+    pub bat: Option<f64>,
+}
+
+/// A tape heard lately, as the daemon recorded it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct HeardTape {
+    pub mac: Mac,
+    /// When it was last heard (wall time).
+    pub last_at: EpochMillis,
+    /// Its strongest RSSI in the last half minute or so, and when.
+    pub best_rssi: Option<i16>,
+    pub best_at: EpochMillis,
+    /// `Some(true)`: the service decoded it; `Some(false)`: refused as not found;
+    /// `None`: no answer about it yet.
+    pub known: Option<bool>,
+}
+
+/// What the state database must learn of the tapes heard, with an answer being
+/// recorded ([`crate::heard_now::HeardNow::changes`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeardChanges {
+    /// Tapes refused as unknown: their rows, written (`known` false).
+    pub unknown: Vec<HeardTape>,
+    /// Tapes the database holds as unknown that the service has now decoded.
+    pub known: Vec<Mac>,
+}
+
+impl HeardChanges {
+    pub fn is_empty(&self) -> bool {
+        self.unknown.is_empty() && self.known.is_empty()
+    }
+}
