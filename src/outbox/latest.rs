@@ -15,11 +15,10 @@
 //!
 //! A leaf: it touches only the `db` codecs and the outbox's words; the store holds it.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use rusqlite::{params, Connection, Transaction};
+use rusqlite::{params, Transaction};
 use tokio::time::Instant;
 
 use super::db::mac_to_int;
@@ -58,9 +57,6 @@ pub(super) struct Latest {
     unwritten: HashMap<Mac, TapeRow>,
     /// When the oldest unwritten reading came.
     since: Option<Instant>,
-    /// Whether each unwritten reading's tape has a row in `tapes` yet, as far as
-    /// [`Latest::new_tapes`] asked (each at most once until they are written).
-    in_table: RefCell<HashMap<Mac, bool>>,
 }
 
 impl Latest {
@@ -118,33 +114,6 @@ impl Latest {
     pub(super) fn written(&mut self) {
         self.unwritten = HashMap::new();
         self.since = None;
-        self.in_table.get_mut().clear();
-    }
-
-    /// How many of the unwritten readings are of tapes with no row in `tapes` yet: the
-    /// rows the table gains when they are written, so that the daemon's own count of
-    /// tapes (the page, `/metrics`, the demo) is not a minute behind. Asks the table
-    /// once per tape until they are written, and only when someone reads the count.
-    pub(super) fn new_tapes(&self, conn: &Connection) -> rusqlite::Result<u64> {
-        if self.unwritten.is_empty() {
-            return Ok(0);
-        }
-        let mut in_table = self.in_table.borrow_mut();
-        let mut exists =
-            conn.prepare_cached("SELECT EXISTS(SELECT 1 FROM tapes WHERE mac = ?1)")?;
-        let mut new = 0;
-        for mac in self.unwritten.keys() {
-            let present = match in_table.get(mac) {
-                Some(present) => *present,
-                None => {
-                    let present: bool = exists.query_row([mac_to_int(*mac)], |r| r.get(0))?;
-                    in_table.insert(*mac, present);
-                    present
-                }
-            };
-            new += u64::from(!present);
-        }
-        Ok(new)
     }
 
     /// The unwritten reading of `mac`, if any.
@@ -233,10 +202,7 @@ mod tests {
         let other = || Store::open_existing(dir.path()).unwrap().unwrap();
         assert!(other().tapes(100).unwrap().is_empty());
         assert_eq!(other().stats().unwrap().tapes, 0);
-        // The daemon counts both tapes before their rows are written.
-        assert_eq!(store.stats().unwrap().tapes, 2);
         store.write_latest().unwrap();
-        assert_eq!(store.stats().unwrap().tapes, 2);
         assert_eq!(temps(&other()), newest);
         // ...and a reading of an earlier capture never replaces a later one.
         store.enqueue(&[capture(1, 2_000)]).unwrap();
@@ -244,43 +210,6 @@ mod tests {
         assert_eq!(temps(&store), newest);
         drop(store);
         assert_eq!(temps(&other()), newest, "written when the store closes");
-    }
-
-    /// The daemon's count of tapes (page, `/metrics`, the demo) includes the tapes
-    /// whose first reading is not written yet, and counts a tape once whether or not
-    /// its row is written; another process counts the rows.
-    #[test]
-    fn the_daemon_counts_tapes_whose_first_reading_is_not_written_yet() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
-        let other = || Store::open_existing(dir.path()).unwrap().unwrap();
-        store
-            .enqueue(&[capture(1, 1_000), capture(2, 2_000)])
-            .unwrap();
-        deliver_all(&mut store);
-        assert_eq!(
-            (store.stats().unwrap().tapes, other().stats().unwrap().tapes),
-            (2, 0)
-        );
-        store.write_latest().unwrap();
-        store
-            .enqueue(&[capture(1, 4_000), capture(3, 5_000)])
-            .unwrap();
-        deliver_all(&mut store);
-        assert_eq!(
-            (store.stats().unwrap().tapes, other().stats().unwrap().tapes),
-            (3, 2)
-        );
-        assert_eq!(
-            store.stats().unwrap().tapes,
-            3,
-            "asked again: the same count"
-        );
-        store.write_latest().unwrap();
-        assert_eq!(
-            (store.stats().unwrap().tapes, other().stats().unwrap().tapes),
-            (3, 3)
-        );
     }
 
     #[test]

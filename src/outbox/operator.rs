@@ -224,8 +224,7 @@ impl Store {
             last_flush_ok_at: int_meta("last_flush_ok_at")?,
             last_error: meta("last_error")?,
             last_error_at: int_meta("last_error_at")?,
-            tapes: tx.query_row("SELECT COUNT(*) FROM tapes", [], |r| r.get::<_, u64>(0))?
-                + self.latest.new_tapes(&tx)?,
+            tapes: tx.query_row("SELECT COUNT(*) FROM tapes", [], |r| r.get(0))?,
             flush_in_flight: int_meta("flush_in_flight")?.map(|v| v.max(0) as u64),
             flush_concurrency: int_meta("flush_concurrency")?.map(|v| v.max(0) as u64),
             scanner: ScannerCounts {
