@@ -15,9 +15,11 @@ A gateway's port may face a whole dock network, and a few slow clients must not 
 the monitor that asks `/healthz`. Connections are capped at [`MAX_CONNECTIONS`]; a
 client gets [`HEADER_TIMEOUT`] to send its request; and when every connection is taken,
 a new one takes the place of the connection that has waited longest for its request
-(a client trickling a header byte a second, an idle keep-alive), which is closed. A
+(a client trickling a header byte a second, an idle keep-alive), which is closed, once
+that one has waited [`EVICTABLE_AFTER`]: until then the new one waits for a slot. A
 client whose request is complete is answered at once, so slow clients can only evict
-each other, never keep a prompt one out. A connection being answered is never cut.
+each other, never keep a prompt one out, however fast they reconnect. A connection
+being answered is never cut.
 
 This file only declares the room: `server.rs` (binding, the connection cap, serving),
 `routes.rs` (what each path answers), `page.rs` (the status page), and the leaf
@@ -32,4 +34,6 @@ mod routes;
 mod server;
 
 pub use answer::HttpState;
-pub use server::{bind, exposure_warning, serve, BindError, HEADER_TIMEOUT, MAX_CONNECTIONS};
+pub use server::{
+    bind, exposure_warning, serve, BindError, EVICTABLE_AFTER, HEADER_TIMEOUT, MAX_CONNECTIONS,
+};

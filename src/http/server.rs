@@ -1,5 +1,6 @@
 //! The server: binding the listen address, serving connections under the cap (a new one
-//! takes the place of the one waiting longest for its request), and stopping.
+//! takes the place of the one waiting longest for its request, once that one has had
+//! [`EVICTABLE_AFTER`] to send it), and stopping.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -25,6 +26,14 @@ pub const MAX_CONNECTIONS: usize = 64;
 
 /// How long a client has to send its request headers.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a connection is safe from eviction while it waits for its request: a
+/// prompt client (a monitor's probe) is read well within it, however fast slow clients
+/// reconnect. Without it, slow clients reconnecting as fast as they are closed evict
+/// every connection within milliseconds, the probe's too, on a busy machine. With it,
+/// a new connection at the cap waits for a slot: at most `MAX_CONNECTIONS` a second are
+/// taken over, which also bounds the work such a storm costs.
+pub const EVICTABLE_AFTER: Duration = Duration::from_secs(1);
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -76,27 +85,16 @@ pub async fn serve(listener: TcpListener, state: Arc<HttpState>, stop: Cancellat
                 }
             },
         };
-        let slot = match slots.clone().try_acquire_owned() {
-            Ok(slot) => slot,
-            Err(_) => {
-                // Every slot is taken: the connection that has waited longest for its
-                // request gives up its slot (if every one is being answered, the next
-                // answer frees one soon).
-                if open.evict_longest_waiting() {
-                    tracing::debug!("http: all connections taken; closed the one waiting longest for its request");
-                }
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    slot = slots.clone().acquire_owned() => match slot {
-                        Ok(slot) => slot,
-                        Err(_) => break,
-                    },
-                }
-            }
+        let Some(slot) = take_slot(&slots, &open, &stop).await else {
+            break;
         };
+        // Known to `open` before the next accept looks for one to evict (its task may
+        // not have run yet).
+        let (id, evicted) = open.add();
         connections.spawn(connection(
             stream,
             slot,
+            (id, evicted),
             state.clone(),
             open.clone(),
             stop.clone(),
@@ -107,15 +105,55 @@ pub async fn serve(listener: TcpListener, state: Arc<HttpState>, stop: Cancellat
     connections.wait().await;
 }
 
+/// A slot for a new connection: a free one, or else the one of the connection that has
+/// waited longest for its request, once it has waited [`EVICTABLE_AFTER`]; `None` at
+/// `stop`.
+async fn take_slot(
+    slots: &Arc<Semaphore>,
+    open: &OpenConnections,
+    stop: &CancellationToken,
+) -> Option<OwnedSemaphorePermit> {
+    loop {
+        if let Ok(slot) = slots.clone().try_acquire_owned() {
+            return Some(slot);
+        }
+        // Every slot is taken: an evicted connection frees its own as its task ends, a
+        // connection that ends frees its own, and else the longest waiting may be
+        // evicted later.
+        let evictable_at = match open.evict_longest_waiting(Instant::now()) {
+            Eviction::Evicted => {
+                tracing::debug!(
+                    "http: all connections taken; closed the one waiting longest for its request"
+                );
+                None
+            }
+            Eviction::NotBefore(at) => Some(at),
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return None,
+            slot = slots.clone().acquire_owned() => return slot.ok(),
+            () = sleep_until_some(evictable_at) => {}
+        }
+    }
+}
+
+/// Sleeps until `at`, or forever if `None`.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Serves one connection in its slot, until it ends, `stop`, or its eviction.
 async fn connection(
     stream: TcpStream,
     _slot: OwnedSemaphorePermit,
+    (id, evicted): (u64, CancellationToken),
     state: Arc<HttpState>,
     open: Arc<OpenConnections>,
     stop: CancellationToken,
 ) {
-    let (id, evicted) = open.add();
     let svc = {
         let open = open.clone();
         service_fn(move |req| {
@@ -181,22 +219,35 @@ impl OpenConnections {
         self.with(|(_, open)| open.remove(&id));
     }
 
-    /// Evicts the connection waiting longest for a request; false if none is waiting.
-    fn evict_longest_waiting(&self) -> bool {
+    /// Evicts the connection waiting longest for a request if it has waited at least
+    /// [`EVICTABLE_AFTER`] at `now`; else says when it will have.
+    fn evict_longest_waiting(&self, now: Instant) -> Eviction {
         self.with(|(_, open)| {
             let longest = open
                 .iter()
                 .filter_map(|(id, (since, _))| since.map(|s| (s, *id)))
                 .min();
-            match longest.and_then(|(_, id)| open.remove(&id)) {
-                Some((_, evicted)) => {
-                    evicted.cancel();
-                    true
-                }
-                None => false,
+            let since = longest.map_or(now, |(since, _)| since);
+            let evictable_at = since + EVICTABLE_AFTER;
+            if evictable_at > now {
+                return Eviction::NotBefore(evictable_at);
             }
+            if let Some((_, evicted)) = longest.and_then(|(_, id)| open.remove(&id)) {
+                evicted.cancel();
+            }
+            Eviction::Evicted
         })
     }
+}
+
+/// What [`OpenConnections::evict_longest_waiting`] did.
+#[derive(Debug, PartialEq, Eq)]
+enum Eviction {
+    Evicted,
+    /// Nothing may be evicted before then (when the longest waiting will have waited
+    /// long enough; if every connection is being answered, when one that starts to wait
+    /// now would have).
+    NotBefore(Instant),
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -223,5 +274,39 @@ async fn serve_connection<S>(
             conn.as_mut().graceful_shutdown();
             let _ = tokio::time::timeout(Duration::from_secs(1), conn).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_connection_that_has_waited_its_grace_is_evicted_the_longest_waiting_first() {
+        let open = OpenConnections::default();
+        let t0 = Instant::now();
+        // Nothing open: nothing before a connection that starts waiting now could be.
+        assert_eq!(
+            open.evict_longest_waiting(t0),
+            Eviction::NotBefore(t0 + EVICTABLE_AFTER)
+        );
+        let (first, first_evicted) = open.add();
+        let (_, second_evicted) = open.add();
+        let since = open.with(|(_, o)| o[&first].0).unwrap();
+        // Young: safe until its grace has passed.
+        assert_eq!(
+            open.evict_longest_waiting(since),
+            Eviction::NotBefore(since + EVICTABLE_AFTER)
+        );
+        assert!(!first_evicted.is_cancelled());
+        // One being answered is never evicted; the one waiting is, once old enough.
+        open.set_waiting(first, false);
+        let later = since + EVICTABLE_AFTER * 3;
+        assert_eq!(open.evict_longest_waiting(later), Eviction::Evicted);
+        assert!(second_evicted.is_cancelled() && !first_evicted.is_cancelled());
+        assert_eq!(
+            open.evict_longest_waiting(later),
+            Eviction::NotBefore(later + EVICTABLE_AFTER)
+        );
     }
 }
