@@ -104,6 +104,10 @@ struct Cost {
     wall: f64,
     cpu: f64,
     max_rss_mb: f64,
+    /// The most of the resident set that was anonymous (heap, stacks), sampled every
+    /// 20 ms from `/proc/PID/smaps_rollup`: what is left when the binary's own pages,
+    /// which the kernel may drop and read again, are set aside.
+    max_anon_mb: f64,
     /// `/proc/PID/io` `write_bytes`.
     write_bytes: u64,
     /// `wait4` `ru_oublock` in bytes.
@@ -186,20 +190,23 @@ fn main() {
 fn one_line(f: &Figures, a: &Args) -> String {
     let n = a.captures as f64;
     let mut s = format!(
-        "ingest {:.2} s cpu, drain {:.2} s cpu, rss {:.1}/{:.1} MB, db {:.0} B, written {:.0}/{:.0} B per capture",
+        "ingest {:.2} s cpu, drain {:.2} s cpu, rss {:.1}/{:.1} MB (anon {:.1}/{:.1}), db {:.0} B, written {:.0}/{:.0} B per capture",
         f.ingest.cpu,
         f.drain.cpu,
         f.ingest.max_rss_mb,
         f.drain.max_rss_mb,
+        f.ingest.max_anon_mb,
+        f.drain.max_anon_mb,
         f.db_bytes as f64 / n,
         f.ingest.write_bytes as f64 / n,
         (f.ingest.oublock_bytes + f.drain.oublock_bytes) as f64 / n
     );
     if let Some((c, delivered)) = f.slow {
         s += &format!(
-            ", catch-up {:.0}/s rss {:.1} MB",
+            ", catch-up {:.0}/s rss {:.1} MB (anon {:.1})",
             delivered as f64 / c.wall,
-            c.max_rss_mb
+            c.max_rss_mb,
+            c.max_anon_mb
         );
     }
     s
@@ -225,6 +232,11 @@ fn table(a: &Args, results: &[Vec<Figures>]) {
         (
             "peak RSS, ingest and drain (MB)",
             Box::new(|f| Some(f.ingest.max_rss_mb.max(f.drain.max_rss_mb))),
+            1,
+        ),
+        (
+            "peak anonymous RSS, ingest and drain (MB)",
+            Box::new(|f| Some(f.ingest.max_anon_mb.max(f.drain.max_anon_mb))),
             1,
         ),
         (
@@ -440,6 +452,7 @@ fn run(bin: &Path, config: &Path) -> Cost {
     #[allow(clippy::zombie_processes)]
     let child = cmd.spawn().expect("spawn tapegate");
     let pid = child.id() as libc::pid_t;
+    let sampler = std::thread::spawn(move || max_anonymous_kb(pid));
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
     let waited = unsafe {
         libc::waitid(
@@ -457,6 +470,7 @@ fn run(bin: &Path, config: &Path) -> Cost {
         .find_map(|l| l.strip_prefix("write_bytes:"))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0);
+    let max_anon_kb = sampler.join().unwrap_or(0);
     let mut status = 0;
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
@@ -471,7 +485,26 @@ fn run(bin: &Path, config: &Path) -> Cost {
         wall,
         cpu: secs(usage.ru_utime) + secs(usage.ru_stime),
         max_rss_mb: usage.ru_maxrss as f64 / 1024.0,
+        max_anon_mb: max_anon_kb as f64 / 1024.0,
         write_bytes,
         oublock_bytes: usage.ru_oublock as u64 * 512,
+    }
+}
+
+/// The most anonymous memory (kB) process `pid` had, sampled every 20 ms until it
+/// exits (its `smaps_rollup` reads empty once it is a zombie).
+fn max_anonymous_kb(pid: libc::pid_t) -> u64 {
+    let path = format!("/proc/{pid}/smaps_rollup");
+    let mut max = 0;
+    loop {
+        let Some(kb) = std::fs::read_to_string(&path).ok().and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Anonymous:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        }) else {
+            return max;
+        };
+        max = max.max(kb);
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
