@@ -28,7 +28,7 @@ impl Flusher {
             .map(|(p, mac_id)| BulkItem {
                 mac_id: mac_id.clone(),
                 ble_packet: p.capture.packet.clone(),
-                product_id: p.capture.product_id.clone(),
+                product_id: p.capture.product_id.to_string(),
                 scan_time: (p.capture.ts_ms.div_euclid(1000)).to_string(),
             })
             .collect();
