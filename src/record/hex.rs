@@ -32,12 +32,23 @@ fn hex_string(bytes: &[u8], upper: bool) -> String {
     } else {
         b"0123456789abcdef"
     };
-    let mut digits = Vec::with_capacity(bytes.len() * 2);
-    for &b in bytes {
-        digits.extend_from_slice(&[table[usize::from(b >> 4)], table[usize::from(b & 0xF)]]);
+    // Written on the stack (a legacy advert's packet fits), then copied once into its
+    // string: no growth checks per digit.
+    let mut stack = [0u8; 128];
+    let mut heap = Vec::new();
+    let digits: &mut [u8] = match stack.get_mut(..bytes.len() * 2) {
+        Some(digits) => digits,
+        None => {
+            heap.resize(bytes.len() * 2, 0);
+            &mut heap
+        }
+    };
+    for (pair, &b) in digits.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = table[usize::from(b >> 4)];
+        pair[1] = table[usize::from(b & 0xF)];
     }
     // Cannot fail: every byte is an ASCII digit.
-    String::from_utf8(digits).unwrap_or_default()
+    std::str::from_utf8(digits).unwrap_or_default().to_owned()
 }
 
 /// Upper-case hex digits, no separators.
@@ -53,6 +64,17 @@ pub fn hex_lower(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bytes_are_written_as_two_digits_each_short_or_long() {
+        for n in [0, 1, 13, 64, 65, 300] {
+            let bytes: Vec<u8> = (0..n).map(|i| (i * 37) as u8).collect();
+            let upper = hex_upper(&bytes);
+            assert_eq!(upper, ::hex::encode_upper(&bytes), "{n}");
+            assert_eq!(hex_lower(&bytes), ::hex::encode(&bytes), "{n}");
+            assert_eq!(decode_hex(&upper), Some(bytes));
+        }
+    }
 
     #[test]
     fn hex_digits_decode_in_any_case_and_nothing_else_does() {
