@@ -45,7 +45,7 @@ use url::Url;
 use crate::config::{EnvironmentSettings, ServiceSettings};
 use crate::secret::{scrub, Secret};
 
-pub use decode::{BulkAnswerItem, BulkItem};
+pub use decode::{BulkAnswerItem, BulkItem, BulkRequest};
 pub use decoded::Decoded;
 pub use error::{parse_retry_after, ApiError, Endpoint, TransientKind, Transport, TransportKind};
 
