@@ -45,10 +45,20 @@ pub struct BulkRequest {
 }
 
 impl BulkRequest {
-    /// Encodes `items` as the request body.
+    /// Encodes `items` as the request body, into a buffer of about its size (grown by
+    /// doubling, it would hold up to twice the body for as long as the batch is in
+    /// flight).
     pub fn encode(items: &[BulkItem]) -> Result<BulkRequest, ApiError> {
-        let body =
-            serde_json::to_vec(items).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
+        // The four keys, their quotes and separators: 61 bytes an item.
+        let size: usize = items
+            .iter()
+            .map(|i| {
+                61 + i.mac_id.len() + i.ble_packet.len() + i.product_id.len() + i.scan_time.len()
+            })
+            .sum();
+        let mut body = Vec::with_capacity(size + 2);
+        serde_json::to_writer(&mut body, items)
+            .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
         Ok(BulkRequest {
             body: Bytes::from(body),
             mac_ids: items.iter().map(|i| i.mac_id.clone()).collect(),
