@@ -119,3 +119,23 @@ pub(super) fn release_id_floor(tx: &Transaction<'_>, floor: i64) -> rusqlite::Re
 pub(super) fn write_tx(conn: &mut Connection) -> rusqlite::Result<Transaction<'_>> {
     conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SQLite's default page cache (2 MB) was the largest part of the daemon's heap,
+    /// filled by the check at open: the daemon's connection has the small one from the
+    /// start.
+    #[test]
+    fn the_daemons_connection_has_a_small_page_cache_from_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let Ok(conn) = connect(&dir.path().join(DB_FILE), Durability::Full, None) else {
+            panic!("cannot open a fresh database");
+        };
+        let size: i64 = conn
+            .query_row("PRAGMA cache_size", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(size, -i64::from(CACHE_KIB), "negative: KiB");
+    }
+}
