@@ -63,8 +63,8 @@ impl PacketEncoding {
 /// One validated `[[products]]` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Product {
-    /// Sent as `product_id`.
-    pub id: String,
+    /// Sent as `product_id` (shared with its captures).
+    pub id: std::sync::Arc<str>,
     pub manufacturer_id: Option<u16>,
     /// Lower case, 128-bit form (`0000feaa-0000-1000-8000-00805f9b34fb`).
     pub service_uuid: Option<String>,

@@ -15,11 +15,17 @@ Times are kept as whole epoch milliseconds ([`EpochMillis`]) so that capture tim
 compare exactly and replays are deterministic.
 */
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
+
+mod hex;
+
+use hex::hex_value;
+pub use hex::{decode_hex, hex_lower, hex_upper};
 
 /// Epoch time in whole milliseconds.
 pub type EpochMillis = i64;
@@ -76,14 +82,32 @@ impl FromStr for Mac {
     type Err = BadMac;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        // Every replayed line is parsed here: no allocation but the error's, and the
+        // usual form (`AA:BB:CC:DD:EE:FF`) read pair by pair.
         let bad = || BadMac(s.to_string());
-        let digits: Vec<u8> = s.bytes().filter(|b| *b != b':' && *b != b'-').collect();
-        let separators = s.len() - digits.len();
-        if digits.len() != 12 || (separators != 0 && separators != 5) {
+        let b = s.as_bytes();
+        let mut out = [0u8; 6];
+        if b.len() == 17 && (2..17).step_by(3).all(|i| b[i] == b':') {
+            for (i, octet) in out.iter_mut().enumerate() {
+                *octet = hex_value(b[i * 3]).ok_or_else(bad)? << 4
+                    | hex_value(b[i * 3 + 1]).ok_or_else(bad)?;
+            }
+            return Ok(Mac(out));
+        }
+        let (mut digits, mut separators) = (0usize, 0usize);
+        for &c in b {
+            if c == b':' || c == b'-' {
+                separators += 1;
+                continue;
+            }
+            let nibble = hex_value(c).ok_or_else(bad)?;
+            let octet = out.get_mut(digits / 2).ok_or_else(bad)?;
+            *octet = *octet << 4 | nibble;
+            digits += 1;
+        }
+        if digits != 12 || (separators != 0 && separators != 5) {
             return Err(bad());
         }
-        let mut out = [0u8; 6];
-        hex::decode_to_slice(&digits, &mut out).map_err(|_| bad())?;
         Ok(Mac(out))
     }
 }
@@ -121,8 +145,9 @@ pub struct Capture {
     pub mac: Mac,
     /// Capture time.
     pub ts_ms: EpochMillis,
-    /// `product_id` as sent to the service.
-    pub product_id: String,
+    /// `product_id` as sent to the service: shared with its product's settings (every
+    /// capture of a product names the same id; a copy each was an allocation each).
+    pub product_id: std::sync::Arc<str>,
     /// `ble_packet` exactly as sent to the service (already encoded).
     pub packet: String,
     pub rssi: Option<i16>,
@@ -149,9 +174,8 @@ pub enum RecordError {
     Field { field: &'static str, reason: String },
 }
 
-/// The wire shape of a record line.
-#[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// The wire shape of a record line, as written.
+#[derive(Serialize)]
 struct RecordLine {
     ts: f64,
     mac: String,
@@ -165,10 +189,87 @@ struct RecordLine {
     service_data: BTreeMap<String, String>,
 }
 
+/// The wire shape of a record line, as read: the same fields, the strings borrowed from
+/// the line where they hold no escape (a replay reads millions of lines; each owned
+/// string was an allocation and a free).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RecordIn<'a> {
+    ts: f64,
+    #[serde(borrow)]
+    mac: Cow<'a, str>,
+    #[serde(default)]
+    rssi: Option<i16>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default, borrow)]
+    manufacturer_data: Entries<'a>,
+    #[serde(default, borrow)]
+    service_data: Entries<'a>,
+}
+
+/// A JSON object of strings, read as a map would be (in key order, the last of a
+/// repeated key winning) into a vector.
+#[derive(Default)]
+struct Entries<'a>(Vec<(Cow<'a, str>, Cow<'a, str>)>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Entries<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = Entries<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut m: M,
+            ) -> Result<Self::Value, M::Error> {
+                let mut entries: Vec<(Cow<'a, str>, Cow<'a, str>)> =
+                    Vec::with_capacity(m.size_hint().unwrap_or(1));
+                while let Some((Text(k), Text(v))) = m.next_entry::<Text<'a>, Text<'a>>()? {
+                    match entries.iter_mut().find(|(key, _)| *key == k) {
+                        Some(entry) => entry.1 = v,
+                        None => entries.push((k, v)),
+                    }
+                }
+                entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                Ok(Entries(entries))
+            }
+        }
+        d.deserialize_map(Visit(std::marker::PhantomData))
+    }
+}
+
+/// A JSON string, borrowed from the input when it holds no escape.
+struct Text<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = Text<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(Visit(std::marker::PhantomData))
+    }
+}
+
 impl Advertisement {
     /// Parses one JSON Lines record.
     pub fn from_record(line: &str) -> Result<Self, RecordError> {
-        let raw: RecordLine =
+        let raw: RecordIn<'_> =
             serde_json::from_str(line).map_err(|e| RecordError::Json(e.to_string()))?;
         if !raw.ts.is_finite() || raw.ts < 0.0 {
             return Err(RecordError::Field {
@@ -180,8 +281,8 @@ impl Advertisement {
             field: "mac",
             reason: e.to_string(),
         })?;
-        let mut manufacturer_data = Vec::with_capacity(raw.manufacturer_data.len());
-        for (k, v) in raw.manufacturer_data {
+        let mut manufacturer_data = Vec::with_capacity(raw.manufacturer_data.0.len());
+        for (k, v) in raw.manufacturer_data.0 {
             let id = k.parse::<u16>().map_err(|_| RecordError::Field {
                 field: "manufacturer_data",
                 reason: format!("key {k:?} is not a decimal company identifier (0-65535)"),
@@ -192,8 +293,8 @@ impl Advertisement {
             })?;
             manufacturer_data.push((id, bytes));
         }
-        let mut service_data = Vec::with_capacity(raw.service_data.len());
-        for (k, v) in raw.service_data {
+        let mut service_data = Vec::with_capacity(raw.service_data.0.len());
+        for (k, v) in raw.service_data.0 {
             let bytes = decode_hex(&v).ok_or_else(|| RecordError::Field {
                 field: "service_data",
                 reason: format!("value of {k} is not hex bytes: {v:?}"),
@@ -239,35 +340,6 @@ impl Advertisement {
             .find(|(i, _)| *i == id)
             .map(|(_, d)| d.as_slice())
     }
-}
-
-// One hex codec, the `hex` crate's, under the names the rest of tapegate uses.
-
-/// Decodes hex digits (any case, even length); `None` if they are not.
-pub fn decode_hex(s: &str) -> Option<Vec<u8>> {
-    hex::decode(s).ok()
-}
-
-/// `bytes` as hex digits. `hex::encode_to_slice` is table-driven; `hex::encode_upper`
-/// goes char by char and costs the ingest path ~600 instructions per capture.
-fn hex_string(bytes: &[u8], upper: bool) -> String {
-    let mut digits = vec![0u8; bytes.len() * 2];
-    // Cannot fail: the buffer is exactly twice the input.
-    let _ = hex::encode_to_slice(bytes, &mut digits);
-    if upper {
-        digits.make_ascii_uppercase();
-    }
-    String::from_utf8(digits).unwrap_or_default()
-}
-
-/// Upper-case hex digits, no separators.
-pub fn hex_upper(bytes: &[u8]) -> String {
-    hex_string(bytes, true)
-}
-
-/// Lower-case hex digits, no separators.
-pub fn hex_lower(bytes: &[u8]) -> String {
-    hex_string(bytes, false)
 }
 
 #[cfg(test)]
@@ -329,5 +401,66 @@ mod tests {
         .unwrap_err();
         assert!(e.to_string().contains("not hex"), "{e}");
         assert!(Advertisement::from_record("{not json").is_err());
+    }
+
+    /// The reader before it borrowed: owned strings and maps, the same checks.
+    fn read_as_before(line: &str) -> Result<Advertisement, String> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Owned {
+            ts: f64,
+            mac: String,
+            #[serde(default)]
+            rssi: Option<i16>,
+            #[serde(default)]
+            name: Option<String>,
+            #[serde(default)]
+            manufacturer_data: BTreeMap<String, String>,
+            #[serde(default)]
+            service_data: BTreeMap<String, String>,
+        }
+        let raw: Owned = serde_json::from_str(line).map_err(|e| e.to_string())?;
+        Ok(Advertisement {
+            ts_ms: (raw.ts * 1000.0).round() as EpochMillis,
+            mac: raw.mac.parse().map_err(|e: BadMac| e.to_string())?,
+            rssi: raw.rssi,
+            name: raw.name,
+            manufacturer_data: raw
+                .manufacturer_data
+                .iter()
+                .map(|(k, v)| (k.parse().unwrap(), ::hex::decode(v).unwrap()))
+                .collect(),
+            service_data: raw
+                .service_data
+                .iter()
+                .map(|(k, v)| (k.to_ascii_lowercase(), ::hex::decode(v).unwrap()))
+                .collect(),
+        })
+    }
+
+    #[test]
+    fn the_borrowing_reader_reads_every_line_as_the_owning_one_did() {
+        let lines = [
+            // Escapes in every string (the reader's owned path).
+            r#"{"ts": 1763719200.5, "mac": "C0:FF:EE:00:00:\u0030\u0031", "name": "T\"1", "manufacturer_data": {"\u0033831": "49\u0035600"}}"#,
+            // A repeated key: the last wins; keys in order whatever the line's.
+            r#"{"ts": 1763719200.5, "mac": "C0FFEE000001", "manufacturer_data": {"3831": "00", "76": "aa", "3831": "0102"}}"#,
+            r#"{"ts": 1763719200.5, "mac": "C0FFEE000001", "service_data": {"fff0": "01", "0000FEAA-0000-1000-8000-00805F9B34FB": "10", "abcd": ""}}"#,
+            r#"{"mac": "c0-ff-ee-00-00-02", "ts": 1763719200, "rssi": null, "manufacturer_data": {}}"#,
+            // Refused alike: wrong types, unknown fields, a missing field.
+            r#"{"ts": 1763719200.5, "mac": "C0FFEE000001", "manufacturer_data": null}"#,
+            r#"{"ts": 1763719200.5, "mac": "C0FFEE000001", "manufacturer_data": ["00"]}"#,
+            r#"{"ts": 1763719200.5, "mac": "C0FFEE000001", "manufacturer_data": {"3831": 5}}"#,
+            r#"{"ts": 1763719200.5, "mac": 5}"#,
+            r#"{"ts": 1763719200.5, "mac": "C0FFEE000001", "extra": 1}"#,
+            r#"{"ts": 1763719200.5}"#,
+        ];
+        for line in lines {
+            let now = Advertisement::from_record(line).map_err(|e| match e {
+                RecordError::Json(e) => e,
+                other => other.to_string(),
+            });
+            assert_eq!(now, read_as_before(line), "{line}");
+        }
     }
 }

@@ -150,7 +150,7 @@ fn tape_adverts_heard_over_bluez_become_exactly_the_expected_captures() {
     let pending = g.store().pending_captures().unwrap();
     assert!(pending
         .iter()
-        .all(|p| p.capture.product_id == "tape" && p.capture.rssi == Some(-60)));
+        .all(|p| &*p.capture.product_id == "tape" && p.capture.rssi == Some(-60)));
     let now = tapegate::clock::system().wall_ms();
     assert!(pending
         .iter()

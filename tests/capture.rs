@@ -63,7 +63,7 @@ fn replay_with_dedup_off_admits_every_tape_advert_and_drops_the_rest() {
     // Admission order is the replay order; packets are as on air, upper-case hex.
     assert_eq!(pending[0].capture.mac, tape_mac(0));
     assert_eq!(pending[0].capture.packet, tape_packet(0));
-    assert_eq!(pending[0].capture.product_id, "tape");
+    assert_eq!(&*pending[0].capture.product_id, "tape");
     assert_eq!(pending[999].capture.packet, tape_packet(19));
     let s = g.stats();
     assert_eq!((s.admitted, s.pending, s.evicted), (1000, 1000, 0));

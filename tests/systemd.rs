@@ -204,7 +204,7 @@ fn sighup_reloads_products_and_refuses_a_bad_config_without_dropping_anything() 
     );
     let rows = g.store().pending_captures().unwrap();
     assert_eq!(
-        rows[0].capture.product_id, "tape-v1",
+        &*rows[0].capture.product_id, "tape-v1",
         "what was captured before stays as it was"
     );
     assert_eq!(rows.len() as u64, g.stats().admitted, "nothing dropped");

@@ -283,7 +283,7 @@ fn test_item(config: &Config, mac_format: MacFormat, now: i64) -> (BulkItem, Str
             let item = BulkItem {
                 mac_id: mac_format.format(c.mac),
                 ble_packet: c.packet,
-                product_id: c.product_id,
+                product_id: c.product_id.to_string(),
                 scan_time: (c.ts_ms / 1000).to_string(),
             };
             (
@@ -296,7 +296,7 @@ fn test_item(config: &Config, mac_format: MacFormat, now: i64) -> (BulkItem, Str
                 .products
                 .0
                 .first()
-                .map(|p| p.id.clone())
+                .map(|p| p.id.to_string())
                 .unwrap_or_else(|| "tape".into());
             let item = BulkItem {
                 mac_id: mac_format.format(PROBE_MAC),

@@ -22,7 +22,7 @@ pub async fn decode(
     let mac_id = service.mac_format.format(mac);
     let product = product
         .map(str::to_string)
-        .or_else(|| config.products.0.first().map(|p| p.id.clone()))
+        .or_else(|| config.products.0.first().map(|p| p.id.to_string()))
         .unwrap_or_else(|| "tape".into());
     let now = clock.wall_ms();
     let correlation_id = format!("{}-decode-{}", config.gateway.id, now);

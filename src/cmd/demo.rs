@@ -339,7 +339,7 @@ pub async fn mock(listen: std::net::SocketAddr) -> std::io::Result<()> {
 /// The `[service]` section of a gateway that delivers to environment `env` of
 /// `service`, with the keys the operator commands need; `None` when it does not serve
 /// `env`.
-fn service_toml(service: &MockHandle, env: &str, request_timeout_secs: u64) -> Option<String> {
+pub fn service_toml(service: &MockHandle, env: &str, request_timeout_secs: u64) -> Option<String> {
     let e = service.environment(env)?;
     Some(format!(
         r#"

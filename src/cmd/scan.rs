@@ -217,7 +217,7 @@ fn show(
         return Ok(());
     }
     let (product, packet) = match &capture {
-        Some(c) => (c.product_id.as_str(), c.packet.clone()),
+        Some(c) => (&*c.product_id, c.packet.clone()),
         None => ("-", on_air(adv)),
     };
     let rssi = adv.rssi.map_or_else(|| "-".to_string(), |r| r.to_string());

@@ -307,7 +307,7 @@ mod tests {
         assert_eq!(s.endpoint.password.expose(), "pw");
         assert_eq!(s.environment, "ppe");
         assert_eq!(s.mac_format, MacFormat::Plain);
-        assert_eq!(c.products.0[0].id, "tape");
+        assert_eq!(&*c.products.0[0].id, "tape");
     }
 
     #[test]

@@ -129,7 +129,7 @@ fn products(products: &Products) -> Value {
         .iter()
         .map(|p| {
             let mut v = json!({
-                "id": p.id,
+                "id": &*p.id,
                 "packet": match p.packet {
                     PacketSource::ManufacturerData => "manufacturer_data",
                     PacketSource::ManufacturerPayload => "manufacturer_payload",

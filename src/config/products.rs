@@ -69,7 +69,7 @@ fn product(p: RawProduct, key: &str, c: &mut Check) -> Option<Product> {
         );
     }
     Some(Product {
-        id: id?,
+        id: id?.into(),
         manufacturer_id,
         service_uuid,
         name_prefix: p.name_prefix,

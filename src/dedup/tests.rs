@@ -20,7 +20,7 @@ fn cap(mac: Mac, ts_ms: EpochMillis, packet: &str) -> Capture {
     Capture {
         mac,
         ts_ms,
-        product_id: "tape".to_string(),
+        product_id: "tape".into(),
         packet: packet.to_string(),
         rssi: Some(-60),
         boot_ms: None,

@@ -23,7 +23,7 @@ impl Flusher {
             .map(|p| BulkItem {
                 mac_id: self.mac_format.format(p.capture.mac),
                 ble_packet: p.capture.packet.clone(),
-                product_id: p.capture.product_id.clone(),
+                product_id: p.capture.product_id.to_string(),
                 scan_time: (p.capture.ts_ms.div_euclid(1000)).to_string(),
             })
             .collect();

@@ -70,9 +70,12 @@ impl Committer {
         let mut backoff = Backoff::new(COMMIT_RETRY_INITIAL, COMMIT_RETRY_MAX);
         loop {
             let n = group.len() as u64;
-            let (result, batch) = self.outbox.commit(std::mem::take(group)).await;
+            let (result, mut batch) = self.outbox.commit(std::mem::take(group)).await;
             match result {
                 Ok(evictions) => {
+                    // The next group grows into this one's room.
+                    batch.clear();
+                    *group = batch;
                     self.admission.committed();
                     report.accepted += n;
                     report_evictions(&evictions, report);

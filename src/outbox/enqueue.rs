@@ -8,8 +8,8 @@ use std::collections::HashSet;
 use rusqlite::Transaction;
 
 use super::db::{
-    hold_id_floor, mac_to_int, packet_value, read_counters, release_id_floor, write_counters,
-    write_tx, Counters, OutboxError,
+    hold_id_floor, mac_to_int, packet_value_in, read_counters, release_id_floor, write_counters,
+    write_tx, Counters, OutboxError, PACKET_STACK,
 };
 use super::hold::{first_held, ClockRows, Retimed};
 use super::retention::{evict_oldest, evict_past, Bound, Evictions};
@@ -17,17 +17,42 @@ use super::store::{Store, StoreOptions};
 use crate::config::Retention;
 use crate::record::Capture;
 
-/// Rows of a commit group inserted by one statement (and the columns of each).
+/// Rows of a commit group inserted by one statement.
 const INSERT_ROWS: usize = 50;
-const INSERT_COLUMNS: usize = 8;
 
-/// An INSERT of `rows` captures.
-fn insert_sql(rows: usize) -> String {
-    let row = "(?, ?, ?, ?, ?, ?, ?, ?)";
+/// The columns a capture fills: a live one all eight; a recorded one (replayed,
+/// imported: no boot time) the first five, the clock's three (`boot`, `boot_ms`,
+/// `held`) keeping their defaults (NULL, NULL, 0), which are what it would bind.
+const LIVE_COLUMNS: usize = 8;
+const RECORDED_COLUMNS: usize = 5;
+
+/// An INSERT of `rows` captures of `columns` columns each.
+fn insert_sql(rows: usize, columns: usize) -> String {
+    let names = [
+        "mac",
+        "captured_at",
+        "product_id",
+        "packet",
+        "rssi",
+        "boot",
+        "boot_ms",
+        "held",
+    ];
+    let row = format!("({})", vec!["?"; columns].join(", "));
     format!(
-        "INSERT INTO pending(mac, captured_at, product_id, packet, rssi, boot, boot_ms, held) VALUES {}",
+        "INSERT INTO pending({}) VALUES {}",
+        names[..columns].join(", "),
         vec![row; rows].join(", ")
     )
+}
+
+/// The four INSERTs (one row or [`INSERT_ROWS`]; live or recorded), written once.
+fn insert_sqls() -> &'static [[String; 2]; 2] {
+    static SQL: std::sync::OnceLock<[[String; 2]; 2]> = std::sync::OnceLock::new();
+    SQL.get_or_init(|| {
+        [LIVE_COLUMNS, RECORDED_COLUMNS]
+            .map(|columns| [insert_sql(1, columns), insert_sql(INSERT_ROWS, columns)])
+    })
 }
 
 /// What inserting a group left to know: the id of its first row, and the first held
@@ -104,19 +129,27 @@ fn insert_group(
     let mut retimed = Retimed::default();
     hold_id_floor(tx, id_floor)?;
     let mut first_id = None;
-    let mut single = tx.prepare_cached(&insert_sql(1))?;
-    let mut many = tx.prepare_cached(&insert_sql(INSERT_ROWS))?;
+    // Prepared when first used: [live, recorded] x [one row, INSERT_ROWS].
+    let mut statements: [[Option<rusqlite::CachedStatement<'_>>; 2]; 2] = Default::default();
     for rows in group.chunks(INSERT_ROWS) {
-        let (insert, step) = if rows.len() == INSERT_ROWS {
-            (&mut many, INSERT_ROWS)
+        let recorded = rows.iter().all(|c| c.boot_ms.is_none());
+        let full = rows.len() == INSERT_ROWS;
+        let columns = if recorded {
+            RECORDED_COLUMNS
         } else {
-            (&mut single, 1)
+            LIVE_COLUMNS
         };
-        for part in rows.chunks(step) {
+        let insert = match &mut statements[usize::from(recorded)][usize::from(full)] {
+            Some(insert) => insert,
+            empty => empty.insert(
+                tx.prepare_cached(&insert_sqls()[usize::from(recorded)][usize::from(full)])?,
+            ),
+        };
+        for part in rows.chunks(if full { INSERT_ROWS } else { 1 }) {
             let mut at = 1;
             for c in part {
-                bind_capture(insert, at, c, clock, &mut retimed)?;
-                at += INSERT_COLUMNS;
+                bind_capture(insert, at, columns, c, clock, &mut retimed)?;
+                at += columns;
             }
             insert.raw_execute()?;
             let last = tx.last_insert_rowid();
@@ -137,28 +170,34 @@ fn insert_group(
 }
 
 /// Binds the columns of capture `c` from parameter `at` of `insert`.
+/// Binds capture `c` from parameter `at` on: its first `columns` columns (see
+/// [`LIVE_COLUMNS`]).
 #[inline]
 fn bind_capture(
     insert: &mut rusqlite::CachedStatement<'_>,
     at: usize,
+    columns: usize,
     c: &Capture,
     clock: &ClockRows,
     retimed: &mut Retimed,
 ) -> rusqlite::Result<()> {
     let live = c.boot_ms.is_some();
     let captured_at = clock.captured_at(c, retimed);
+    let mut stack = [0u8; PACKET_STACK];
     insert.raw_bind_parameter(at, mac_to_int(c.mac))?;
     insert.raw_bind_parameter(at + 1, captured_at)?;
-    insert.raw_bind_parameter(at + 2, c.product_id.as_str())?;
-    insert.raw_bind_parameter(at + 3, packet_value(&c.packet))?;
+    insert.raw_bind_parameter(at + 2, &*c.product_id)?;
+    insert.raw_bind_parameter(at + 3, packet_value_in(&c.packet, &mut stack))?;
     insert.raw_bind_parameter(at + 4, c.rssi)?;
+    if columns == RECORDED_COLUMNS {
+        debug_assert!(!live && clock.boot_of(live).is_none() && !clock.holds(live));
+        return Ok(());
+    }
     insert.raw_bind_parameter(at + 5, clock.boot_of(live))?;
     insert.raw_bind_parameter(at + 6, c.boot_ms)?;
     insert.raw_bind_parameter(at + 7, clock.holds(live))
 }
 
-/// Evicts past the bounds after a group is in: `max_pending` by count, then the age and
-/// size bounds as of now, never a claimed row.
 fn evict_past_bounds(
     tx: &Transaction<'_>,
     (options, retention, claimed): (&StoreOptions, &Retention, &HashSet<i64>),

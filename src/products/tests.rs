@@ -7,7 +7,7 @@ const EDDYSTONE: &str = "0000feaa-0000-1000-8000-00805f9b34fb";
 
 fn product(id: &str) -> Product {
     Product {
-        id: id.to_string(),
+        id: id.into(),
         manufacturer_id: None,
         service_uuid: None,
         name_prefix: None,
@@ -50,7 +50,7 @@ fn the_observed_advert_gives_the_observed_packet_in_hex() {
         Capture {
             mac: Mac::new([0xC0, 0xFF, 0xEE, 0x00, 0x00, 0x01]),
             ts_ms: 1_763_719_200_125,
-            product_id: "tape".to_string(),
+            product_id: "tape".into(),
             packet: "F70E4956E29F84211E44FFB51E".to_string(),
             rssi: Some(-61),
             boot_ms: None,
@@ -205,9 +205,9 @@ fn first_matching_product_wins() {
         },
         product("third"),
     ]);
-    assert_eq!(products.matches(&observed()).unwrap().id, "second");
+    assert_eq!(&*products.matches(&observed()).unwrap().id, "second");
     let capture = products.capture(&observed()).unwrap();
-    assert_eq!(capture.product_id, "second");
+    assert_eq!(&*capture.product_id, "second");
     assert_eq!(capture.packet, "f70e4956e29f84211e44ffb51e");
 }
 
@@ -222,7 +222,7 @@ fn a_product_whose_packet_part_is_absent_gives_way_to_the_next() {
     ]);
     let mut adv = observed();
     adv.service_data.clear();
-    assert_eq!(products.capture(&adv).unwrap().product_id, "tape");
+    assert_eq!(&*products.capture(&adv).unwrap().product_id, "tape");
     adv.manufacturer_data.clear();
     assert_eq!(products.capture(&adv), None);
     assert_eq!(products.matches(&adv), None);

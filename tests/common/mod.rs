@@ -210,45 +210,14 @@ pub fn service_settings(
 
 /// The `[service]` section (with its `[service.environments.<env>]` table) of a gateway
 /// config that delivers to environment `env` of `mock`, with the keys the operator
-/// commands need (historical base URL, history operation, application).
+/// commands need: the demo's own (`tapegate demo` writes the same section).
 #[cfg(feature = "mock")]
 pub fn service_toml(
     mock: &tapegate_mock::MockHandle,
     env: &str,
     request_timeout_secs: u64,
 ) -> Option<String> {
-    let e = environment_settings(mock, env)?;
-    Some(format!(
-        r#"
-[service]
-environment = "{env}"
-request_timeout_secs = {request_timeout_secs}
-
-[service.environments.{env}]
-base_url = "{base}"
-auth_url = "{auth}"
-client_id = "{client}"
-audience = "{audience}"
-username = "{user}"
-password = "{password}"
-customer_id = "{customer}"
-authorized_groups = "{groups}"
-historical_base_url = "{historical}"
-history_operation_id = "{operation}"
-default_app_id = "{app}"
-"#,
-        historical = mock.historical_base_url(env),
-        operation = tapegate_mock::HISTORY_OPERATION_ID,
-        app = tapegate_mock::seed::SEED_APP,
-        base = e.base_url,
-        auth = e.auth_url,
-        client = e.client_id,
-        audience = e.audience,
-        user = e.username,
-        password = e.password.expose(),
-        customer = e.customer_id,
-        groups = e.authorized_groups,
-    ))
+    tapegate::cmd::demo::service_toml(mock, env, request_timeout_secs)
 }
 
 /// A `[service]` section for the mock's "ppe" environment with its demo credentials

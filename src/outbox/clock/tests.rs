@@ -222,3 +222,50 @@ fn the_newest_recorded_time_is_the_high_water_mark_of_a_new_run() {
         Some(WRONG_WALL_AT_BOOT + 7_000)
     );
 }
+
+/// A recorded capture (replayed: no boot time) is inserted without the clock's columns,
+/// a live one with them (`enqueue.rs`): whatever the mix in a group and its chunks, every
+/// row reads back as if all eight had been bound, held or not.
+#[test]
+fn recorded_and_live_captures_mixed_in_a_group_keep_their_clock_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir);
+    let mut s = holding(s);
+    let recorded = |i: i64| Capture {
+        boot_ms: None,
+        ts_ms: TRUE_WALL_AT_BOOT + i,
+        ..live(i as u8, i)
+    };
+    // 50 recorded (one statement), 50 mixed, 30 recorded, 7 mixed (row by row).
+    let group: Vec<Capture> = (0..137)
+        .map(|i| match i {
+            0..50 | 100..130 => recorded(i),
+            _ if i % 3 == 0 => recorded(i),
+            _ => live(i as u8, 1_000 + i),
+        })
+        .collect();
+    s.enqueue(&group).unwrap();
+    let boot: i64 = s
+        .conn
+        .query_row("SELECT id FROM boots WHERE boot_id = 'boot-a'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    let mut stmt = s
+        .conn
+        .prepare("SELECT captured_at, boot, boot_ms, held FROM pending ORDER BY id")
+        .unwrap();
+    let rows: Vec<(i64, Option<i64>, Option<i64>, bool)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(rows.len(), group.len());
+    for (c, row) in group.iter().zip(&rows) {
+        let want = match c.boot_ms {
+            None => (c.ts_ms, None, None, false),
+            Some(boot_ms) => (c.ts_ms, Some(boot), Some(boot_ms), true),
+        };
+        assert_eq!(*row, want, "{c:?}");
+    }
+}

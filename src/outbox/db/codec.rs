@@ -10,23 +10,70 @@ use crate::record::Mac;
 pub fn packet_value(text: &str) -> rusqlite::types::ToSqlOutput<'_> {
     use rusqlite::types::{ToSqlOutput, Value, ValueRef};
     let digits = text.as_bytes();
-    let nibble = |d: u8| match d {
-        b'0'..=b'9' => Some(d - b'0'),
-        b'A'..=b'F' => Some(d - b'A' + 10),
-        _ => None,
-    };
-    if digits.is_empty() || digits.len() % 2 != 0 {
-        return ToSqlOutput::Borrowed(ValueRef::Text(digits));
+    let mut bytes = vec![0u8; digits.len() / 2];
+    if upper_hex_into(digits, &mut bytes) {
+        ToSqlOutput::Owned(Value::Blob(bytes))
+    } else {
+        ToSqlOutput::Borrowed(ValueRef::Text(digits))
     }
-    let mut bytes = Vec::with_capacity(digits.len() / 2);
-    for pair in digits.chunks_exact(2) {
-        match (nibble(pair[0]), nibble(pair[1])) {
-            (Some(hi), Some(lo)) => bytes.push(hi << 4 | lo),
-            _ => return ToSqlOutput::Borrowed(ValueRef::Text(digits)),
-        }
-    }
-    ToSqlOutput::Owned(Value::Blob(bytes))
 }
+
+/// Bytes of a packet [`packet_value_in`] decodes on the stack (a legacy advert's 31 and
+/// more); a longer one takes the heap.
+pub const PACKET_STACK: usize = 128;
+
+/// [`packet_value`] decoded into `stack` when it fits: what every capture's insert
+/// binds (SQLite copies a bound value), without an allocation.
+pub fn packet_value_in<'a>(
+    text: &'a str,
+    stack: &'a mut [u8; PACKET_STACK],
+) -> rusqlite::types::ToSqlOutput<'a> {
+    use rusqlite::types::{ToSqlOutput, ValueRef};
+    let digits = text.as_bytes();
+    let Some(bytes) = stack.get_mut(..digits.len() / 2) else {
+        return packet_value(text);
+    };
+    if upper_hex_into(digits, bytes) {
+        ToSqlOutput::Borrowed(ValueRef::Blob(bytes))
+    } else {
+        ToSqlOutput::Borrowed(ValueRef::Text(digits))
+    }
+}
+
+/// Decodes `digits` (upper-case hex, at least one pair) into `out` (half as long); false
+/// if they are anything else.
+fn upper_hex_into(digits: &[u8], out: &mut [u8]) -> bool {
+    if digits.is_empty() || digits.len() % 2 != 0 {
+        return false;
+    }
+    for (byte, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
+        let (hi, lo) = (
+            UPPER_HEX[usize::from(pair[0])],
+            UPPER_HEX[usize::from(pair[1])],
+        );
+        if (hi | lo) & 0xF0 != 0 {
+            return false;
+        }
+        *byte = hi << 4 | lo;
+    }
+    true
+}
+
+/// The value of each upper-case hex digit; 0xFF for every other byte.
+const UPPER_HEX: [u8; 256] = {
+    let mut table = [0xFFu8; 256];
+    let mut d = 0;
+    while d < 10 {
+        table[b'0' as usize + d] = d as u8;
+        d += 1;
+    }
+    let mut d = 0;
+    while d < 6 {
+        table[b'A' as usize + d] = 10 + d as u8;
+        d += 1;
+    }
+    table
+};
 
 /// The text of a `packet` column written by [`packet_value`].
 pub fn packet_text(v: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<String> {
@@ -71,22 +118,28 @@ mod tests {
             "9w5WQw==",
             "0G",
             "00",
+            "é0",
+            &"AB".repeat(PACKET_STACK),
+            &"AB".repeat(PACKET_STACK + 1),
+            &format!("{}G0", "AB".repeat(PACKET_STACK)),
         ] {
-            conn.execute("DELETE FROM t", []).unwrap();
-            conn.execute("INSERT INTO t VALUES (?1)", [packet_value(text)])
-                .unwrap();
-            let (back, kind): (String, String) = conn
-                .query_row("SELECT packet, typeof(packet) FROM t", [], |r| {
-                    Ok((packet_text(r.get_ref(0)?)?, r.get(1)?))
-                })
-                .unwrap();
-            assert_eq!(back, text);
             let upper_hex = !text.is_empty()
                 && text.len() % 2 == 0
                 && text
                     .bytes()
                     .all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(&b));
-            assert_eq!(kind, if upper_hex { "blob" } else { "text" }, "{text}");
+            let mut stack = [0u8; PACKET_STACK];
+            for value in [packet_value(text), packet_value_in(text, &mut stack)] {
+                conn.execute("DELETE FROM t", []).unwrap();
+                conn.execute("INSERT INTO t VALUES (?1)", [value]).unwrap();
+                let (back, kind): (String, String) = conn
+                    .query_row("SELECT packet, typeof(packet) FROM t", [], |r| {
+                        Ok((packet_text(r.get_ref(0)?)?, r.get(1)?))
+                    })
+                    .unwrap();
+                assert_eq!(back, text);
+                assert_eq!(kind, if upper_hex { "blob" } else { "text" }, "{text}");
+            }
         }
     }
 

@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use rusqlite::{Connection, Transaction};
 
-pub(super) use codec::{int_to_mac, mac_to_int, packet_text, packet_value};
+pub(super) use codec::{
+    int_to_mac, mac_to_int, packet_text, packet_value, packet_value_in, PACKET_STACK,
+};
 pub(super) use counters::{add_counter, read_counters, set_meta, write_counters, Counters};
 pub use error::OutboxError;
 pub(super) use schema::{Broken, SCHEMA_VERSION};
