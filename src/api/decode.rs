@@ -34,6 +34,43 @@ pub struct BulkItem {
     pub scan_time: String,
 }
 
+/// A bulk request encoded once: the body (sent again as it is on a fresh-token retry)
+/// and the `mac_id`s it holds, which the answer is matched against. All a batch in
+/// flight keeps of its items, so that thirty-two batches waiting on a slow uplink do not
+/// each hold their items twice over.
+#[derive(Debug, Clone)]
+pub struct BulkRequest {
+    body: Bytes,
+    mac_ids: Vec<String>,
+}
+
+impl BulkRequest {
+    /// Encodes `items` as the request body, into a buffer of about its size (grown by
+    /// doubling, it would hold up to twice the body for as long as the batch is in
+    /// flight).
+    pub fn encode(items: &[BulkItem]) -> Result<BulkRequest, ApiError> {
+        // The four keys, their quotes and separators: 61 bytes an item.
+        let size: usize = items
+            .iter()
+            .map(|i| {
+                61 + i.mac_id.len() + i.ble_packet.len() + i.product_id.len() + i.scan_time.len()
+            })
+            .sum();
+        let mut body = Vec::with_capacity(size + 2);
+        serde_json::to_writer(&mut body, items)
+            .map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
+        Ok(BulkRequest {
+            body: Bytes::from(body),
+            mac_ids: items.iter().map(|i| i.mac_id.clone()).collect(),
+        })
+    }
+
+    /// The items' `mac_id`s, in the order sent.
+    pub fn mac_ids(&self) -> &[String] {
+        &self.mac_ids
+    }
+}
+
 /// One item of the bulk answer. `mac_id` is the request's `mac_id` exactly as it was
 /// sent (the answer's may differ in case or separators).
 #[derive(Debug, Clone, PartialEq)]
@@ -65,9 +102,17 @@ impl ServiceClient {
         items: &[BulkItem],
         correlation_id: &str,
     ) -> Result<Vec<BulkAnswerItem>, ApiError> {
-        let body = Bytes::from(
-            serde_json::to_vec(items).map_err(|e| ApiError::InvalidRequest(e.to_string()))?,
-        );
+        self.decode_bulk_request(&BulkRequest::encode(items)?, correlation_id)
+            .await
+    }
+
+    /// [`ServiceClient::decode_bulk`] of a request already encoded.
+    pub async fn decode_bulk_request(
+        &self,
+        request: &BulkRequest,
+        correlation_id: &str,
+    ) -> Result<Vec<BulkAnswerItem>, ApiError> {
+        let (body, items) = (&request.body, request.mac_ids());
         let started = Instant::now();
         let url = &self.inner.bulk_url;
         let answer = self
@@ -201,13 +246,13 @@ fn item_result(item: super::bulk_answer::Item) -> Option<Result<Decoded, String>
 /// Reads the bulk answer: a JSON array of items matched to the request by `mac_id`.
 fn parse_bulk_answer(
     body: &[u8],
-    sent: &[BulkItem],
+    sent: &[String],
     correlation_id: &str,
 ) -> Result<Vec<BulkAnswerItem>, ApiError> {
     let elements = bulk_elements(body)?;
     let by_key: HashMap<String, &str> = sent
         .iter()
-        .map(|i| (mac_key(&i.mac_id), i.mac_id.as_str()))
+        .map(|mac_id| (mac_key(mac_id), mac_id.as_str()))
         .collect();
     let mut seen = HashSet::with_capacity(sent.len());
     let mut out = Vec::with_capacity(elements.len());
@@ -267,13 +312,15 @@ fn parse_bulk_answer(
 mod tests {
     use super::*;
 
-    fn item(mac: &str) -> BulkItem {
-        BulkItem {
+    /// A request item's `mac_id`, as the request keeps it (`BulkRequest::mac_ids`).
+    fn item(mac: &str) -> String {
+        let item = BulkItem {
             mac_id: mac.into(),
             ble_packet: "00".into(),
             product_id: "tape".into(),
             scan_time: "1".into(),
-        }
+        };
+        BulkRequest::encode(&[item]).unwrap().mac_ids[0].clone()
     }
 
     #[test]

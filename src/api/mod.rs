@@ -45,7 +45,7 @@ use url::Url;
 use crate::config::{EnvironmentSettings, ServiceSettings};
 use crate::secret::{scrub, Secret};
 
-pub use decode::{BulkAnswerItem, BulkItem};
+pub use decode::{BulkAnswerItem, BulkItem, BulkRequest};
 pub use decoded::Decoded;
 pub use error::{parse_retry_after, ApiError, Endpoint, TransientKind, Transport, TransportKind};
 
@@ -177,7 +177,8 @@ async fn read_capped(mut resp: Response, limit: usize) -> Result<Option<Bytes>, 
     if resp.content_length().is_some_and(|n| n > limit as u64) {
         return Ok(None);
     }
-    let mut buf = BytesMut::new();
+    // Sized once when the length is given (at most `limit`), not grown by doubling.
+    let mut buf = BytesMut::with_capacity(resp.content_length().map_or(0, |n| n as usize));
     while let Some(chunk) = resp.chunk().await? {
         if buf.len() + chunk.len() > limit {
             return Ok(None);

@@ -8,7 +8,8 @@ use super::answer::{classify, Action};
 use super::inputs::Flusher;
 use super::plan::Batch;
 use super::shell::{Answered, Shell};
-use crate::api::BulkItem;
+use crate::api::{BulkItem, BulkRequest};
+use crate::record::EpochMillis;
 
 impl Flusher {
     /// Sends `batch` as a task of its own.
@@ -16,17 +17,11 @@ impl Flusher {
         sh.seq += 1;
         sh.report.batches += 1;
         let correlation_id = format!("{}-{}-{}", self.gateway_id, self.clock.wall_ms(), sh.seq);
-        let mac_ids: Vec<String> = batch
-            .rows
-            .iter()
-            .map(|p| self.mac_format.format(p.capture.mac))
-            .collect();
         let items: Vec<BulkItem> = batch
             .rows
             .iter()
-            .zip(&mac_ids)
-            .map(|(p, mac_id)| BulkItem {
-                mac_id: mac_id.clone(),
+            .map(|p| BulkItem {
+                mac_id: self.mac_format.format(p.capture.mac),
                 ble_packet: p.capture.packet.clone(),
                 product_id: p.capture.product_id.to_string(),
                 scan_time: (p.capture.ts_ms.div_euclid(1000)).to_string(),
@@ -39,26 +34,38 @@ impl Flusher {
             concurrency_limit = sh.plan.window(),
             "batch sent"
         );
+        // What the task holds while the answer is awaited: the encoded body and the
+        // `mac_id`s, and the captures' times for the metrics; the rows themselves stay
+        // with the planner, once. The answer is read into its action in the task, so an
+        // answer waiting to be carried out holds only what settling it needs.
+        let request = BulkRequest::encode(&items);
+        drop(items);
+        let captured_at: Vec<EpochMillis> = batch.rows.iter().map(|p| p.capture.ts_ms).collect();
         let client = self.client.clone();
         let id = batch.id;
         let metrics = self.metrics.clone();
         let clock = self.clock.clone();
-        let rows = batch.rows.clone();
         let task = async move {
             let started = Instant::now();
-            let request = metrics.request();
-            let answer = client.decode_bulk(&items, &correlation_id).await;
+            let request_metrics = metrics.request();
+            let answer = match &request {
+                Ok(r) => client.decode_bulk_request(r, &correlation_id).await,
+                Err(e) => Err(e.clone()),
+            };
             let failure = match &answer {
                 Ok(items) if items.is_empty() => Some("empty_answer"),
                 Ok(_) => None,
                 Err(e) => Some(e.label()),
             };
-            request.answered(&rows, failure, clock.wall_ms());
+            request_metrics.answered(&captured_at, failure, clock.wall_ms());
+            let ok = answer.is_ok();
+            let mac_ids = request.as_ref().map_or(&[][..], |r| r.mac_ids());
             Answered {
                 batch: id,
-                mac_ids,
+                items: captured_at.len(),
+                ok,
+                action: classify(mac_ids, answer),
                 correlation_id,
-                answer,
                 elapsed: started.elapsed(),
             }
         };
@@ -77,12 +84,12 @@ impl Flusher {
                 sh.tasks.remove(&task);
                 tracing::debug!(
                     correlation_id = a.correlation_id,
-                    items = a.mac_ids.len(),
+                    items = a.items,
                     ms = a.elapsed.as_millis() as u64,
-                    ok = a.answer.is_ok(),
+                    ok = a.ok,
                     "batch answered"
                 );
-                (classify(&a.mac_ids, a.answer), a.batch, a.correlation_id)
+                (a.action, a.batch, a.correlation_id)
             }
             Err(e) => {
                 // A request task that panicked: its batch failed like a lost answer.

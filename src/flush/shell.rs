@@ -6,20 +6,23 @@ use std::time::Duration;
 
 use tokio::task::JoinSet;
 
+use super::answer::Action;
 use super::deadlog::DeadLetterLog;
 use super::inputs::FlushReport;
 use super::plan::{BatchId, Planner};
 use super::state::StateNotes;
-use crate::api::{ApiError, BulkAnswerItem};
 use crate::config::FlushSettings;
 use crate::outbox::FlusherState;
 
-/// A batch's request, answered (or failed).
+/// A batch's request, answered (or failed), and what its answer means.
 pub(super) struct Answered {
     pub(super) batch: BatchId,
-    pub(super) mac_ids: Vec<String>,
+    /// Captures sent.
+    pub(super) items: usize,
+    /// The service answered 2xx.
+    pub(super) ok: bool,
+    pub(super) action: Action,
     pub(super) correlation_id: String,
-    pub(super) answer: Result<Vec<BulkAnswerItem>, ApiError>,
     pub(super) elapsed: Duration,
 }
 

@@ -33,7 +33,6 @@ use prometheus_client::registry::Registry;
 
 use tokio::time::Instant;
 
-use crate::outbox::PendingCapture;
 use crate::record::EpochMillis;
 use registry::{CauseLabel, Live, OutcomeLabel, StateLabel};
 
@@ -119,7 +118,7 @@ impl Metrics {
     /// `request_failures_total`).
     fn observe_batch(
         &self,
-        batch: &[PendingCapture],
+        captured_at: &[EpochMillis],
         elapsed: Duration,
         failure: Option<&'static str>,
         now: EpochMillis,
@@ -128,11 +127,14 @@ impl Metrics {
             .delivery
             .request_duration
             .observe(elapsed.as_secs_f64());
-        self.live.delivery.batch_size.observe(batch.len() as f64);
+        self.live
+            .delivery
+            .batch_size
+            .observe(captured_at.len() as f64);
         match failure {
             None => {
-                for p in batch {
-                    let age = (now - p.capture.ts_ms).max(0) as f64 / 1000.0;
+                for at in captured_at {
+                    let age = (now - at).max(0) as f64 / 1000.0;
                     self.live.delivery.delivery_latency.observe(age);
                 }
             }
@@ -218,17 +220,18 @@ pub struct Request<'a> {
 }
 
 impl Request<'_> {
-    /// The request for `batch` ended: answered (`failure` is `None`) or failed for the
-    /// cause `failure` (a label of `request_failures_total`).
-    /// `now` is the daemon's wall clock (the ages of the batch's captures are by it).
+    /// The request for a batch of captures taken at `captured_at` ended: answered
+    /// (`failure` is `None`) or failed for the cause `failure` (a label of
+    /// `request_failures_total`). `now` is the daemon's wall clock (the ages of the
+    /// batch's captures are by it).
     pub fn answered(
         self,
-        batch: &[PendingCapture],
+        captured_at: &[EpochMillis],
         failure: Option<&'static str>,
         now: EpochMillis,
     ) {
         self.metrics
-            .observe_batch(batch, self.started.elapsed(), failure, now);
+            .observe_batch(captured_at, self.started.elapsed(), failure, now);
     }
 }
 

@@ -15,7 +15,7 @@
 //!
 //! A leaf: it touches only the `db` codecs and the outbox's words; the store holds it.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rusqlite::{params, Transaction};
@@ -49,12 +49,20 @@ fn every() -> Duration {
 }
 
 /// Tapes with an unwritten reading at most (memory; then they are written sooner).
-pub const LATEST_MAX: usize = 8192;
+/// A backlog of more tapes than this writes them more often, not more of them: each
+/// write holds every tape once. Draining 500,000 captures of 10,000 tapes wrote as
+/// many bytes per capture with 4,096 as with 8,192 (408 against 406-408) at the same
+/// CPU, and held 0.7 MB less (`benches/footprint.rs`).
+pub const LATEST_MAX: usize = 4096;
 
-/// The readings not yet written, newest per tape.
+/// The readings not yet written, newest per tape. In a B-tree, not a hash table: it
+/// grows a node at a time where a hash table doubles (holding both tables for the
+/// moment of the move: 2.4 MB at 8,192 tapes, the daemon's largest allocation draining
+/// a backlog; the B-tree took 1.4 MB less at the drain's peak), and it is in MAC order,
+/// the order they are written in.
 #[derive(Debug, Default)]
 pub(super) struct Latest {
-    unwritten: HashMap<Mac, TapeRow>,
+    unwritten: BTreeMap<Mac, TapeRow>,
     /// When the oldest unwritten reading came.
     since: Option<Instant>,
 }
@@ -94,9 +102,7 @@ impl Latest {
              WHERE excluded.captured_at >= tapes.captured_at",
         )?;
         // In MAC order: neighbours in the table are written together.
-        let mut rows: Vec<&TapeRow> = self.unwritten.values().collect();
-        rows.sort_unstable_by_key(|r| r.mac);
-        for r in rows {
+        for r in self.unwritten.values() {
             upsert.execute(params![
                 mac_to_int(r.mac),
                 r.qr_code,
@@ -112,7 +118,7 @@ impl Latest {
 
     /// The transaction that wrote them has committed.
     pub(super) fn written(&mut self) {
-        self.unwritten = HashMap::new();
+        self.unwritten = BTreeMap::new();
         self.since = None;
     }
 
