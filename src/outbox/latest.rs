@@ -8,14 +8,19 @@
 //! scattered row updates are what wears an SD card (each dirtied page is written twice,
 //! to the WAL and at the checkpoint).
 //!
+//! A tape's *first* reading (a tape the table may not hold yet: one this daemon has not
+//! written or seen written) is written with the answer that brought it, so that the
+//! count of tapes (`status`, /metrics, the page, the demo's progress line) is never
+//! behind: new tapes are few, and each is written so once.
+//!
 //! What this gives up: a crash (not a stop) loses at most the last minute of *latest
-//! readings*, never a capture or a count (those are written with the answers). The
-//! daemon's own readers (the status page) see the unwritten readings; another process
-//! (`tapegate tapes`) reads the table, at most a minute behind the running daemon.
+//! readings*, never a capture, a count or a tape (those are written with the answers).
+//! The daemon's own readers (the status page) see the unwritten readings; another
+//! process (`tapegate tapes`) reads the table, at most a minute behind the daemon.
 //!
 //! A leaf: it touches only the `db` codecs and the outbox's words; the store holds it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use rusqlite::{params, Transaction};
@@ -65,12 +70,23 @@ pub(super) struct Latest {
     unwritten: BTreeMap<Mac, TapeRow>,
     /// When the oldest unwritten reading came.
     since: Option<Instant>,
+    /// Tapes the table holds a row of (written or seen written by this store), at
+    /// most [`KNOWN_MAX`]: forgotten all at once past it, then learnt again.
+    known: HashSet<Mac>,
+    /// The first readings of tapes not known, to write with the answers at hand.
+    first: Vec<TapeRow>,
 }
+
+/// Tapes remembered as in the table at most (about 10 bytes each).
+const KNOWN_MAX: usize = 65_536;
 
 impl Latest {
     /// A tape's reading: kept unless an unwritten one of a later capture is held.
     pub(super) fn note(&mut self, row: TapeRow) {
         self.since.get_or_insert_with(Instant::now);
+        if !self.known.contains(&row.mac) && !self.unwritten.contains_key(&row.mac) {
+            self.first.push(row.clone());
+        }
         match self.unwritten.get_mut(&row.mac) {
             Some(held) if held.captured_at > row.captured_at => {}
             Some(held) => *held = row,
@@ -116,10 +132,51 @@ impl Latest {
         Ok(())
     }
 
+    /// Writes in `tx` the first readings of tapes not known (a row the table already
+    /// holds is left as it is). Call [`Latest::firsts_written`] once `tx` has committed.
+    pub(super) fn write_firsts(&self, tx: &Transaction<'_>) -> rusqlite::Result<()> {
+        if self.first.is_empty() {
+            return Ok(());
+        }
+        let mut insert = tx.prepare_cached(
+            "INSERT OR IGNORE INTO tapes(mac, qr_code, captured_at, decoded_at, rssi, temp, bat, raw) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, '')",
+        )?;
+        for r in &self.first {
+            insert.execute(params![
+                mac_to_int(r.mac),
+                r.qr_code,
+                r.captured_at,
+                r.decoded_at,
+                r.rssi,
+                r.temp,
+                r.bat
+            ])?;
+        }
+        Ok(())
+    }
+
+    /// The transaction that wrote the first readings has committed.
+    pub(super) fn firsts_written(&mut self) {
+        let first = std::mem::take(&mut self.first);
+        self.learn(first.iter().map(|r| r.mac));
+    }
+
     /// The transaction that wrote them has committed.
     pub(super) fn written(&mut self) {
-        self.unwritten = BTreeMap::new();
+        let unwritten = std::mem::take(&mut self.unwritten);
+        self.learn(unwritten.into_keys());
+        self.first.clear();
         self.since = None;
+    }
+
+    /// Remembers `macs` as in the table.
+    fn learn(&mut self, macs: impl Iterator<Item = Mac>) {
+        for mac in macs {
+            if self.known.len() >= KNOWN_MAX {
+                self.known = HashSet::new();
+            }
+            self.known.insert(mac);
+        }
     }
 
     /// The unwritten reading of `mac`, if any.
@@ -204,10 +261,14 @@ mod tests {
         assert_eq!(temps(&store), newest);
         let known = store.tapes_known(&[mac(1)]).unwrap();
         assert_eq!(known[0].reading.as_ref().unwrap().temp, Some(3.0));
-        // ...another process not before they are written...
+        // ...another process sees every tape at once, with its first reading (written
+        // with the answer that brought it), and its newest once written...
         let other = || Store::open_existing(dir.path()).unwrap().unwrap();
-        assert!(other().tapes(100).unwrap().is_empty());
-        assert_eq!(other().stats().unwrap().tapes, 0);
+        assert_eq!(
+            temps(&other()),
+            vec![(mac(1), Some(1.0)), (mac(2), Some(2.0))]
+        );
+        assert_eq!(other().stats().unwrap().tapes, 2);
         store.write_latest().unwrap();
         assert_eq!(temps(&other()), newest);
         // ...and a reading of an earlier capture never replaces a later one.
@@ -223,28 +284,70 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (mut store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
         let n = super::LATEST_MAX;
-        let group: Vec<Capture> = (0..n)
-            .map(|i| {
-                let b = (i as u32).to_be_bytes();
-                Capture {
-                    mac: Mac::new([0xC0, 0xFF, b[1], b[2], b[3], 0]),
-                    ..capture(0, 1_000)
-                }
-            })
-            .collect();
-        for chunk in group.chunks(1000) {
+        // Every tape twice: a first reading at 1 s, then a second at 2 s.
+        let pass = |at: i64| -> Vec<Capture> {
+            (0..n)
+                .map(|i| {
+                    let b = (i as u32).to_be_bytes();
+                    Capture {
+                        mac: Mac::new([0xC0, 0xFF, b[1], b[2], b[3], 0]),
+                        ..capture(0, at)
+                    }
+                })
+                .collect()
+        };
+        for chunk in pass(1_000).chunks(1000) {
             store.enqueue(chunk).unwrap();
         }
         let other = Store::open_existing(dir.path()).unwrap().unwrap();
         let batch = store.next_batch(250, 100_000).unwrap();
         let settled: Vec<_> = batch.into_iter().map(|p| (p, decoded(1.0))).collect();
         store.settle(&settled, 9_000).unwrap();
-        assert_eq!(other.stats().unwrap().tapes, 0, "250 tapes wait");
+        assert_eq!(other.stats().unwrap().tapes, 250, "new tapes at once");
+        deliver_all(&mut store);
+        assert_eq!(other.stats().unwrap().tapes, n as u64);
+        for chunk in pass(2_000).chunks(1000) {
+            store.enqueue(chunk).unwrap();
+        }
+        let batch = store.next_batch(250, 100_000).unwrap();
+        let settled: Vec<_> = batch.into_iter().map(|p| (p, decoded(2.0))).collect();
+        store.settle(&settled, 9_000).unwrap();
+        let waiting =
+            |t: &[crate::outbox::TapeRow]| t.iter().filter(|t| t.temp == Some(1.0)).count();
+        assert_eq!(waiting(&other.tapes(n).unwrap()), n, "250 readings wait");
         deliver_all(&mut store);
         assert_eq!(
-            other.stats().unwrap().tapes,
-            n as u64,
-            "written with the answer that made them {n}"
+            waiting(&other.tapes(n).unwrap()),
+            0,
+            "written with the answer that made {n} wait"
+        );
+    }
+
+    #[test]
+    fn a_tapes_first_reading_is_written_at_once_and_later_ones_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let other = || Store::open_existing(dir.path()).unwrap().unwrap();
+        store.enqueue(&[capture(1, 1_000)]).unwrap();
+        deliver_all(&mut store);
+        assert_eq!(temps(&other()), vec![(mac(1), Some(1.0))]);
+        store
+            .enqueue(&[capture(1, 5_000), capture(2, 4_000)])
+            .unwrap();
+        deliver_all(&mut store);
+        assert_eq!(
+            temps(&other()),
+            vec![(mac(1), Some(1.0)), (mac(2), Some(4.0))],
+            "a known tape's new reading waits; a new tape's is written"
+        );
+        // A tape whose row is already there (another run wrote it) keeps the newer one.
+        drop(store);
+        let (mut store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        store.enqueue(&[capture(1, 3_000)]).unwrap();
+        deliver_all(&mut store);
+        assert_eq!(
+            temps(&other()),
+            vec![(mac(1), Some(5.0)), (mac(2), Some(4.0))]
         );
     }
 }

@@ -100,6 +100,8 @@ impl Store {
             record_heard(&tx, &notes.heard, now)?;
             if write_latest {
                 latest.write(&tx)?;
+            } else {
+                latest.write_firsts(&tx)?;
             }
             Ok((removed, next))
         })()
@@ -108,6 +110,8 @@ impl Store {
         self.counters = next;
         if write_latest {
             self.latest.written();
+        } else {
+            self.latest.firsts_written();
         }
         for (p, _) in outcomes {
             self.claimed.remove(&p.id);
