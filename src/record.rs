@@ -271,6 +271,19 @@ impl Advertisement {
     pub fn from_record(line: &str) -> Result<Self, RecordError> {
         let raw: RecordIn<'_> =
             serde_json::from_str(line).map_err(|e| RecordError::Json(e.to_string()))?;
+        Self::from_raw(raw)
+    }
+
+    /// Parses one JSON Lines record from its bytes, or `None` if they are not one
+    /// (the caller then reads them with [`Advertisement::from_record`] for the reason):
+    /// the replay's path, where the JSON reader checks the text it reads instead of a
+    /// pass over the whole line first.
+    pub fn from_record_bytes(line: &[u8]) -> Option<Self> {
+        let raw: RecordIn<'_> = serde_json::from_slice(line.trim_ascii()).ok()?;
+        Self::from_raw(raw).ok()
+    }
+
+    fn from_raw(raw: RecordIn<'_>) -> Result<Self, RecordError> {
         if !raw.ts.is_finite() || raw.ts < 0.0 {
             return Err(RecordError::Field {
                 field: "ts",
@@ -456,6 +469,22 @@ mod tests {
             r#"{"ts": 1763719200.5}"#,
         ];
         for line in lines {
+            // The replay's path reads a good record as the text path does, and leaves
+            // everything else to it.
+            for framed in [
+                line.to_string(),
+                format!(" \t{line}\r\n"),
+                format!("\u{a0}{line}"),
+                format!("\u{b}{line}"),
+            ] {
+                if let Some(fast) = Advertisement::from_record_bytes(framed.as_bytes()) {
+                    assert_eq!(
+                        Ok(fast),
+                        Advertisement::from_record(framed.trim()),
+                        "{framed:?}"
+                    );
+                }
+            }
             let now = Advertisement::from_record(line).map_err(|e| match e {
                 RecordError::Json(e) => e,
                 other => other.to_string(),

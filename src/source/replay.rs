@@ -135,11 +135,16 @@ async fn replay<R: AsyncRead + Unpin>(
         let Some(adv) = parse_counted(&buf, line_no, &mut report, clock) else {
             continue;
         };
-        tokio::select! {
-            biased;
-            sent = out.send(Heard::from(adv)) => if sent.is_err() { return Ok(report) },
-            // Stopped while the pipeline does not take more: stop here.
-            () = stop.cancelled() => return Ok(report),
+        // Without a wait while the channel has room (most lines).
+        match out.try_send(Heard::from(adv)) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Closed(_)) => return Ok(report),
+            Err(mpsc::error::TrySendError::Full(heard)) => tokio::select! {
+                biased;
+                sent = out.send(heard) => if sent.is_err() { return Ok(report) },
+                // Stopped while the pipeline does not take more: stop here.
+                () = stop.cancelled() => return Ok(report),
+            },
         }
         report.adverts += 1;
     }
@@ -179,6 +184,12 @@ fn parse_counted(
 
 /// One line (with or without its line ending): `None` if blank.
 fn parse_line(bytes: &[u8], now_ms: EpochMillis) -> Result<Option<Advertisement>, String> {
+    // A good record is read from its bytes at once; anything else (a blank line, bad
+    // UTF-8, whitespace beyond ASCII) as text, for its reason.
+    if let Some(adv) = Advertisement::from_record_bytes(bytes) {
+        check_bounds(&adv, now_ms)?;
+        return Ok(Some(adv));
+    }
     let line = std::str::from_utf8(bytes).map_err(|e| format!("not valid UTF-8: {e}"))?;
     let line = line.trim();
     if line.is_empty() {
