@@ -111,25 +111,15 @@ impl Latest {
         if self.unwritten.is_empty() {
             return Ok(());
         }
-        let mut upsert = tx.prepare_cached(
+        // In MAC order: neighbours in the table are written together.
+        write_rows(
+            tx,
             "INSERT INTO tapes(mac, qr_code, captured_at, decoded_at, rssi, temp, bat, raw) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, '')
              ON CONFLICT(mac) DO UPDATE SET qr_code = excluded.qr_code, captured_at = excluded.captured_at,
                decoded_at = excluded.decoded_at, rssi = excluded.rssi, temp = excluded.temp, bat = excluded.bat, raw = ''
              WHERE excluded.captured_at >= tapes.captured_at",
-        )?;
-        // In MAC order: neighbours in the table are written together.
-        for r in self.unwritten.values() {
-            upsert.execute(params![
-                mac_to_int(r.mac),
-                r.qr_code,
-                r.captured_at,
-                r.decoded_at,
-                r.rssi,
-                r.temp,
-                r.bat
-            ])?;
-        }
-        Ok(())
+            self.unwritten.values(),
+        )
     }
 
     /// Writes in `tx` the first readings of tapes not known (a row the table already
@@ -138,21 +128,11 @@ impl Latest {
         if self.first.is_empty() {
             return Ok(());
         }
-        let mut insert = tx.prepare_cached(
+        write_rows(
+            tx,
             "INSERT OR IGNORE INTO tapes(mac, qr_code, captured_at, decoded_at, rssi, temp, bat, raw) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, '')",
-        )?;
-        for r in &self.first {
-            insert.execute(params![
-                mac_to_int(r.mac),
-                r.qr_code,
-                r.captured_at,
-                r.decoded_at,
-                r.rssi,
-                r.temp,
-                r.bat
-            ])?;
-        }
-        Ok(())
+            &self.first,
+        )
     }
 
     /// The transaction that wrote the first readings has committed.
@@ -188,6 +168,27 @@ impl Latest {
     pub(super) fn rows(&self) -> impl Iterator<Item = &TapeRow> {
         self.unwritten.values()
     }
+}
+
+/// Runs `sql` (the seven columns of a reading as ?1-?7) for each of `rows` in `tx`.
+fn write_rows<'a>(
+    tx: &Transaction<'_>,
+    sql: &str,
+    rows: impl IntoIterator<Item = &'a TapeRow>,
+) -> rusqlite::Result<()> {
+    let mut write = tx.prepare_cached(sql)?;
+    for r in rows {
+        write.execute(params![
+            mac_to_int(r.mac),
+            r.qr_code,
+            r.captured_at,
+            r.decoded_at,
+            r.rssi,
+            r.temp,
+            r.bat
+        ])?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
