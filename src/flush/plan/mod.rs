@@ -22,7 +22,8 @@ The rules, in the order a batch meets them:
   `window` batches in flight, `1..=max_in_flight`. It starts at 1, grows by one on a
   clean answer no slower than twice the usual to a full batch sent while the window was
   in use (so it grows no wider than the tapes free to fill its batches; past 8 only
-  while the usual answer takes 50 ms or more: a slow uplink), and halves
+  while the usual answer takes 50 ms or more and that latency is the link's, not a
+  queue of batches: a slow uplink, `window.rs`), and halves
   on a transient failure (timeout, 429, 5xx, ...), once per round of batches.
 - **Backoff.** A transient failure of an ordinary batch pauses new sends: exponential
   with full jitter, capped at `backoff_max`, but never shorter than the server's

@@ -77,6 +77,61 @@ fn slow_clean_answers_grow_the_window_past_8_to_the_shipped_max_and_trouble_halv
     assert_eq!(p.window(), max / 2, "a round of 503s halves it once");
 }
 
+/// The window after `rounds` answers over a link of `link` latency to a gateway (or a
+/// service) that gets through one answer per `each`, first in first out: an answer is
+/// carried out `link` after its batch was sent, or `each` after the one before, the
+/// later; a batch is sent whenever the window has room.
+fn window_over(link: Duration, each: Duration, rounds: usize) -> usize {
+    let max = crate::config::DEFAULTS.flush.max_in_flight as usize;
+    let mut p = Planner::new(FlushSettings {
+        max_in_flight: max,
+        ..settings()
+    });
+    let pending = rows(0..2_000, 200);
+    let mut t = Instant::now();
+    let mut last = t;
+    let mut queue: std::collections::VecDeque<(Batch, Instant)> = Default::default();
+    for _ in 0..rounds {
+        while let Step::Send(b) = fetch_and_offer(&mut p, &pending, t) {
+            last = (t + link).max(last + each);
+            queue.push_back((b, last));
+        }
+        let (b, at) = queue.pop_front().expect("a batch in flight");
+        t = at;
+        let res = p.answered(b.id, all_ok(&b), t, 1.0);
+        p.recorded(&res.settle);
+    }
+    p.window()
+}
+
+/// Answers that take longer the more batches are in flight (10 ms a batch: a gateway
+/// whose CPU parses and settles them one after another, or a service that queues them)
+/// are slow, but not from the link: a wider window only queues more batches in memory.
+/// The window stops at 8, where answers slow to 50 ms and more come from the queue.
+#[test]
+fn answers_slowed_by_a_queue_of_batches_do_not_grow_the_window_past_8() {
+    let w = window_over(Duration::ZERO, Duration::from_millis(10), 3_000);
+    assert_eq!(w, 8, "latency that grows with the window is a queue");
+}
+
+/// A slow link to a gateway with a ceiling of its own (200 ms away, 10 ms a batch, as
+/// a slow ARM core might): the window grows past 8 to about what keeps that pace (20
+/// batches in 200 ms) and stops short of the max, where more would only wait.
+#[test]
+fn over_a_slow_link_the_window_grows_to_the_gateways_own_pace_and_no_further() {
+    let w = window_over(Duration::from_millis(200), Duration::from_millis(10), 3_000);
+    assert!(
+        (18..=24).contains(&w),
+        "window {w}: 200 ms / 10 ms is 20 batches"
+    );
+    let w = window_over(Duration::from_millis(200), Duration::from_millis(1), 3_000);
+    let max = crate::config::DEFAULTS.flush.max_in_flight as usize;
+    assert_eq!(
+        w, max,
+        "a gateway with room to spare is held back only by the max"
+    );
+}
+
 /// A window is only as wide as the tapes free to fill its batches: with 10 tapes and
 /// batches of 4, the third batch of a round is a part (2 tapes), and no wider window
 /// would send anything but smaller batches.
