@@ -392,7 +392,7 @@ impl World {
             );
         }
         let rows = self.store.pending_captures().unwrap();
-        for r in &b.rows {
+        for r in b.rows.iter() {
             let s = seq_of(r);
             prop_assert_eq!(
                 self.fates.get(&s).copied(),

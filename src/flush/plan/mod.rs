@@ -79,6 +79,7 @@ mod verdict;
 mod window;
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -325,10 +326,11 @@ impl Planner {
         self.busy.extend(rows.iter().map(|r| r.capture.mac));
         let window_full =
             self.in_flight.len() + 1 >= self.window.size() && rows.len() >= self.limit;
+        let rows = Arc::new(rows);
         self.in_flight.insert(
             id,
             InFlight {
-                rows: rows.clone(),
+                rows: Arc::clone(&rows),
                 origin,
                 sent_at: now,
                 window_full,
@@ -342,7 +344,7 @@ impl Planner {
     pub fn abandon_in_flight(&mut self) {
         self.exhausted_until = None;
         for (_, b) in self.in_flight.drain() {
-            for r in &b.rows {
+            for r in b.rows.iter() {
                 self.busy.remove(&r.capture.mac);
                 self.unclaimed.push(r.id);
             }

@@ -2,6 +2,7 @@
 //! means ([`Resolution`], [`Note`]), and the records it keeps of a batch and a capture.
 //! Data only: it touches nothing but the outbox's row and outcome types.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -12,11 +13,13 @@ use crate::outbox::{Outcome, PendingCapture};
 /// launched later.
 pub type BatchId = u64;
 
-/// A batch to send.
+/// A batch to send. Its rows are shared with the planner's record of the batch in
+/// flight, not copied: the request encodes them and lets go, and the planner has them
+/// to itself again when the answer comes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Batch {
     pub id: BatchId,
-    pub rows: Vec<PendingCapture>,
+    pub rows: Arc<Vec<PendingCapture>>,
 }
 
 /// A parked or split part due to be sent: its rows are claimed again first (rows the
@@ -110,13 +113,23 @@ pub(super) enum Origin {
 
 #[derive(Debug)]
 pub(super) struct InFlight {
-    pub(super) rows: Vec<PendingCapture>,
+    /// Shared with the [`Batch`] until its request has encoded them; see
+    /// [`InFlight::take_rows`].
+    pub(super) rows: Arc<Vec<PendingCapture>>,
     pub(super) origin: Origin,
     pub(super) sent_at: Instant,
     /// The window was in use when this batch was sent, and the batch was full (growth
     /// only counts then: a window wider than the tapes free to fill it only sends
     /// smaller batches, each costing a request and a transaction).
     pub(super) window_full: bool,
+}
+
+impl InFlight {
+    /// The rows, to keep or hand on: moved out when the request has let go of them
+    /// (always, by the time its answer is read), copied only when it has not.
+    pub(super) fn take_rows(rows: Arc<Vec<PendingCapture>>) -> Vec<PendingCapture> {
+        Arc::unwrap_or_clone(rows)
+    }
 }
 
 /// What one capture has been through in this run (by row id).

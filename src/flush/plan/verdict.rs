@@ -116,7 +116,10 @@ impl Planner {
         let latency = now.saturating_duration_since(batch.sent_at);
         let outcomes_answered = outcomes.len();
         let clean = outcomes_answered == batch.rows.len();
-        let mut rows: Vec<Option<PendingCapture>> = batch.rows.into_iter().map(Some).collect();
+        let mut rows: Vec<Option<PendingCapture>> = InFlight::take_rows(batch.rows)
+            .into_iter()
+            .map(Some)
+            .collect();
         for (i, outcome) in outcomes {
             if let Some(row) = rows.get_mut(i).and_then(Option::take) {
                 res.settle.push((row, outcome));
@@ -161,7 +164,7 @@ impl Planner {
         jitter: f64,
         res: &mut Resolution,
     ) {
-        let rows = batch.rows;
+        let rows = InFlight::take_rows(batch.rows);
         self.count_failures(&rows);
         if rows.len() > 1 {
             res.notes.push(Note::Split {
@@ -196,7 +199,7 @@ impl Planner {
     fn shrink(&mut self, batch: InFlight, now: Instant, jitter: f64, res: &mut Resolution) {
         let sent = batch.rows.len();
         if sent <= 1 {
-            self.release(batch.rows);
+            self.release(InFlight::take_rows(batch.rows));
             let cause = "the service refuses even one item as too large (413)".to_string();
             return res
                 .notes
@@ -210,7 +213,7 @@ impl Planner {
         self.unclaimed.extend(batch.rows.iter().map(|r| r.id));
         // Re-cut this batch and what was queued to the new limit, keeping the order.
         let mut parts = vec![Queued {
-            rows: batch.rows,
+            rows: InFlight::take_rows(batch.rows),
             origin: batch.origin,
             not_before: now,
         }];
@@ -261,7 +264,7 @@ impl Planner {
                     .start(cause.clone(), label, retry_after, now, jitter),
             );
         }
-        let rows = batch.rows;
+        let rows = InFlight::take_rows(batch.rows);
         if failed_before && rows.len() > 1 {
             res.notes.push(Note::Isolating {
                 items: rows.len(),

@@ -42,7 +42,7 @@ proptest! {
             loop {
                 match fetch_and_offer(&mut p, &pending, t) {
                     Step::Send(b) => {
-                        for r in &b.rows {
+                        for r in b.rows.iter() {
                             for o in &in_flight {
                                 prop_assert!(o.rows.iter().all(|x| x.capture.mac != r.capture.mac), "a MAC in two batches in flight");
                             }
