@@ -28,7 +28,9 @@
 //!
 //! Options: `--captures N`, `--slow-captures N` (0 skips the catch-up), `--rounds N`
 //! (default 3), `--delay-ms N`, `--goals` (judge the first `--bin` as the base and
-//! `this` against issue 22's goals).
+//! `this` against issue 22's goals). For a closer look, in the environment:
+//! `FOOTPRINT_LOG` is the daemon's log filter (default `warn`), and `FOOTPRINT_WRAP` a
+//! command that runs it (`valgrind --tool=massif --massif-out-file=/tmp/massif.%p`).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -435,10 +437,25 @@ fn pin(cpu: usize) {
 /// what it cost from its own accounting: `/proc/PID/io` once it has exited (before it
 /// is reaped), then `wait4`'s rusage.
 fn run(bin: &Path, config: &Path) -> Cost {
-    let mut cmd = Command::new(bin);
+    // FOOTPRINT_WRAP: a command that runs the daemon (a profiler: `valgrind
+    // --tool=massif`, `perf record -g --`); the figures are then the wrapper's.
+    let wrap = std::env::var("FOOTPRINT_WRAP").unwrap_or_default();
+    let mut words = wrap.split_whitespace();
+    let mut cmd = match words.next() {
+        Some(wrapper) => {
+            let mut cmd = Command::new(wrapper);
+            cmd.args(words).arg(bin);
+            cmd
+        }
+        None => Command::new(bin),
+    };
     cmd.args(["run", "--until-drained", "--config"])
         .arg(config)
-        .env("RUST_LOG", "warn")
+        // FOOTPRINT_LOG: the daemon's log filter (RUST_LOG) for a closer look.
+        .env(
+            "RUST_LOG",
+            std::env::var("FOOTPRINT_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdin(Stdio::null());
     unsafe {
         use std::os::unix::process::CommandExt;
