@@ -262,10 +262,12 @@ fn write_replay(path: &Path, n: u64) {
 }
 
 /// The window as a near service leaves it (8). Under valgrind every answer takes 50 ms
-/// or more to be read, which the flusher takes for a slow uplink and widens its window
-/// for; with 3,000 tapes a window past 12 batches of 250 leaves no tape free, and the
-/// fetches then walk the whole backlog (a cost of wide windows over few tapes that the
-/// guard would otherwise measure in place of the drain's own).
+/// or more to be read, which the flusher took for a slow uplink before it told a queue
+/// of batches from the link (`flush/plan/window.rs`) and widened its window for; with
+/// 3,000 tapes a window past 12 batches of 250 leaves no tape free, and the fetches then
+/// walk the whole backlog (a cost of wide windows over few tapes that the guard would
+/// otherwise measure in place of the drain's own). The cap keeps the figure the drain's
+/// own whatever the window's rule.
 const WINDOW: &str = "[flush]\nmax_in_flight = 8\n";
 
 /// Instructions `tapegate run --until-drained` executes with state in `dir`, replaying

@@ -74,7 +74,6 @@ impl Store {
     }
 
     /// [`Store::enqueue`], saying which bound evicted how many.
-    /// [`Store::enqueue`], saying which bound evicted how many.
     pub fn enqueue_counted(&mut self, group: &[Capture]) -> Result<Evictions, OutboxError> {
         if group.is_empty() {
             return Ok(Evictions::default());
@@ -169,7 +168,6 @@ fn insert_group(
     })
 }
 
-/// Binds the columns of capture `c` from parameter `at` of `insert`.
 /// Binds capture `c` from parameter `at` on: its first `columns` columns (see
 /// [`LIVE_COLUMNS`]).
 #[inline]
