@@ -28,17 +28,23 @@ fn the_window_grows_by_one_on_fast_clean_answers_up_to_max_in_flight() {
     }
 }
 
+/// A planner with the shipped `flush.max_in_flight` (batches of 4), and that max.
+fn at_shipped_max() -> (Planner, usize) {
+    let max = crate::config::DEFAULTS.flush.max_in_flight as usize;
+    let p = Planner::new(FlushSettings {
+        max_in_flight: max,
+        ..settings()
+    });
+    (p, max)
+}
+
 /// Catch-up over a slow uplink (issue 22): with the shipped settings, answers that take
 /// 200 ms every time but are clean grow the window past 8 (8 x 250 captures per 0.2 s is
 /// 10,000/s; 15,000/s needs 12) up to `flush.max_in_flight`, never a MAC in two batches
 /// at once; one round of 503s still halves it.
 #[test]
 fn slow_clean_answers_grow_the_window_past_8_to_the_shipped_max_and_trouble_halves_it() {
-    let max = crate::config::DEFAULTS.flush.max_in_flight as usize;
-    let mut p = Planner::new(FlushSettings {
-        max_in_flight: max,
-        ..settings()
-    });
+    let (mut p, max) = at_shipped_max();
     let pending = rows(0..2_000, 200);
     let mut t = Instant::now();
     for _ in 0..2 * max {
@@ -82,11 +88,7 @@ fn slow_clean_answers_grow_the_window_past_8_to_the_shipped_max_and_trouble_halv
 /// carried out `link` after its batch was sent, or `each` after the one before, the
 /// later; a batch is sent whenever the window has room.
 fn window_over(link: Duration, each: Duration, rounds: usize) -> usize {
-    let max = crate::config::DEFAULTS.flush.max_in_flight as usize;
-    let mut p = Planner::new(FlushSettings {
-        max_in_flight: max,
-        ..settings()
-    });
+    let (mut p, _) = at_shipped_max();
     let pending = rows(0..2_000, 200);
     let mut t = Instant::now();
     let mut last = t;
@@ -125,7 +127,7 @@ fn over_a_slow_link_the_window_grows_to_the_gateways_own_pace_and_no_further() {
         "window {w}: 200 ms / 10 ms is 20 batches"
     );
     let w = window_over(Duration::from_millis(200), Duration::from_millis(1), 3_000);
-    let max = crate::config::DEFAULTS.flush.max_in_flight as usize;
+    let (_, max) = at_shipped_max();
     assert_eq!(
         w, max,
         "a gateway with room to spare is held back only by the max"
