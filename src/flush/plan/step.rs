@@ -113,8 +113,9 @@ pub(super) enum Origin {
 
 #[derive(Debug)]
 pub(super) struct InFlight {
-    /// Shared with the [`Batch`] until its request has encoded them; see
-    /// [`InFlight::take_rows`].
+    /// Shared with the [`Batch`] until its request has encoded them: by the time the
+    /// answer is read the planner holds them alone, and `Arc::unwrap_or_clone` moves
+    /// them out without a copy.
     pub(super) rows: Arc<Vec<PendingCapture>>,
     pub(super) origin: Origin,
     pub(super) sent_at: Instant,
@@ -122,14 +123,6 @@ pub(super) struct InFlight {
     /// only counts then: a window wider than the tapes free to fill it only sends
     /// smaller batches, each costing a request and a transaction).
     pub(super) window_full: bool,
-}
-
-impl InFlight {
-    /// The rows, to keep or hand on: moved out when the request has let go of them
-    /// (always, by the time its answer is read), copied only when it has not.
-    pub(super) fn take_rows(rows: Arc<Vec<PendingCapture>>) -> Vec<PendingCapture> {
-        Arc::unwrap_or_clone(rows)
-    }
 }
 
 /// What one capture has been through in this run (by row id).

@@ -2,6 +2,7 @@
 //! refused (split, dead letter or parked), shrunk (413), or failed (parked, isolated,
 //! paused). Part of [`Planner`]: the only room that counts attempts and weighs evidence.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -116,7 +117,7 @@ impl Planner {
         let latency = now.saturating_duration_since(batch.sent_at);
         let outcomes_answered = outcomes.len();
         let clean = outcomes_answered == batch.rows.len();
-        let mut rows: Vec<Option<PendingCapture>> = InFlight::take_rows(batch.rows)
+        let mut rows: Vec<Option<PendingCapture>> = Arc::unwrap_or_clone(batch.rows)
             .into_iter()
             .map(Some)
             .collect();
@@ -164,7 +165,7 @@ impl Planner {
         jitter: f64,
         res: &mut Resolution,
     ) {
-        let rows = InFlight::take_rows(batch.rows);
+        let rows = Arc::unwrap_or_clone(batch.rows);
         self.count_failures(&rows);
         if rows.len() > 1 {
             res.notes.push(Note::Split {
@@ -199,7 +200,7 @@ impl Planner {
     fn shrink(&mut self, batch: InFlight, now: Instant, jitter: f64, res: &mut Resolution) {
         let sent = batch.rows.len();
         if sent <= 1 {
-            self.release(InFlight::take_rows(batch.rows));
+            self.release(Arc::unwrap_or_clone(batch.rows));
             let cause = "the service refuses even one item as too large (413)".to_string();
             return res
                 .notes
@@ -213,7 +214,7 @@ impl Planner {
         self.unclaimed.extend(batch.rows.iter().map(|r| r.id));
         // Re-cut this batch and what was queued to the new limit, keeping the order.
         let mut parts = vec![Queued {
-            rows: InFlight::take_rows(batch.rows),
+            rows: Arc::unwrap_or_clone(batch.rows),
             origin: batch.origin,
             not_before: now,
         }];
@@ -264,7 +265,7 @@ impl Planner {
                     .start(cause.clone(), label, retry_after, now, jitter),
             );
         }
-        let rows = InFlight::take_rows(batch.rows);
+        let rows = Arc::unwrap_or_clone(batch.rows);
         if failed_before && rows.len() > 1 {
             res.notes.push(Note::Isolating {
                 items: rows.len(),
