@@ -8,6 +8,7 @@ only `mac.rs`, `rate.rs` and `readings.rs` for their types and defaults.
 use std::collections::HashSet;
 use std::time::Duration;
 
+use super::clock::MockClock;
 use super::mac::MacFormat;
 use super::rate::{DEFAULT_RATE_LIMIT, DEFAULT_RATE_WINDOW};
 use super::readings::Readings;
@@ -194,6 +195,9 @@ pub struct MockConfig {
     /// tapes `seed::DEMO_LABELLED` of it are seeded with labels `DEMO-00NN` (the gateway's
     /// demo gives them; empty, no fleet tape is labelled).
     pub demo_fleet: Vec<String>,
+    /// The wall clock the account's times are counted by: the seeded events, "now" of
+    /// history's limits, when a request was received.
+    pub clock: MockClock,
 }
 
 impl MockConfig {
@@ -209,6 +213,7 @@ impl MockConfig {
             rate_window: DEFAULT_RATE_WINDOW,
             readings: Readings::default(),
             demo_fleet: Vec::new(),
+            clock: MockClock::machine(),
         }
     }
 }

@@ -41,7 +41,7 @@ In the code, from the top down (no file imports one above it):
   machine of 3) and `batch.rs` (the rules of a multi-device body, the result of 2.5),
   `locations.rs` (4.1), `history.rs` (4.2), `messages.rs` (4.5), `rate.rs` (the shared
   window of 8); `seed.rs` what the account holds at start; `fault.rs` the faults;
-- leaves: `config.rs` ([`MockConfig`]), `record.rs` (what was received), `request.rs`
+- leaves: `config.rs` ([`MockConfig`]), `clock.rs` ([`MockClock`]), `record.rs` (what was received), `request.rs`
   and `answer.rs` (a request as the parts see it, their answers), `readings.rs`,
   `packet.rs` (the simulated tape's packet), `mac.rs`.
 
@@ -101,6 +101,7 @@ long demos. Expired tokens are forgotten at every grant.
 
 mod answer;
 mod batch;
+mod clock;
 mod config;
 mod configure;
 mod deactivate;
@@ -136,6 +137,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use url::Url;
 
+pub use clock::MockClock;
 pub use config::{
     MockConfig, MockEnvironment, Registry, WireRules, APP_IDS, DEFAULT_MAX_ITEMS,
     DEFAULT_RECORD_LIMIT, FW_VER, UNREGISTERED_PREFIX,

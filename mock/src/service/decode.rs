@@ -42,7 +42,7 @@ pub(crate) async fn decode(
     // guard keeps this request's MACs in progress until it is answered or dropped.
     let macs = items.iter().map(|i| mac::key(&i.mac_id)).collect();
     let (fault, shaping, _in_progress) = InProgress::enter(shared, macs, fault);
-    let mut rec = received(env, kind, &parts, path, items, fault.clone());
+    let mut rec = received(shared.now(), env, kind, &parts, path, items, fault.clone());
     if let Some(outcome) = fault::outcome_now(fault.as_ref()) {
         match &outcome {
             Ok(answer) => rec.status = Some(answer.status().as_u16()),
@@ -117,6 +117,7 @@ fn fault_and_rules(shared: &Shared, parts: &Parts) -> (Option<Fault>, Rules) {
 
 /// The record of a decode request, before its answer.
 fn received(
+    at: SystemTime,
     env: &MockEnvironment,
     kind: DecodeKind,
     parts: &Parts,
@@ -125,7 +126,7 @@ fn received(
     fault: Option<Fault>,
 ) -> Received {
     Received {
-        at: SystemTime::now(),
+        at,
         kind,
         environment: env.name.clone(),
         path,

@@ -105,7 +105,14 @@ pub(crate) async fn handle(
                 .and_then(VecDeque::pop_front)
         })
     });
-    let mut record = received(&env, endpoint, &parts, body.as_ref(), fault.clone());
+    let mut record = received(
+        shared.now(),
+        &env,
+        endpoint,
+        &parts,
+        body.as_ref(),
+        fault.clone(),
+    );
     if let Some(outcome) = faulted(&shared, &env, endpoint, &parts, fault.as_ref()) {
         record.status = outcome.as_ref().ok().map(|a| a.status().as_u16());
         shared.with(|s| s.ops.record(record));
@@ -123,7 +130,7 @@ pub(crate) async fn handle(
                     parts: &parts,
                     body: &body,
                     arg: &arg,
-                    now: SystemTime::now(),
+                    now: shared.now(),
                 };
                 serve(s, endpoint, &req)
             }),
@@ -176,6 +183,7 @@ fn faulted(
 
 /// The record of an operator request, before its answer.
 fn received(
+    at: SystemTime,
     env: &MockEnvironment,
     endpoint: Endpoint,
     parts: &Parts,
@@ -183,7 +191,7 @@ fn received(
     fault: Option<Fault>,
 ) -> OperatorReceived {
     OperatorReceived {
-        at: SystemTime::now(),
+        at,
         endpoint,
         environment: env.name.clone(),
         method: parts.method.to_string(),

@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
+use crate::clock::MockClock;
 use crate::config::{MockConfig, MockEnvironment, Registry, WireRules, DEFAULT_RECORD_LIMIT};
 use crate::devices::Devices;
 use crate::fault::{Fault, Rolling, Standing};
@@ -120,7 +121,7 @@ pub(crate) struct OpsState {
 impl OpsState {
     /// The seeded account, anchored at the current wall time.
     fn new(config: &MockConfig) -> Self {
-        let seeded = Seed::new(SystemTime::now(), &config.demo_fleet);
+        let seeded = Seed::new(config.clock.now(), &config.demo_fleet);
         let mut devices = Devices::default();
         for d in seeded.devices {
             devices.insert(d);
@@ -164,13 +165,20 @@ impl OpsState {
 
 pub(crate) struct Shared {
     state: Mutex<State>,
+    clock: MockClock,
 }
 
 impl Shared {
     pub fn new(config: MockConfig) -> Self {
         Shared {
+            clock: config.clock,
             state: Mutex::new(State::new(config)),
         }
+    }
+
+    /// The time now by the mock's clock.
+    pub fn now(&self) -> SystemTime {
+        self.clock.now()
     }
 
     /// Runs `f` on the state. Never held across an await, so a poisoned lock still
