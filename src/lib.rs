@@ -67,7 +67,8 @@ daemon ([`pipeline`], [`reload`], [`http`]) < commands ([`cmd`], [`cli`]) <
   password grant, `auth.rs` the token cache and its lifetime bounds, `decode.rs` bulk
   and single decode, `bulk_answer.rs` the bulk answer read as it streams, `decoded.rs`
   the decoded packet both fill, `pause.rs` the service's `Retry-After` held for every
-  decode request from the instant it is read, `error.rs` answers and transport
+  decode request from the instant it is read, `address.rs` the service's URLs and
+  account headers checked, `error.rs` answers and transport
   failures mapped to typed kinds that say what to do; `error/transport.rs` and
   `error/answer.rs` read them). [`secret`] keeps the password and token out of every
   text.
@@ -114,7 +115,8 @@ daemon ([`pipeline`], [`reload`], [`http`]) < commands ([`cmd`], [`cli`]) <
 - [`clock`]: time on a gateway without a real-time clock: wall and boot time and the
   kernel's sync state behind one trait, a value (`SharedClock`) that `main.rs` makes once
   and every stage and command is handed (`source.rs`; in debug builds a test clock driven
-  by a file, `fake.rs`, which `main.rs` may choose), the pure hold policy and repair
+  by a file, `fake.rs`, which `main.rs` may choose, with the fixed days the tests of
+  what depends on the date run on), the pure hold policy and repair
   arithmetic (`policy.rs`), and the keeper that holds and releases captures in the
   outbox (`keeper.rs`, run by the ingest stage); also time formatting.
 - The mock tracking service is a crate of its own (`mock/`, `tapegate-mock`), which

@@ -122,6 +122,59 @@ impl Clock for FileClock {
     }
 }
 
+/// A day a test of what depends on the date runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FixedDay {
+    /// The moment, epoch milliseconds.
+    pub wall_ms: EpochMillis,
+    /// The same moment, for people (RFC 3339).
+    pub rfc3339: &'static str,
+    /// What makes the day a hard one.
+    pub why: &'static str,
+}
+
+/// The days on which every test of what depends on the date runs (history's months
+/// and year, the rate window's stamps, the clock's repair, retention by age), each test
+/// under every one, so that no day of the year can pass or fail the suite: the
+/// gateway's clock (the test clock file) and the mock's (`tapegate_mock::MockClock`
+/// in the tests) are moved to read the day. Evening times leave a test an hour and a
+/// half before its day ends.
+pub const FIXED_DAYS: [FixedDay; 5] = [
+    FixedDay {
+        wall_ms: 1_769_898_600_000,
+        rfc3339: "2026-01-31T22:30:00Z",
+        why: "the end of a 31-day month",
+    },
+    FixedDay {
+        wall_ms: 1_835_476_200_000,
+        rfc3339: "2028-02-29T22:30:00Z",
+        why: "the end of February in a leap year",
+    },
+    FixedDay {
+        wall_ms: 1_798_756_200_000,
+        rfc3339: "2026-12-31T22:30:00Z",
+        why: "New Year's Eve",
+    },
+    FixedDay {
+        wall_ms: 1_795_953_600_000,
+        rfc3339: "2026-11-29T12:00:00Z",
+        why: "a day whose last 58 days hold no whole 31-day month (the suite once failed on it)",
+    },
+    FixedDay {
+        wall_ms: 1_788_436_800_000,
+        rfc3339: "2026-09-03T12:00:00Z",
+        why: "a day whose last 58 days hold a whole 31-day month (August)",
+    },
+];
+
+impl FixedDay {
+    /// What the test clock file's `wall_offset_ms` is for the clock to read this day
+    /// now (the machine's clock moves on from there).
+    pub fn offset_ms_now(&self) -> i64 {
+        self.wall_ms - system_wall_ms()
+    }
+}
+
 /// A clock a test sets by hand: every reading is what the test last set, nothing moves
 /// by itself (deterministic, for the keeper's and the stages' own tests).
 #[derive(Debug)]
@@ -143,6 +196,13 @@ impl HandClock {
             boot_id: boot_id.to_string(),
             state: Mutex::new((reading, false)),
         }
+    }
+
+    /// Reading `wall_ms` at boot time 0, synchronised, no time service.
+    pub fn at(wall_ms: EpochMillis) -> HandClock {
+        let clock = HandClock::new("hand");
+        clock.set(wall_ms, 0, true, false);
+        clock
     }
 
     /// What every reading says from now on.
@@ -181,6 +241,13 @@ impl Clock for HandClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_fixed_day_says_the_moment_it_holds() {
+        for day in FIXED_DAYS {
+            assert_eq!(crate::clock::rfc3339(day.wall_ms), day.rfc3339);
+        }
+    }
 
     #[test]
     fn the_file_clock_follows_its_file() {

@@ -31,6 +31,26 @@ pub fn rfc3339(ms: EpochMillis) -> String {
     }
 }
 
+/// The instant `ms` as a [`jiff::Timestamp`] (clamped to jiff's years -9999..=9999: no
+/// reading can be that far off), for what computes with calendar time.
+pub fn timestamp(ms: EpochMillis) -> jiff::Timestamp {
+    jiff::Timestamp::from_millisecond(ms).unwrap_or(if ms < 0 {
+        jiff::Timestamp::MIN
+    } else {
+        jiff::Timestamp::MAX
+    })
+}
+
+/// The instant `ms` as a [`std::time::SystemTime`].
+pub fn system_time(ms: EpochMillis) -> std::time::SystemTime {
+    let since_epoch = std::time::Duration::from_millis(ms.unsigned_abs());
+    if ms >= 0 {
+        std::time::SystemTime::UNIX_EPOCH + since_epoch
+    } else {
+        std::time::SystemTime::UNIX_EPOCH - since_epoch
+    }
+}
+
 /// `3s`, `4m 12s`, `2h 05m`, `3d 04h`.
 pub fn age(secs: u64) -> String {
     match secs {
@@ -51,6 +71,16 @@ mod tests {
         assert_eq!(rfc3339(1_763_719_200_125), "2025-11-21T10:00:00Z");
         assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00Z");
         assert_eq!(rfc3339(-1), "1969-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn a_timestamp_is_the_instant_or_the_end_of_the_calendar() {
+        assert_eq!(
+            timestamp(1_763_719_200_125).as_millisecond(),
+            1_763_719_200_125
+        );
+        assert_eq!(timestamp(i64::MAX), jiff::Timestamp::MAX);
+        assert_eq!(timestamp(i64::MIN), jiff::Timestamp::MIN);
     }
 
     #[test]

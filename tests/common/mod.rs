@@ -2,6 +2,9 @@
 //! binary, and the real SQLite file read back.
 #![allow(dead_code)]
 
+#[cfg(debug_assertions)]
+pub mod day;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -17,6 +20,29 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_tapegate");
 /// A capture time to build traces on (2025-11-21 10:00 UTC): replay refuses times
 /// before 2015 as no radio's.
 pub const T0_MS: i64 = 1_763_719_200_000;
+
+/// A clock that reads one moment and never moves: synchronised, boot time 0, no time
+/// service. For a test that must read a time, not the machine's.
+#[derive(Debug)]
+pub struct StillClock(pub i64);
+
+impl tapegate::clock::Clock for StillClock {
+    fn wall_ms(&self) -> i64 {
+        self.0
+    }
+    fn boot_ms(&self) -> i64 {
+        0
+    }
+    fn kernel_synced(&self) -> bool {
+        true
+    }
+    fn boot_id(&self) -> Option<String> {
+        Some("still".into())
+    }
+    fn time_service(&self) -> Option<String> {
+        None
+    }
+}
 
 /// A temp dir holding `config.toml` and `state/`.
 pub struct Gateway {
@@ -52,7 +78,14 @@ impl Gateway {
         self.dir.path().join(name)
     }
 
-    /// `tapegate <args> --config <this config>`, with `TAPEGATE_*` overrides cleared.
+    /// The test clock file every command of this gateway reads, once a test has
+    /// written it (`day::Day::set_on`).
+    pub fn clock_path(&self) -> PathBuf {
+        self.dir.path().join("clock.toml")
+    }
+
+    /// `tapegate <args> --config <this config>`, with `TAPEGATE_*` overrides cleared
+    /// (but the test clock, once one is written: [`Gateway::clock_path`]).
     pub fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::new(BIN);
         c.args(args).arg("--config").arg(self.config_path());
@@ -60,6 +93,9 @@ impl Gateway {
             if k.starts_with("TAPEGATE_") {
                 c.env_remove(k);
             }
+        }
+        if self.clock_path().exists() {
+            c.env(tapegate::clock::FAKE_CLOCK_ENV, self.clock_path());
         }
         c.env("RUST_LOG", "info");
         c
