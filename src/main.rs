@@ -190,7 +190,7 @@ fn dispatch(cli: &Cli) -> Result<(), Failure> {
         Command::Check { config_only: true } => Ok(check::config_only(path, &local(path)?, out)?),
         Command::Check { config_only: false } => Ok(block_on(check::command(
             &service(path, "error")?,
-            &**clock,
+            clock,
             path,
             out,
         ))??),
@@ -213,7 +213,7 @@ fn dispatch(cli: &Cli) -> Result<(), Failure> {
             "{}",
             block_on(decode::decode(
                 &service(path, "warn")?,
-                &**clock,
+                clock,
                 *mac,
                 packet,
                 product.as_deref()

@@ -106,7 +106,7 @@ impl Reloader {
             tracing::error!(path = %path.display(), "SIGHUP: new config refused ({why}); the running one stays in force");
         };
         let flush = if by.contains_key(&Apply::Delivery) && self.flush.is_some() {
-            match FlushSetup::of(&running, &self.metrics) {
+            match FlushSetup::of(&running, &self.metrics, self.clock.clone()) {
                 Ok(s) => s,
                 Err(e) => return refuse(format!("the service client: {e}")),
             }

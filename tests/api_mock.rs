@@ -35,7 +35,7 @@ fn settings(mock: &MockHandle, timeout: Duration) -> ServiceSettings {
 }
 
 fn client(mock: &MockHandle) -> ServiceClient {
-    ServiceClient::new(&settings(mock, TIMEOUT)).unwrap()
+    ServiceClient::new(&settings(mock, TIMEOUT), tapegate::clock::system()).unwrap()
 }
 
 fn packet(counter: u16) -> String {
@@ -124,7 +124,7 @@ async fn a_base_url_without_trailing_slash_reaches_the_same_endpoint() {
         .trim_end_matches('/')
         .to_string();
     s.endpoint.base_url = no_slash.parse().unwrap();
-    let client = ServiceClient::new(&s).unwrap();
+    let client = ServiceClient::new(&s, tapegate::clock::system()).unwrap();
     assert_eq!(
         client.decode_bulk_url().path(),
         "/ppe/external/v1/devices/decode"
@@ -209,7 +209,7 @@ async fn a_token_the_service_refuses_even_fresh_is_unauthorized() {
     let mock = mock::start(config).await.unwrap();
     let mut s = common::service_settings(&mock, "a", TIMEOUT).unwrap();
     s.endpoint.auth_url = mock.auth_url("b");
-    let client = ServiceClient::new(&s).unwrap();
+    let client = ServiceClient::new(&s, tapegate::clock::system()).unwrap();
     let err = client.decode_bulk(&items(1), "c").await.unwrap_err();
     assert!(matches!(err, ApiError::Unauthorized { .. }), "{err:?}");
     assert_eq!(err.operator_cause(), "credentials or permission");
@@ -222,7 +222,7 @@ async fn a_wrong_password_is_auth_rejected_and_not_asked_again_within_the_backof
     let mock = mock().await;
     let mut s = settings(&mock, TIMEOUT);
     s.endpoint.password = Secret::new("hunter2-wrong");
-    let client = ServiceClient::new(&s).unwrap();
+    let client = ServiceClient::new(&s, tapegate::clock::system()).unwrap();
     let err = client.decode_bulk(&items(1), "c1").await.unwrap_err();
     match &err {
         ApiError::AuthRejected { status, message } => {
@@ -248,7 +248,7 @@ async fn a_wrong_audience_is_refused_with_403_and_the_reason() {
     let mock = mock().await;
     let mut s = settings(&mock, TIMEOUT);
     s.endpoint.audience = "https://wrong.example/".into();
-    let client = ServiceClient::new(&s).unwrap();
+    let client = ServiceClient::new(&s, tapegate::clock::system()).unwrap();
     let err = client.fetch_token().await.unwrap_err();
     match err {
         ApiError::AuthRejected { status, message } => {
@@ -365,12 +365,15 @@ async fn status_503_with_retry_after_seconds_is_transient_with_that_delay() {
 #[tokio::test]
 async fn retry_after_as_an_http_date_is_honoured() {
     let mock = mock().await;
-    let at = SystemTime::now() + Duration::from_secs(30);
+    // The date is read against the client's clock: one that reads a given moment.
+    let now = SystemTime::UNIX_EPOCH + Duration::from_millis(common::T0_MS as u64);
+    let at = now + Duration::from_secs(30);
     mock.push_fault(Fault::Status {
         status: 429,
         retry_after: Some(httpdate::fmt_http_date(at)),
     });
-    let client = client(&mock);
+    let clock = std::sync::Arc::new(common::StillClock(common::T0_MS));
+    let client = ServiceClient::new(&settings(&mock, TIMEOUT), clock).unwrap();
     let err = client.decode_bulk(&items(1), "c").await.unwrap_err();
     assert_eq!(err.operator_cause(), "rate limited");
     let wait = err.retry_after().unwrap();
@@ -408,7 +411,11 @@ async fn a_connection_closed_without_answer_is_transient() {
 #[tokio::test]
 async fn an_answer_slower_than_the_timeout_is_a_transient_timeout() {
     let mock = mock().await;
-    let client = ServiceClient::new(&settings(&mock, Duration::from_secs(1))).unwrap();
+    let client = ServiceClient::new(
+        &settings(&mock, Duration::from_secs(1)),
+        tapegate::clock::system(),
+    )
+    .unwrap();
     client.fetch_token().await.unwrap();
     mock.push_fault(Fault::Delay(Duration::from_millis(2500)));
     let err = client.decode_bulk(&items(1), "c").await.unwrap_err();
@@ -424,7 +431,7 @@ async fn an_unreachable_service_is_transient_and_says_connection_refused() {
     let port = closed.local_addr().unwrap().port();
     drop(closed);
     s.endpoint.base_url = format!("http://127.0.0.1:{port}/ppe/").parse().unwrap();
-    let client = ServiceClient::new(&s).unwrap();
+    let client = ServiceClient::new(&s, tapegate::clock::system()).unwrap();
     let err = client.decode_bulk(&items(1), "c").await.unwrap_err();
     assert_eq!(
         err.operator_cause(),
@@ -436,7 +443,7 @@ async fn an_unreachable_service_is_transient_and_says_connection_refused() {
     s.endpoint.auth_url = format!("http://127.0.0.1:{port}/ppe/oauth/token")
         .parse()
         .unwrap();
-    let client = ServiceClient::new(&s).unwrap();
+    let client = ServiceClient::new(&s, tapegate::clock::system()).unwrap();
     let err = client.fetch_token().await.unwrap_err();
     assert_eq!(
         err.operator_cause(),
@@ -488,7 +495,7 @@ async fn a_customer_the_devices_are_not_associated_with_gets_item_errors() {
     let mock = mock().await;
     let mut s = settings(&mock, TIMEOUT);
     s.endpoint.customer_id = "other-customer".into();
-    let client = ServiceClient::new(&s).unwrap();
+    let client = ServiceClient::new(&s, tapegate::clock::system()).unwrap();
     let answer = client.decode_bulk(&items(2), "c").await.unwrap();
     assert!(answer.iter().all(|a| a.result.is_err()));
     let err = client
@@ -735,7 +742,7 @@ async fn the_mock_token_endpoint_checks_every_field() {
 async fn debug_and_display_never_show_the_password_or_the_token() {
     let mock = mock().await;
     let s = settings(&mock, TIMEOUT);
-    let client = ServiceClient::new(&s).unwrap();
+    let client = ServiceClient::new(&s, tapegate::clock::system()).unwrap();
     client.decode_bulk(&items(1), "c").await.unwrap();
     let shown = format!("{client:?} {s:?} {:?}", mock);
     assert!(!shown.contains("demo-password"), "{shown}");
@@ -746,7 +753,7 @@ async fn debug_and_display_never_show_the_password_or_the_token() {
     let mut other = s.clone();
     other.endpoint.auth_url = mock.auth_url("ppe");
     other.endpoint.password = Secret::new("hunter2");
-    let refused = ServiceClient::new(&other).unwrap();
+    let refused = ServiceClient::new(&other, tapegate::clock::system()).unwrap();
     let errors = [
         refused.decode_bulk(&items(1), "c").await.unwrap_err(),
         refused.fetch_token().await.unwrap_err(),
@@ -784,7 +791,7 @@ async fn talking_tls_to_a_plain_http_port_is_a_tls_failure() {
     s.endpoint.auth_url = format!("https://{}/ppe/oauth/token", mock.addr())
         .parse()
         .unwrap();
-    let client = ServiceClient::new(&s).unwrap();
+    let client = ServiceClient::new(&s, tapegate::clock::system()).unwrap();
     let err = client.fetch_token().await.unwrap_err();
     assert_eq!(err.transport_kind(), Some(TransportKind::Tls), "{err}");
     assert_eq!(

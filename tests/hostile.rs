@@ -462,7 +462,7 @@ fn a_missing_permission_is_401_even_with_a_fresh_token_and_reported_as_such() {
     let (rt, mock) = mock_on_own_runtime();
     mock.set_decode_permission(false);
     let settings = common::service_settings(&mock, "ppe", Duration::from_secs(5)).unwrap();
-    let client = tapegate::api::ServiceClient::new(&settings).unwrap();
+    let client = tapegate::api::ServiceClient::new(&settings, tapegate::clock::system()).unwrap();
     let item = tapegate::api::BulkItem {
         mac_id: tape_mac(1).plain(),
         ble_packet: common::tape_packet(1),

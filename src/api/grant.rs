@@ -5,16 +5,14 @@ lifetime) and what a refusal or a failure means. It may touch the client's setti
 the token cache's bounds (`auth.rs`) and the metrics' grant count.
 */
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use bytes::Bytes;
 use reqwest::header::{HeaderValue, ACCEPT};
 use serde_json::Value;
 
 use super::auth::{self, Grant};
-use super::{
-    read_capped, retry_after_of, ApiError, Endpoint, ServiceClient, TransientKind, MAX_ERROR_BYTES,
-};
+use super::{read_capped, ApiError, Endpoint, ServiceClient, TransientKind, MAX_ERROR_BYTES};
 use crate::secret::Secret;
 
 /// Used when the token answer has no usable `expires_in` (the spec requires it).
@@ -42,14 +40,14 @@ impl ServiceClient {
             .await
             .map_err(transport)?;
         let status = resp.status();
-        let retry_after = retry_after_of(&resp);
+        let retry_after = self.retry_after_of(&resp);
         if let Some(server) = resp
             .headers()
             .get(reqwest::header::DATE)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| httpdate::parse_http_date(v).ok())
         {
-            let skew = match server.duration_since(SystemTime::now()) {
+            let skew = match server.duration_since(self.now()) {
                 Ok(ahead) => ahead.as_secs() as i64,
                 Err(behind) => -(behind.duration().as_secs() as i64),
             };

@@ -9,7 +9,8 @@ This file is the client itself: its setup and the plumbing every call shares (th
 request headers, the one retry after a 401 of a decode, reading an answer with a cap,
 `call` for the operator room). `grant` is the password grant, `auth` the token cache,
 `decode` the decode calls, `pause` the service's `Retry-After` held for every decode
-request, and `error` what can go wrong, by kind.
+request, `address` the service's URLs and account headers checked, and `error` what can
+go wrong, by kind.
 
 Why it is built this way:
 - One [`ServiceClient`] is shared (it is an `Arc` inside) so that the flusher and
@@ -24,6 +25,7 @@ Why it is built this way:
   output, and answer text is scrubbed of both before it goes into an error.
 */
 
+mod address;
 mod auth;
 mod bulk_answer;
 mod decode;
@@ -42,8 +44,11 @@ use reqwest::{RequestBuilder, Response, StatusCode};
 
 use url::Url;
 
+use crate::clock::SharedClock;
 use crate::config::{EnvironmentSettings, ServiceSettings};
 use crate::secret::{scrub, Secret};
+pub(crate) use address::join;
+use address::{check_http_url, header_value};
 
 pub use decode::{BulkAnswerItem, BulkItem, BulkRequest};
 pub use decoded::Decoded;
@@ -80,6 +85,8 @@ struct Inner {
     decode_gate: DecodeGate,
     /// Server clock minus ours, in seconds, from the `Date` of the last token answer.
     clock_skew: std::sync::Mutex<Option<i64>>,
+    /// Ours: what a `Retry-After` date and the server's `Date` are read against.
+    clock: SharedClock,
 }
 
 impl fmt::Debug for ServiceClient {
@@ -127,51 +134,6 @@ impl Answer {
     }
 }
 
-/// Whether a URL's scheme is one we can talk to.
-fn check_http_url(name: &str, url: &Url) -> Result<(), ApiError> {
-    if !matches!(url.scheme(), "http" | "https") || url.cannot_be_a_base() || url.host().is_none() {
-        return Err(ApiError::Setup(format!(
-            "{name} must be an http(s) URL with a host, got {:?}",
-            url.scheme()
-        )));
-    }
-    if url.scheme() == "http" && !is_loopback(url) {
-        tracing::warn!(
-            url = %url.origin().ascii_serialization(),
-            "{name} is plain http: the password and token travel unencrypted"
-        );
-    }
-    Ok(())
-}
-
-fn is_loopback(url: &Url) -> bool {
-    match url.host() {
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        Some(url::Host::Domain(d)) => d == "localhost",
-        None => false,
-    }
-}
-
-fn header_value(name: &str, value: &str) -> Result<HeaderValue, ApiError> {
-    if value.trim().is_empty() {
-        return Err(ApiError::Setup(format!("{name} is empty")));
-    }
-    HeaderValue::from_str(value)
-        .map_err(|_| ApiError::Setup(format!("{name} holds characters HTTP headers cannot carry")))
-}
-
-/// `base` with `segments` appended to its path (a trailing slash of `base` is not
-/// doubled; segments are percent-encoded as needed).
-pub(crate) fn join(base: &Url, segments: &[&str]) -> Result<Url, ApiError> {
-    let mut url = base.clone();
-    url.path_segments_mut()
-        .map_err(|()| ApiError::Setup("base_url cannot have a path".into()))?
-        .pop_if_empty()
-        .extend(segments);
-    Ok(url)
-}
-
 /// Reads at most `limit` bytes of the body. `Ok(None)` when it is longer.
 async fn read_capped(mut resp: Response, limit: usize) -> Result<Option<Bytes>, reqwest::Error> {
     if resp.content_length().is_some_and(|n| n > limit as u64) {
@@ -188,15 +150,24 @@ async fn read_capped(mut resp: Response, limit: usize) -> Result<Option<Bytes>, 
     Ok(Some(buf.freeze()))
 }
 
-fn retry_after_of(resp: &Response) -> Option<Duration> {
-    let v = resp.headers().get(RETRY_AFTER)?.to_str().ok()?;
-    parse_retry_after(v, SystemTime::now())
+impl ServiceClient {
+    /// The answer's `Retry-After`: seconds, or a date read against our clock.
+    fn retry_after_of(&self, resp: &Response) -> Option<Duration> {
+        let v = resp.headers().get(RETRY_AFTER)?.to_str().ok()?;
+        parse_retry_after(v, self.now())
+    }
+
+    /// Now by our clock.
+    fn now(&self) -> SystemTime {
+        crate::clock::system_time(self.inner.clock.wall_ms())
+    }
 }
 
 impl ServiceClient {
-    /// A client for the selected environment of `settings`. Fails only on settings
-    /// that cannot work (a URL that is not http(s), an empty `customer_id`...).
-    pub fn new(settings: &ServiceSettings) -> Result<ServiceClient, ApiError> {
+    /// A client for the selected environment of `settings`, reading the time by
+    /// `clock`. Fails only on settings that cannot work (a URL that is not http(s), an
+    /// empty `customer_id`...).
+    pub fn new(settings: &ServiceSettings, clock: SharedClock) -> Result<ServiceClient, ApiError> {
         let e = &settings.endpoint;
         check_http_url("base_url", &e.base_url)?;
         check_http_url("auth_url", &e.auth_url)?;
@@ -239,6 +210,7 @@ impl ServiceClient {
                 tokens: TokenCache::new(),
                 decode_gate: DecodeGate::new(),
                 clock_skew: std::sync::Mutex::new(None),
+                clock,
             }),
             metrics: None,
         })
@@ -410,7 +382,7 @@ impl ServiceClient {
         }
         let resp = req.send().await.map_err(transport)?;
         let status = resp.status();
-        let retry_after = retry_after_of(&resp);
+        let retry_after = self.retry_after_of(&resp);
         if let (Some((g, correlation_id)), Some(pause)) = (gate, retry_after) {
             if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
                 g.hold(pause, correlation_id);
@@ -459,37 +431,5 @@ impl ServiceClient {
             body,
             message,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn paths_are_appended_to_the_base_url_as_written() {
-        for (base, want) in [
-            ("https://h/", "https://h/external/v1/devices/decode"),
-            ("https://h", "https://h/external/v1/devices/decode"),
-            ("https://h/ppe", "https://h/ppe/external/v1/devices/decode"),
-            ("https://h/ppe/", "https://h/ppe/external/v1/devices/decode"),
-            ("https://h/a/b/", "https://h/a/b/external/v1/devices/decode"),
-        ] {
-            let url = join(
-                &Url::parse(base).unwrap(),
-                &["external", "v1", "devices", "decode"],
-            )
-            .unwrap();
-            assert_eq!(url.as_str(), want, "{base}");
-        }
-        let one = join(
-            &Url::parse("https://h/ppe/").unwrap(),
-            &["external", "v1", "devices", "AA:BB:CC:DD:EE:FF", "decode"],
-        )
-        .unwrap();
-        assert_eq!(
-            one.as_str(),
-            "https://h/ppe/external/v1/devices/AA:BB:CC:DD:EE:FF/decode"
-        );
     }
 }

@@ -18,7 +18,8 @@ mod advice;
 use super::CmdError;
 use crate::api::{ApiError, BulkAnswerItem, BulkItem, ServiceClient};
 use crate::clock::{
-    decide, Clock, ClockPolicy, ClockSettings, Facts, Reading, Trust, Verdict as ClockVerdict,
+    decide, Clock, ClockPolicy, ClockSettings, Facts, Reading, SharedClock, Trust,
+    Verdict as ClockVerdict,
 };
 use crate::config::{Config, MacFormat, ServiceSettings};
 use crate::outbox::Store;
@@ -66,7 +67,7 @@ impl Report<'_> {
 /// `tapegate check`: [`run`], the command failing when a check failed.
 pub async fn command(
     config: &Config,
-    clock: &dyn Clock,
+    clock: &SharedClock,
     config_path: &std::path::Path,
     out: &mut dyn Write,
 ) -> Result<(), CmdError> {
@@ -79,14 +80,14 @@ pub async fn command(
 /// Runs the checks; true when all passed (warnings do not fail it).
 pub async fn run(
     config: &Config,
-    clock: &dyn Clock,
+    clock: &SharedClock,
     config_path: &str,
     out: &mut dyn Write,
 ) -> bool {
     let mut r = Report {
         out,
         ok: true,
-        clock,
+        clock: &**clock,
     };
     local(&mut r, config, config_path);
     let Some(service) = &config.service else {
@@ -97,7 +98,7 @@ pub async fn run(
         );
         return false;
     };
-    let client = match ServiceClient::new(service) {
+    let client = match ServiceClient::new(service, clock.clone()) {
         Ok(c) => c,
         Err(e) => {
             r.say(Verdict::Fail, "client", e.to_string());

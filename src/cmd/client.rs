@@ -89,7 +89,8 @@ pub fn operator_on(
     let no_service = || CmdError::Usage(CmdError::NoService.to_string());
     let service = config.service.as_ref().ok_or_else(no_service)?;
     let settings = config.operator.clone().ok_or_else(no_service)?;
-    let client = ServiceClient::new(service).map_err(|e| CmdError::Usage(e.to_string()))?;
+    let client =
+        ServiceClient::new(service, clock.clone()).map_err(|e| CmdError::Usage(e.to_string()))?;
     let identity = format!(
         "{}/{}/{}",
         service.environment, service.endpoint.client_id, service.endpoint.username

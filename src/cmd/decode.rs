@@ -2,7 +2,7 @@
 //! checking a tape by hand. It touches the service client and the config.
 
 use crate::api::ServiceClient;
-use crate::clock::Clock;
+use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::record::Mac;
 
@@ -12,13 +12,13 @@ use super::CmdError;
 /// decoded fields as pretty JSON.
 pub async fn decode(
     config: &Config,
-    clock: &dyn Clock,
+    clock: &SharedClock,
     mac: Mac,
     packet: &str,
     product: Option<&str>,
 ) -> Result<String, CmdError> {
     let service = config.service.as_ref().ok_or(CmdError::NoService)?;
-    let client = ServiceClient::new(service)?;
+    let client = ServiceClient::new(service, clock.clone())?;
     let mac_id = service.mac_format.format(mac);
     let product = product
         .map(str::to_string)

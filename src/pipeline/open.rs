@@ -96,7 +96,7 @@ impl Outward {
         let client = config
             .service
             .as_ref()
-            .map(|s| ServiceClient::new(s).map(|c| c.with_metrics(metrics.clone())))
+            .map(|s| ServiceClient::new(s, clock.clone()).map(|c| c.with_metrics(metrics.clone())))
             .transpose()
             .map_err(RunError::Client)?;
         Ok(Outward {

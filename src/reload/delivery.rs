@@ -25,11 +25,15 @@ pub struct FlushSetup {
 
 impl FlushSetup {
     /// The setup of `config`; `None` without a `[service]`.
-    pub fn of(config: &Config, metrics: &Arc<Metrics>) -> Result<Option<FlushSetup>, String> {
+    pub fn of(
+        config: &Config,
+        metrics: &Arc<Metrics>,
+        clock: SharedClock,
+    ) -> Result<Option<FlushSetup>, String> {
         let Some(service) = &config.service else {
             return Ok(None);
         };
-        let client = ServiceClient::new(service)
+        let client = ServiceClient::new(service, clock)
             .map_err(|e| e.to_string())?
             .with_metrics(metrics.clone());
         Ok(Some(FlushSetup {
