@@ -74,7 +74,8 @@ pub async fn run(
     };
     let console = Console::stderr();
     let operator = operator_on(config, clock, &console)?.with_interrupt(interrupts(&console));
-    let read = match operator.history(&query, Timestamp::now()).await {
+    let now = crate::clock::timestamp(clock.wall_ms());
+    let read = match operator.history(&query, now).await {
         Ok(r) => r,
         Err(e) => {
             let e = CmdError::from(e);

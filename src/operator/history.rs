@@ -136,6 +136,9 @@ impl Operator {
                 ))),
             };
         };
+        // The whole range asked: a service may read a bound to the whole second (or
+        // coarser) and answer events just outside it, which the range does not hold.
+        let asked = windows.first().map(|w| w.from)..=windows.last().map(|w| w.to);
         let mut plan = Plan::new(windows);
         let mut parts = Vec::new();
         while let Some(w) = plan.next(self.interrupt.is_stopped()) {
@@ -163,8 +166,13 @@ impl Operator {
             plan.answered(w, &times);
             parts.push(events);
         }
+        let mut events = merge(parts);
+        events.retain(|e| {
+            asked.start().is_none_or(|from| e.timestamp >= from)
+                && asked.end().is_none_or(|to| e.timestamp <= to)
+        });
         Ok(HistoryRead {
-            events: merge(parts),
+            events,
             requests: plan.requests(),
             incomplete: plan.incomplete,
         })

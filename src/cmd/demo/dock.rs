@@ -129,7 +129,7 @@ async fn locate(operator: &Operator, out: &mut (dyn Write + Send)) {
 /// `tapegate history` of the seeded sensor tape's last day.
 async fn history(operator: &Operator, out: &mut (dyn Write + Send)) {
     let tape = mock::seed::SENSOR_TAPE;
-    let now = jiff::Timestamp::now();
+    let now = crate::clock::timestamp(operator.gate().clock().wall_ms());
     let query = HistoryQuery {
         filter: HistoryFilter::Tape(tape.to_string()),
         event_type: Some("environment".into()),

@@ -275,6 +275,38 @@ mod tests {
     }
 
     #[test]
+    fn on_every_fixed_day_a_years_windows_meet_end_to_end_each_within_one_month() {
+        for day in crate::clock::fake::FIXED_DAYS {
+            let now = Timestamp::from_millisecond(day.wall_ms).unwrap();
+            let from = now - jiff::SignedDuration::from_hours(24 * MAX_AGE_DAYS);
+            let w = month_windows(Some(from), None, now).unwrap().unwrap();
+            assert_eq!(
+                (w[0].from, w.last().unwrap().to),
+                (from, now),
+                "{}",
+                day.rfc3339
+            );
+            assert!((12..=13).contains(&w.len()), "{}: {w:?}", day.rfc3339);
+            for pair in w.windows(2) {
+                assert_eq!(pair[0].to, pair[1].from, "{}", day.rfc3339);
+            }
+            for x in &w {
+                // Within one calendar month: it starts in the month it ends in, or ends
+                // at the first instant of the next.
+                let (a, b) = (x.from.to_zoned(TimeZone::UTC), x.to.to_zoned(TimeZone::UTC));
+                let next = a.date().first_of_month().checked_add(1.month()).unwrap();
+                assert!(
+                    b.date() < next
+                        || b.datetime() == next.to_datetime(jiff::civil::time(0, 0, 0, 0)),
+                    "{}: {x}",
+                    day.rfc3339
+                );
+                assert!(x.secs() <= 31 * 86_400, "{}: {x}", day.rfc3339);
+            }
+        }
+    }
+
+    #[test]
     fn a_range_reaching_fourteen_months_back_is_refused() {
         let err = month_windows(Some(t("2025-09-23T00:00:00Z")), None, t(NOW)).unwrap_err();
         assert!(err.contains("one year"), "{err}");
