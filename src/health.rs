@@ -430,7 +430,9 @@ mod tests {
         let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
         let (outbox, _thread) = Outbox::start(store).unwrap();
         let health = Arc::new(SourceHealth::default());
-        let mut keeper = HealthKeeper::new(health.clone(), crate::clock::system());
+        let day = crate::clock::fake::FIXED_DAYS[3];
+        let clock = Arc::new(crate::clock::fake::HandClock::at(day.wall_ms));
+        let mut keeper = HealthKeeper::new(health.clone(), clock);
         let notes = crate::outbox::Handles::new(&outbox).scanner();
         let stats = || async { outbox.call(|s| s.stats()).await.unwrap() };
         // Before the source says where it reads, nothing is written.

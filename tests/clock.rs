@@ -11,8 +11,9 @@ mod common;
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Child, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use common::day::{write_atomically, Day};
 use common::{mock_with as mock_on_own_runtime, text, wait_for, Gateway};
 use tapegate::outbox::Stats;
 use tapegate::tape::TapeReading;
@@ -51,24 +52,23 @@ backoff_max_secs = 1
     )
 }
 
-/// Rewrites the test clock file atomically (the daemon may read it at any moment).
-fn set_clock(path: &Path, wall_offset_ms: i64, synced: bool, time_service: bool) {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(
-        &tmp,
-        format!(
-            "wall_offset_ms = {wall_offset_ms}\nsynced = {synced}\ntime_service = {time_service}\n"
-        ),
-    )
-    .unwrap();
-    std::fs::rename(&tmp, path).unwrap();
+/// Rewrites the test clock file atomically (the daemon may read it at any moment): the
+/// clock reads `day`, moved by `shift_ms`.
+fn set_clock(path: &Path, day: &Day, shift_ms: i64, synced: bool, time_service: bool) {
+    write_atomically(path, &day.clock_file(shift_ms, synced, time_service));
 }
 
-fn real_now_secs() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64
+/// Now on `day` (the right time of the test's world), whole seconds.
+fn now_secs(day: &Day) -> i64 {
+    day.now_ms().div_euclid(1000)
+}
+
+/// The mock, its clock on `day`.
+fn mock_on(day: &Day) -> (tokio::runtime::Runtime, MockHandle) {
+    mock_on_own_runtime(MockConfig {
+        clock: day.mock_clock(),
+        ..MockConfig::demo()
+    })
 }
 
 fn spawn_daemon(g: &Gateway, clock_file: &Path) -> Child {
@@ -154,93 +154,98 @@ fn assert_each_tape_arrived_whole_and_in_order(items: &[ReceivedItem]) {
 #[test]
 fn an_unsynced_boot_holds_captures_a_sync_repairs_them_and_a_backward_step_loses_or_reorders_nothing(
 ) {
-    let (_rt, mock) = mock_on_own_runtime(MockConfig::demo());
-    let g = Gateway::new(&sim_config(&mock));
-    let clock_file = g.path("clock.toml");
+    for day in Day::each() {
+        let (_rt, mock) = mock_on(&day);
+        let g = Gateway::new(&sim_config(&mock));
+        let clock_file = g.path("clock.toml");
 
-    // A Pi booted three weeks in the past, with systemd-timesyncd not yet synced.
-    let started = real_now_secs();
-    set_clock(&clock_file, -3 * WEEK_MS, false, true);
-    let mut child = spawn_daemon(&g, &clock_file);
+        // A Pi booted three weeks in the past, with systemd-timesyncd not yet synced.
+        let started = now_secs(&day);
+        set_clock(&clock_file, &day, -3 * WEEK_MS, false, true);
+        let mut child = spawn_daemon(&g, &clock_file);
 
-    let held = stats_when(&g, "captures held", |s| s.clock.held >= 30);
-    assert_eq!(
-        mock.decoded_items(),
-        0,
-        "a held capture reached the service"
-    );
-    assert_clock_says(&held, "unsynchronised: holding");
-    let status = g.status_json();
-    assert!(status["held"].as_u64().unwrap() >= 30, "{status}");
-
-    // The time service syncs: the clock jumps three weeks forward.
-    set_clock(&clock_file, 0, true, true);
-    let synced_at = real_now_secs();
-    let repaired = stats_when(&g, "held captures repaired and delivered", |s| {
-        s.clock.held == 0 && s.clock.repaired >= held.clock.held && s.delivered >= s.clock.repaired
-    });
-    assert_eq!(repaired.clock.estimated, 0);
-    assert_eq!(
-        repaired.clock.state.as_deref(),
-        Some("synchronised"),
-        "{repaired:?}"
-    );
-    let before_step = delivered_items(&mock);
-    assert!(before_step.len() as u64 >= repaired.clock.repaired);
-    for item in &before_step {
-        let t = scan_time(item);
-        assert!(
-            (started - 1..=real_now_secs() + 1).contains(&t),
-            "scan_time {t} is not the capture's true time (test started at {started}, synced at {synced_at})"
+        let held = stats_when(&g, "captures held", |s| s.clock.held >= 30);
+        assert_eq!(
+            mock.decoded_items(),
+            0,
+            "a held capture reached the service"
         );
-    }
+        assert_clock_says(&held, "unsynchronised: holding");
+        let status = g.status_json();
+        assert!(status["held"].as_u64().unwrap() >= 30, "{status}");
 
-    // The clock steps ten minutes back while running (synced): captures keep coming in
-    // capture order, none lost.
-    let delivered_at_step = repaired.delivered;
-    let step_at = real_now_secs();
-    set_clock(&clock_file, -600_000, true, true);
-    wait_for(Duration::from_secs(30), || {
+        // The time service syncs: the clock jumps three weeks forward.
+        set_clock(&clock_file, &day, 0, true, true);
+        let synced_at = now_secs(&day);
+        let repaired = stats_when(&g, "held captures repaired and delivered", |s| {
+            s.clock.held == 0
+                && s.clock.repaired >= held.clock.held
+                && s.delivered >= s.clock.repaired
+        });
+        assert_eq!(repaired.clock.estimated, 0);
+        assert_eq!(
+            repaired.clock.state.as_deref(),
+            Some("synchronised"),
+            "{repaired:?}"
+        );
+        let before_step = delivered_items(&mock);
+        assert!(before_step.len() as u64 >= repaired.clock.repaired);
+        for item in &before_step {
+            let t = scan_time(item);
+            assert!(
+                (started - 1..=now_secs(&day) + 1).contains(&t),
+                "scan_time {t} is not the capture's true time (test started at {started}, synced at {synced_at})"
+            );
+        }
+
+        // The clock steps ten minutes back while running (synced): captures keep coming in
+        // capture order, none lost.
+        let delivered_at_step = repaired.delivered;
+        let step_at = now_secs(&day);
+        set_clock(&clock_file, &day, -600_000, true, true);
+        wait_for(Duration::from_secs(30), || {
+            let items = delivered_items(&mock);
+            items
+                .iter()
+                .filter(|i| scan_time(i) < step_at - 300)
+                .nth(30)
+                .map(|_| ())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "captures after the backward step were not delivered; log:\n{}",
+                log(&g)
+            )
+        });
+        assert!(g.stats().delivered > delivered_at_step);
+
+        stop(&mut child, &g);
+
         let items = delivered_items(&mock);
-        items
-            .iter()
-            .filter(|i| scan_time(i) < step_at - 300)
-            .nth(30)
-            .map(|_| ())
-    })
-    .unwrap_or_else(|| {
-        panic!(
-            "captures after the backward step were not delivered; log:\n{}",
-            log(&g)
-        )
-    });
-    assert!(g.stats().delivered > delivered_at_step);
-
-    stop(&mut child, &g);
-
-    let items = delivered_items(&mock);
-    assert_each_tape_arrived_whole_and_in_order(&items);
-    let end = g.stats();
-    assert_eq!(end.dead_letters, 0);
-    assert_eq!(
-        end.delivered,
-        items.len() as u64,
-        "each capture delivered once"
-    );
-    assert_eq!(
-        end.admitted,
-        end.delivered + end.pending,
-        "every accepted capture is delivered or still pending"
-    );
-    assert_eq!(end.clock.held, 0);
+        assert_each_tape_arrived_whole_and_in_order(&items);
+        let end = g.stats();
+        assert_eq!(end.dead_letters, 0);
+        assert_eq!(
+            end.delivered,
+            items.len() as u64,
+            "each capture delivered once"
+        );
+        assert_eq!(
+            end.admitted,
+            end.delivered + end.pending,
+            "every accepted capture is delivered or still pending"
+        );
+        assert_eq!(end.clock.held, 0);
+    }
 }
 
 #[test]
 fn with_no_time_service_an_unsynchronised_clock_is_trusted_and_said_so_once() {
-    let (_rt, mock) = mock_on_own_runtime(MockConfig::demo());
+    let day = Day::one();
+    let (_rt, mock) = mock_on(&day);
     let g = Gateway::new(&sim_config(&mock));
     let clock_file = g.path("clock.toml");
-    set_clock(&clock_file, 0, false, false);
+    set_clock(&clock_file, &day, 0, false, false);
     let mut child = spawn_daemon(&g, &clock_file);
 
     stats_when(&g, "captures delivered", |s| s.delivered >= 30);
@@ -259,13 +264,14 @@ fn with_no_time_service_an_unsynchronised_clock_is_trusted_and_said_so_once() {
 
 #[test]
 fn a_clock_restored_behind_the_database_holds_captures_until_it_is_no_longer_behind() {
-    let (_rt, mock) = mock_on_own_runtime(MockConfig::demo());
+    let day = Day::one();
+    let (_rt, mock) = mock_on(&day);
     let g = Gateway::new(&sim_config(&mock));
     let clock_file = g.path("clock.toml");
-    let started = real_now_secs();
+    let started = now_secs(&day);
 
     // A first run with a right clock records times in the database.
-    set_clock(&clock_file, 0, false, false);
+    set_clock(&clock_file, &day, 0, false, false);
     let mut first = spawn_daemon(&g, &clock_file);
     stats_when(&g, "the first run delivers", |s| s.delivered >= 10);
     stop(&mut first, &g);
@@ -274,7 +280,7 @@ fn a_clock_restored_behind_the_database_holds_captures_until_it_is_no_longer_beh
 
     // Restarted with the clock a day behind (a clock restored from an old shutdown),
     // no time service: wrong for sure, so held.
-    set_clock(&clock_file, -24 * 3_600_000, false, false);
+    set_clock(&clock_file, &day, -24 * 3_600_000, false, false);
     let mut second = spawn_daemon(&g, &clock_file);
     let held = stats_when(&g, "captures held", |s| s.clock.held >= 20);
     assert_clock_says(&held, "behind the newest time already recorded");
@@ -285,7 +291,7 @@ fn a_clock_restored_behind_the_database_holds_captures_until_it_is_no_longer_beh
 
     // The clock is set right again: the held captures are re-timed by boot time and
     // sent, counted as estimated (no sync vouched for them).
-    set_clock(&clock_file, 0, false, false);
+    set_clock(&clock_file, &day, 0, false, false);
     let released = stats_when(&g, "held captures released and delivered", |s| {
         s.clock.held == 0
             && s.clock.estimated >= held.clock.held
@@ -298,7 +304,7 @@ fn a_clock_restored_behind_the_database_holds_captures_until_it_is_no_longer_beh
     for item in &items {
         let t = scan_time(item);
         assert!(
-            (started - 1..=real_now_secs() + 1).contains(&t),
+            (started - 1..=now_secs(&day) + 1).contains(&t),
             "scan_time {t} is a day behind: not re-timed"
         );
     }
@@ -349,14 +355,15 @@ fn clock_state_metric(port: u16, state: &str) -> Option<String> {
 
 #[test]
 fn the_clock_state_metric_follows_the_clock_from_holding_to_synchronised() {
-    let (_rt, mock) = mock_on_own_runtime(MockConfig::demo());
+    let day = Day::one();
+    let (_rt, mock) = mock_on(&day);
     let port = free_port();
     let g = Gateway::new(&format!(
         "{}\n[http]\nlisten = \"127.0.0.1:{port}\"\n",
         sim_config(&mock)
     ));
     let clock_file = g.path("clock.toml");
-    set_clock(&clock_file, -3 * WEEK_MS, false, true);
+    set_clock(&clock_file, &day, -3 * WEEK_MS, false, true);
     let mut child = Running(spawn_daemon(&g, &clock_file));
 
     stats_when(&g, "captures held", |s| s.clock.held >= 3);
@@ -371,7 +378,7 @@ fn the_clock_state_metric_follows_the_clock_from_holding_to_synchronised() {
     );
     assert_eq!(clock_state_metric(port, "trusted").as_deref(), Some("0"));
 
-    set_clock(&clock_file, 0, true, true);
+    set_clock(&clock_file, &day, 0, true, true);
     stats_when(&g, "held captures released", |s| s.clock.held == 0);
     let synced = wait_for(Duration::from_secs(30), || {
         clock_state_metric(port, "synchronised").filter(|v| v == "1")
@@ -383,7 +390,8 @@ fn the_clock_state_metric_follows_the_clock_from_holding_to_synchronised() {
 
 #[test]
 fn captures_of_a_group_still_open_when_the_clock_is_repaired_are_never_sent_with_the_wrong_time() {
-    let (_rt, mock) = mock_on_own_runtime(MockConfig::demo());
+    let day = Day::one();
+    let (_rt, mock) = mock_on(&day);
     // A group stays open 10 s, and the clock's repair (looked at every second) lands
     // while one is.
     let config = sim_config(&mock).replace("commit_interval_ms = 20", "commit_interval_ms = 10000");
@@ -393,8 +401,8 @@ fn captures_of_a_group_still_open_when_the_clock_is_repaired_are_never_sent_with
         "{config}\n[http]\nlisten = \"127.0.0.1:{port}\"\n"
     ));
     let clock_file = g.path("clock.toml");
-    let started = real_now_secs();
-    set_clock(&clock_file, -3 * WEEK_MS, false, true);
+    let started = now_secs(&day);
+    set_clock(&clock_file, &day, -3 * WEEK_MS, false, true);
     let mut child = Running(spawn_daemon(&g, &clock_file));
 
     // The first group commits (held) and the next one opens. Once it holds 20 captures
@@ -405,7 +413,7 @@ fn captures_of_a_group_still_open_when_the_clock_is_repaired_are_never_sent_with
         (heard >= held.admitted + 20).then_some(())
     })
     .unwrap_or_else(|| panic!("the open group did not fill; log:\n{}", log(&g)));
-    set_clock(&clock_file, 0, true, true);
+    set_clock(&clock_file, &day, 0, true, true);
     let repaired = stats_when(&g, "the open group committed after the repair", |s| {
         s.clock.held == 0 && s.admitted >= held.admitted + 20 && s.pending == 0
     });
@@ -418,7 +426,7 @@ fn captures_of_a_group_still_open_when_the_clock_is_repaired_are_never_sent_with
         "{} delivered",
         items.len()
     );
-    let end = real_now_secs();
+    let end = now_secs(&day);
     let wrong: Vec<i64> = items
         .iter()
         .map(scan_time)

@@ -157,6 +157,8 @@ struct Knobs {
     max_pending: u64,
     /// `[http] listen`, if the test reads `/healthz` or `/metrics`.
     http: Option<std::net::SocketAddr>,
+    /// The daemon's clock, if not the machine's.
+    clock: Option<tapegate::clock::SharedClock>,
 }
 
 impl Default for Knobs {
@@ -171,6 +173,7 @@ impl Default for Knobs {
             token_env: "ppe",
             max_pending: 1_000_000,
             http: None,
+            clock: None,
         }
     }
 }
@@ -283,10 +286,13 @@ impl Live {
         // SAFETY: mkfifo(3) with a valid NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0, "mkfifo");
         g.write_config(&delivery_config(mock, &fifo, k));
-        let options = RunOptions {
+        let mut options = RunOptions {
             until_drained: true,
             ..RunOptions::default()
         };
+        if let Some(clock) = &k.clock {
+            options.clock = clock.clone();
+        }
         let stop = tokio_util::sync::CancellationToken::new();
         let run = tokio::spawn(pipeline::run(
             load(g),
@@ -1550,9 +1556,14 @@ async fn a_missing_required_headers_400_on_every_request_backs_off_and_dead_lett
     assert_drained(&g.stats(), 40, 40, 0);
 }
 
+#[cfg(debug_assertions)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_after_of_600_s_is_honoured_past_backoff_max_and_status_and_metrics_say_until_when()
 {
+    // "Until when" is told by the daemon's clock.
+    let day = common::day::Day::one();
+    let g = Gateway::new("");
+    let clock = day.shared_clock(&g);
     let mock = start_mock().await;
     mock.push_fault(Fault::Status {
         status: 503,
@@ -1563,9 +1574,9 @@ async fn a_retry_after_of_600_s_is_honoured_past_backoff_max_and_status_and_metr
         backoff_max_secs: 5,
         max_in_flight: 1,
         http: Some(http),
+        clock: Some(clock),
         ..Knobs::default()
     };
-    let g = Gateway::new("");
     let mut live = Live::start(&mock, &g, &k).await;
     live.send(&trace(10, 0, 1));
     until("the 503 to be reported", Duration::from_secs(10), || {
@@ -1579,7 +1590,7 @@ async fn a_retry_after_of_600_s_is_honoured_past_backoff_max_and_status_and_metr
         .and_then(|(_, rest)| rest.split_whitespace().next())
         .and_then(|t| t.parse().ok())
         .unwrap_or_else(|| panic!("no time in {error:?}"));
-    let wait = until_at.as_second() - jiff::Timestamp::now().as_second();
+    let wait = until_at.as_second() - day.now().as_second();
     assert!((590..=600).contains(&wait), "{error:?}: waits {wait} s");
     assert!(error.contains("Retry-After"), "{error}");
     // The metrics say the same, for alerting.
@@ -1589,7 +1600,7 @@ async fn a_retry_after_of_600_s_is_honoured_past_backoff_max_and_status_and_metr
         .find_map(|l| l.strip_prefix("tapegate_delivery_paused_until_timestamp_seconds "))
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no pause in\n{metrics}"));
-    let ahead = paused as i64 - jiff::Timestamp::now().as_second();
+    let ahead = paused as i64 - day.now().as_second();
     assert!((590..=600).contains(&ahead), "paused {ahead} s ahead");
     // Captures committed inside the pause wake the flusher and are not sent. (That the
     // pause lasts its 600 s past backoff_max is timing logic, checked with time passed

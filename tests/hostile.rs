@@ -668,6 +668,7 @@ fn assert_inert(what: &str, shown: &str) {
     }
 }
 
+#[cfg(debug_assertions)]
 #[test]
 fn service_texts_are_stored_and_shown_bounded_and_inert() {
     use tapegate_mock::MacFault;
@@ -683,8 +684,10 @@ fn service_texts_are_stored_and_shown_bounded_and_inert() {
         mock_service_section(&mock),
         common::stdin_replay_config(20)
     ));
+    let day = common::day::Day::one();
+    day.set_on(&g);
     let mut d = common::Daemon::start(&g);
-    let now = tapegate::clock::system().wall_ms();
+    let now = day.now_ms();
     d.send(&[
         tape_advert(tape_mac(1), now, 1),
         tape_advert(tape_mac(2), now, 1),
@@ -780,6 +783,7 @@ fn assert_no_password(what: &str, shown: &str) {
     }
 }
 
+#[cfg(debug_assertions)]
 #[test]
 fn a_token_endpoint_echoing_the_password_form_encoded_shows_it_nowhere() {
     let env = MockEnvironment {
@@ -798,12 +802,10 @@ fn a_token_endpoint_echoing_the_password_form_encoded_shows_it_nowhere() {
         mock_service_section(&mock),
         common::stdin_replay_config(20)
     ));
+    let day = common::day::Day::one();
+    day.set_on(&g);
     let mut d = common::Daemon::start(&g);
-    d.send(&[tape_advert(
-        tape_mac(1),
-        tapegate::clock::system().wall_ms(),
-        1,
-    )]);
+    d.send(&[tape_advert(tape_mac(1), day.now_ms(), 1)]);
     let stats = wait_for(LIMIT, || g.try_stats().filter(|s| s.last_error.is_some()))
         .unwrap_or_else(|| panic!("no failure recorded:\n{}", d.stderr()));
     assert_eq!(

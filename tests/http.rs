@@ -133,13 +133,16 @@ fn metric(samples: &HashMap<String, f64>, key: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {key} in /metrics: {:#?}", samples.keys()))
 }
 
+#[cfg(debug_assertions)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_agree_with_status_json_after_a_replay_and_a_drain() {
     let mock = start_mock().await;
     let (g, base) = replay_gateway(&mock, 10);
+    let day = common::day::Day::one();
+    day.set_on(&g);
     let mut d = Daemon::start(&g);
     until_serving(&base).await;
-    let now = tapegate::clock::system().wall_ms();
+    let now = day.now_ms();
     d.send(&mixed_adverts(now));
     until("the replay to drain", || async {
         g.try_stats()
@@ -214,10 +217,13 @@ async fn metrics_agree_with_status_json_after_a_replay_and_a_drain() {
     mock.shutdown().await;
 }
 
+#[cfg(debug_assertions)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthz_is_503_naming_the_flusher_while_the_service_hangs_and_200_again_after() {
     let mock = start_mock().await;
     let (g, base) = replay_gateway(&mock, 1);
+    let day = common::day::Day::one();
+    day.set_on(&g);
     let mut d = Daemon::start(&g);
     until_serving(&base).await;
     let healthz = format!("{base}/healthz");
@@ -229,7 +235,7 @@ async fn healthz_is_503_naming_the_flusher_while_the_service_hangs_and_200_again
         seed: 1,
         mix: vec![Fault::Delay(Duration::from_secs(5))],
     }));
-    d.send(&mixed_adverts(tapegate::clock::system().wall_ms()));
+    d.send(&mixed_adverts(day.now_ms()));
     let body = until("/healthz to turn 503", || async {
         get(&healthz)
             .await
@@ -402,10 +408,13 @@ async fn the_status_page_shows_the_tapes_of_a_sim_run_in_headless_chromium() {
     mock.shutdown().await;
 }
 
+#[cfg(debug_assertions)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_password_or_token_in_any_answer() {
     let mock = start_mock().await;
     let (g, base) = replay_gateway(&mock, 10);
+    let day = common::day::Day::one();
+    day.set_on(&g);
     let password = common::environment_settings(&mock, "ppe")
         .unwrap()
         .password
@@ -422,7 +431,7 @@ async fn no_password_or_token_in_any_answer() {
         status: 503,
         retry_after: None,
     });
-    d.send(&mixed_adverts(tapegate::clock::system().wall_ms()));
+    d.send(&mixed_adverts(day.now_ms()));
     until("the replay to drain", || async {
         g.try_stats()
             .filter(|s| s.pending == 0 && s.last_error.is_some())

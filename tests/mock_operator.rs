@@ -3,10 +3,15 @@
 //! section 3. The mock is a second implementation of the spec; these tests hold it to it,
 //! so that it refuses what the real service would.
 
+#[cfg(debug_assertions)]
+mod common;
+
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+#[cfg(debug_assertions)]
+use common::day::Day;
 use reqwest::Method;
 use serde_json::{json, Value};
 use tapegate::record::hex_upper;
@@ -47,6 +52,19 @@ struct Got {
 
 async fn op() -> Op {
     let mock = mock::start(MockConfig::demo()).await.expect("mock starts");
+    with_token_of(mock, "ppe").await
+}
+
+/// An `Op` on a mock whose clock reads `day`, playing `readings`.
+#[cfg(debug_assertions)]
+async fn op_on(day: &Day, readings: Readings) -> Op {
+    let mock = mock::start(MockConfig {
+        readings,
+        clock: day.mock_clock(),
+        ..MockConfig::demo()
+    })
+    .await
+    .expect("mock starts");
     with_token_of(mock, "ppe").await
 }
 
@@ -1203,10 +1221,6 @@ fn rfc3339(t: jiff::Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-fn days_ago(days: i64) -> jiff::Timestamp {
-    jiff::Timestamp::now() - jiff::SignedDuration::from_hours(24 * days)
-}
-
 fn times(body: &Value) -> Vec<jiff::Timestamp> {
     body["data"]["events"]
         .as_array()
@@ -1256,10 +1270,12 @@ async fn history_is_served_only_at_the_historical_base_url() {
     );
 }
 
+#[cfg(debug_assertions)]
 #[tokio::test]
 async fn history_answers_data_events_in_time_order_within_the_range() {
-    let op = op().await;
-    let (from, to) = (days_ago(3), days_ago(1));
+    let day = Day::one();
+    let op = op_on(&day, Readings::default()).await;
+    let (from, to) = (day.days_ago(3), day.days_ago(1));
     let got = op
         .history(
             json!({"trk_asset_id": seed::SENSOR_TAPE, "from": rfc3339(from), "to": rfc3339(to)}),
@@ -1291,13 +1307,15 @@ async fn history_answers_data_events_in_time_order_within_the_range() {
     assert_eq!(e["customer_asset_id"], seed::SENSOR_ASSET);
 }
 
+#[cfg(debug_assertions)]
 #[tokio::test]
 async fn the_event_type_filter_gives_location_events_without_readings_or_environment_events_with_the_active_sensors(
 ) {
-    let op = op().await;
+    let day = Day::one();
+    let op = op_on(&day, Readings::default()).await;
     let range = |t: &str| {
         json!({"trk_asset_id": seed::SENSOR_TAPE, "event_type": t,
-        "from": rfc3339(days_ago(2)), "to": rfc3339(days_ago(1))})
+        "from": rfc3339(day.days_ago(2)), "to": rfc3339(day.days_ago(1))})
     };
     let loc = op.history(range("location")).await;
     let env = op.history(range("environment")).await;
@@ -1323,73 +1341,84 @@ async fn the_event_type_filter_gives_location_events_without_readings_or_environ
     assert_eq!(op.history(range("sensor")).await.status, 400);
 }
 
+#[cfg(debug_assertions)]
 #[tokio::test]
 async fn a_time_frame_over_one_month_is_refused_in_the_history_400_shape() {
-    let op = op().await;
-    let got = op
-        .history(json!({"trk_asset_id": seed::SENSOR_TAPE,
-            "from": rfc3339(days_ago(40)), "to": rfc3339(days_ago(8))}))
-        .await;
-    assert_eq!(got.status, 400);
-    assert!(
-        got.body["data"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("month"),
-        "{:?}",
-        got.body
-    );
-    assert!(got.body["data"]["status"].is_string());
+    for day in Day::each() {
+        let op = op_on(&day, Readings::default()).await;
+        let got = op
+            .history(json!({"trk_asset_id": seed::SENSOR_TAPE,
+                "from": rfc3339(day.days_ago(40)), "to": rfc3339(day.days_ago(8))}))
+            .await;
+        assert_eq!(got.status, 400);
+        assert!(
+            got.body["data"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("month"),
+            "{:?}",
+            got.body
+        );
+        assert!(got.body["data"]["status"].is_string());
+    }
 }
 
+#[cfg(debug_assertions)]
 #[tokio::test]
 async fn history_reaches_back_one_year_and_no_further() {
-    let op = op().await;
-    let old = |days: i64| {
-        json!({"trk_asset_id": seed::UNPLACED_TAPE,
-        "from": rfc3339(days_ago(days)), "to": rfc3339(days_ago(days - 20))})
-    };
-    let year = op.history(old(364)).await;
-    assert_eq!(year.status, 200);
-    assert!(!times(&year.body).is_empty(), "a year of history is seeded");
-    let got = op.history(old(420)).await;
-    assert_eq!(got.status, 400);
-    assert!(got.body["data"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("one year"));
+    for day in Day::each() {
+        let op = op_on(&day, Readings::default()).await;
+        let old = |days: i64| {
+            json!({"trk_asset_id": seed::UNPLACED_TAPE,
+            "from": rfc3339(day.days_ago(days)), "to": rfc3339(day.days_ago(days - 20))})
+        };
+        let year = op.history(old(364)).await;
+        assert_eq!(year.status, 200);
+        assert!(!times(&year.body).is_empty(), "a year of history is seeded");
+        let got = op.history(old(420)).await;
+        assert_eq!(got.status, 400);
+        assert!(got.body["data"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("one year"));
+    }
 }
 
+#[cfg(debug_assertions)]
 #[tokio::test]
 async fn a_range_holding_more_than_1000_events_answers_its_oldest_1000() {
-    let op = op().await;
-    let (from, to) = (days_ago(31), days_ago(1));
-    let got = op
-        .history(
-            json!({"trk_asset_id": seed::SENSOR_TAPE, "from": rfc3339(from), "to": rfc3339(to)}),
-        )
-        .await;
-    let t = times(&got.body);
-    assert_eq!(t.len(), 1000);
-    assert!(t.windows(2).all(|w| w[0] < w[1]));
-    // The oldest: the first event is within 30 minutes of `from`, the last well before `to`.
-    assert!(
-        t[0].duration_since(from) <= jiff::SignedDuration::from_mins(30),
-        "{}",
-        t[0]
-    );
-    assert!(t[999] < to - jiff::SignedDuration::from_hours(24 * 5));
+    for day in Day::each() {
+        let op = op_on(&day, Readings::default()).await;
+        let (from, to) = (day.days_ago(31), day.days_ago(1));
+        let got = op
+            .history(
+                json!({"trk_asset_id": seed::SENSOR_TAPE, "from": rfc3339(from), "to": rfc3339(to)}),
+            )
+            .await;
+        let t = times(&got.body);
+        assert_eq!(t.len(), 1000);
+        assert!(t.windows(2).all(|w| w[0] < w[1]));
+        // The oldest: the first event is within 30 minutes of `from`, the last well before `to`.
+        assert!(
+            t[0].duration_since(from) <= jiff::SignedDuration::from_mins(30),
+            "{}",
+            t[0]
+        );
+        assert!(t[999] < to - jiff::SignedDuration::from_hours(24 * 5));
+    }
 }
 
+#[cfg(debug_assertions)]
 #[tokio::test]
 async fn no_time_frame_returns_the_latest_event_and_a_fresh_event_is_not_yet_visible() {
-    let op = op().await;
+    let day = Day::one();
+    let op = op_on(&day, Readings::default()).await;
     let got = op
         .history(json!({"customer_asset_id": seed::SENSOR_ASSET}))
         .await;
     let t = times(&got.body);
     assert_eq!(t.len(), 1);
-    let age = jiff::Timestamp::now().duration_since(t[0]);
+    let age = day.now().duration_since(t[0]);
     assert!(
         age >= jiff::SignedDuration::from_mins(15),
         "data lags: {age:?}"
@@ -1397,10 +1426,12 @@ async fn no_time_frame_returns_the_latest_event_and_a_fresh_event_is_not_yet_vis
     assert!(age <= jiff::SignedDuration::from_hours(3), "{age:?}");
 }
 
+#[cfg(debug_assertions)]
 #[tokio::test]
 async fn history_filters_by_exactly_one_of_trk_asset_id_and_customer_asset_id() {
-    let op = op().await;
-    let range = json!({"from": rfc3339(days_ago(2)), "to": rfc3339(days_ago(1))});
+    let day = Day::one();
+    let op = op_on(&day, Readings::default()).await;
+    let range = json!({"from": rfc3339(day.days_ago(2)), "to": rfc3339(day.days_ago(1))});
     let with = |k: &[(&str, &str)]| {
         let mut f = range.clone();
         for (key, v) in k {
@@ -1775,37 +1806,42 @@ async fn relabel_with_nothing_to_change_is_a_validation_failure() {
     assert_eq!(op.asset_of(qr).as_deref(), Some("ASSET-1002"));
 }
 
+#[cfg(debug_assertions)]
 #[tokio::test]
 async fn history_from_alone_runs_to_now_and_to_alone_starts_a_month_before() {
-    let op = op().await;
-    let from = days_ago(2);
-    let got = op
-        .history(json!({"trk_asset_id": seed::SENSOR_TAPE, "from": rfc3339(from)}))
-        .await;
-    let t = times(&got.body);
-    assert!(t[0] >= from && t[0].duration_since(from) <= jiff::SignedDuration::from_mins(30));
-    let newest = jiff::Timestamp::now().duration_since(*t.last().unwrap());
-    assert!(
-        newest <= jiff::SignedDuration::from_hours(3),
-        "runs to now: {newest:?}"
-    );
+    for day in Day::each() {
+        let op = op_on(&day, Readings::default()).await;
+        let from = day.days_ago(2);
+        let got = op
+            .history(json!({"trk_asset_id": seed::SENSOR_TAPE, "from": rfc3339(from)}))
+            .await;
+        let t = times(&got.body);
+        assert!(t[0] >= from && t[0].duration_since(from) <= jiff::SignedDuration::from_mins(30));
+        let newest = day.now().duration_since(*t.last().unwrap());
+        assert!(
+            newest <= jiff::SignedDuration::from_hours(3),
+            "runs to now: {newest:?}"
+        );
 
-    let to = days_ago(300);
-    let got = op
-        .history(json!({"trk_asset_id": seed::UNPLACED_TAPE, "to": rfc3339(to)}))
-        .await;
-    let t = times(&got.body);
-    // Every 6 hours for 31 days.
-    assert!((123..=125).contains(&t.len()), "{}", t.len());
-    assert!(*t.last().unwrap() <= to);
-    assert!(to.duration_since(t[0]) <= jiff::SignedDuration::from_hours(24 * 31));
+        let to = day.days_ago(300);
+        let got = op
+            .history(json!({"trk_asset_id": seed::UNPLACED_TAPE, "to": rfc3339(to)}))
+            .await;
+        let t = times(&got.body);
+        // Every 6 hours for 31 days.
+        assert!((123..=125).contains(&t.len()), "{}", t.len());
+        assert!(*t.last().unwrap() <= to);
+        assert!(to.duration_since(t[0]) <= jiff::SignedDuration::from_hours(24 * 31));
+    }
 }
 
+#[cfg(debug_assertions)]
 #[tokio::test]
 async fn history_refuses_a_reversed_range_a_bad_date_time_and_an_unknown_filter() {
-    let op = op().await;
+    let day = Day::one();
+    let op = op_on(&day, Readings::default()).await;
     for filters in [
-        json!({"trk_asset_id": seed::SENSOR_TAPE, "from": rfc3339(days_ago(1)), "to": rfc3339(days_ago(2))}),
+        json!({"trk_asset_id": seed::SENSOR_TAPE, "from": rfc3339(day.days_ago(1)), "to": rfc3339(day.days_ago(2))}),
         json!({"trk_asset_id": seed::SENSOR_TAPE, "from": "yesterday"}),
         json!({"trk_asset_id": seed::SENSOR_TAPE, "from": 1763719200}),
         json!({"trk_asset_id": seed::SENSOR_TAPE, "asset": "x"}),
@@ -1839,65 +1875,77 @@ async fn a_fleet_tape_without_a_label_is_not_activated_until_labelled() {
     assert_eq!(op.status_of(qr), DeviceStatus::Activated);
 }
 
+#[cfg(debug_assertions)]
 #[tokio::test]
 async fn a_full_history_range_answers_the_oldest_or_the_newest_1000_in_either_order() {
-    let (from, to) = (days_ago(30), days_ago(1));
-    for keeps in [HistoryKeeps::Oldest, HistoryKeeps::Newest] {
-        for order in [HistoryOrder::Ascending, HistoryOrder::Descending] {
-            let op = op_with(Readings {
-                history_keeps: keeps,
-                history_order: order,
-                ..Readings::default()
-            })
-            .await;
-            let got = op
-                .history(json!({"trk_asset_id": seed::SENSOR_TAPE,
-                    "from": rfc3339(from), "to": rfc3339(to)}))
+    for day in Day::each() {
+        let (from, to) = (day.days_ago(30), day.days_ago(1));
+        for keeps in [HistoryKeeps::Oldest, HistoryKeeps::Newest] {
+            for order in [HistoryOrder::Ascending, HistoryOrder::Descending] {
+                let op = op_on(
+                    &day,
+                    Readings {
+                        history_keeps: keeps,
+                        history_order: order,
+                        ..Readings::default()
+                    },
+                )
                 .await;
-            let mut t = times(&got.body);
-            assert_eq!(t.len(), 1000, "{keeps:?} {order:?}");
-            let ascending = t.windows(2).all(|w| w[0] < w[1]);
-            let descending = t.windows(2).all(|w| w[0] > w[1]);
-            assert!(
-                (order == HistoryOrder::Ascending && ascending)
-                    || (order == HistoryOrder::Descending && descending),
-                "{keeps:?} {order:?}"
-            );
-            t.sort();
-            let half_hour = jiff::SignedDuration::from_mins(30);
-            match keeps {
-                HistoryKeeps::Oldest => {
-                    assert!(
-                        t[0].duration_since(from) <= half_hour,
-                        "{keeps:?} {order:?}"
-                    )
-                }
-                HistoryKeeps::Newest => {
-                    assert!(
-                        to.duration_since(t[999]) <= half_hour,
-                        "{keeps:?} {order:?}"
-                    )
+                let got = op
+                    .history(json!({"trk_asset_id": seed::SENSOR_TAPE,
+                        "from": rfc3339(from), "to": rfc3339(to)}))
+                    .await;
+                let mut t = times(&got.body);
+                assert_eq!(t.len(), 1000, "{keeps:?} {order:?}");
+                let ascending = t.windows(2).all(|w| w[0] < w[1]);
+                let descending = t.windows(2).all(|w| w[0] > w[1]);
+                assert!(
+                    (order == HistoryOrder::Ascending && ascending)
+                        || (order == HistoryOrder::Descending && descending),
+                    "{keeps:?} {order:?}"
+                );
+                t.sort();
+                let half_hour = jiff::SignedDuration::from_mins(30);
+                match keeps {
+                    HistoryKeeps::Oldest => {
+                        assert!(
+                            t[0].duration_since(from) <= half_hour,
+                            "{keeps:?} {order:?}"
+                        )
+                    }
+                    HistoryKeeps::Newest => {
+                        assert!(
+                            to.duration_since(t[999]) <= half_hour,
+                            "{keeps:?} {order:?}"
+                        )
+                    }
                 }
             }
         }
     }
 }
 
+#[cfg(debug_assertions)]
 #[tokio::test]
 async fn one_month_of_history_is_31_or_30_days_as_the_reading_says() {
-    for days in [31, 30] {
-        let op = op_with(Readings {
-            month_days: days,
-            ..Readings::default()
-        })
-        .await;
-        let span = |d: i64| {
-            json!({"trk_asset_id": seed::UNPLACED_TAPE,
-                "from": rfc3339(days_ago(d + 2)), "to": rfc3339(days_ago(2))})
-        };
-        assert_eq!(op.history(span(30)).await.status, 200, "{days}");
-        let got = op.history(span(31)).await;
-        assert_eq!(got.status, if days == 31 { 200 } else { 400 }, "{days}");
+    for day in Day::each() {
+        for days in [31, 30] {
+            let op = op_on(
+                &day,
+                Readings {
+                    month_days: days,
+                    ..Readings::default()
+                },
+            )
+            .await;
+            let span = |d: i64| {
+                json!({"trk_asset_id": seed::UNPLACED_TAPE,
+                    "from": rfc3339(day.days_ago(d + 2)), "to": rfc3339(day.days_ago(2))})
+            };
+            assert_eq!(op.history(span(30)).await.status, 200, "{days}");
+            let got = op.history(span(31)).await;
+            assert_eq!(got.status, if days == 31 { 200 } else { 400 }, "{days}");
+        }
     }
 }
 

@@ -28,6 +28,8 @@ use tapegate_mock::{
     RateWindows, Readings,
 };
 
+#[cfg(debug_assertions)]
+use common::day::Day;
 use common::{collect_stderr, tape_advert, text, wait_for, write_records, Gateway};
 
 /// The rate window the tests give the mock and the client (the real one is 60 s).
@@ -40,6 +42,21 @@ async fn start_mock(readings: Readings) -> MockHandle {
     })
     .await
     .expect("mock starts")
+}
+
+/// The mock (playing `readings`) and a gateway speaking to it, both on `day`.
+#[cfg(debug_assertions)]
+async fn setup_on(readings: Readings, day: &Day) -> (MockHandle, Gateway) {
+    let mock = mock::start(MockConfig {
+        readings,
+        clock: day.mock_clock(),
+        ..MockConfig::demo()
+    })
+    .await
+    .expect("mock starts");
+    let g = gateway(&mock);
+    day.set_on(&g);
+    (mock, g)
 }
 
 /// A gateway speaking to the mock's "ppe" environment, every operator key set, with a
@@ -231,27 +248,35 @@ async fn the_eleventh_label_request_in_a_window_waits_instead_of_earning_a_429()
     assert_eq!(got, vec![Some(200); 11]);
 }
 
+#[cfg(debug_assertions)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_eleventh_label_request_waits_across_two_cli_runs() {
-    let (mock, g) = setup().await;
-    let qrs = fleet(220);
-    let first = run(
-        &g,
-        &with_qrs(&["device", "label", "--asset", "AWB-1"], &qrs[..200]),
-    );
-    assert_eq!(code(&first), 0, "{}", text(&first.stderr));
-    assert!(!text(&first.stderr).contains("rate window"));
-    let second = run(
-        &g,
-        &with_qrs(&["device", "label", "--asset", "AWB-1"], &qrs[200..]),
-    );
-    assert_eq!(code(&second), 0, "{}", text(&second.stderr));
-    assert!(
-        text(&second.stderr).contains("s for the service's rate window"),
-        "{}",
-        text(&second.stderr)
-    );
-    assert_eq!(statuses(&mock, Endpoint::Label), vec![Some(200); 11]);
+    // The window's stamps are the clock's, kept in the database between runs.
+    for day in Day::each() {
+        let (mock, g) = setup_on(Readings::default(), &day).await;
+        let qrs = fleet(220);
+        let first = run(
+            &g,
+            &with_qrs(&["device", "label", "--asset", "AWB-1"], &qrs[..200]),
+        );
+        assert_eq!(code(&first), 0, "{day}: {}", text(&first.stderr));
+        assert!(!text(&first.stderr).contains("rate window"), "{day}");
+        let second = run(
+            &g,
+            &with_qrs(&["device", "label", "--asset", "AWB-1"], &qrs[200..]),
+        );
+        assert_eq!(code(&second), 0, "{day}: {}", text(&second.stderr));
+        assert!(
+            text(&second.stderr).contains("s for the service's rate window"),
+            "{day}: {}",
+            text(&second.stderr)
+        );
+        assert_eq!(
+            statuses(&mock, Endpoint::Label),
+            vec![Some(200); 11],
+            "{day}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -538,63 +563,68 @@ async fn sensor_mode_prints_six_readings_with_units_and_no_reading_exits_1() {
     );
 }
 
-fn days_ago(days: i64) -> String {
-    let t = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(24 * days);
-    t.to_string()
-}
-
+#[cfg(debug_assertions)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_over_14_months_is_refused_before_anything_is_sent() {
-    let (mock, g) = setup().await;
-    let out = g.run(&[
-        "history",
-        "--qr",
-        seed::SENSOR_TAPE,
-        "--from",
-        &days_ago(426),
-    ]);
-    assert_eq!(code(&out), 2, "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("one year"),
-        "{}",
-        text(&out.stderr)
-    );
-    assert_eq!(mock.operator_requests(Endpoint::History), 0);
+    for day in Day::each() {
+        let (mock, g) = setup_on(Readings::default(), &day).await;
+        let out = g.run(&[
+            "history",
+            "--qr",
+            seed::SENSOR_TAPE,
+            "--from",
+            &day.days_ago(426).to_string(),
+        ]);
+        assert_eq!(code(&out), 2, "{day}: {}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("one year"),
+            "{day}: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(mock.operator_requests(Endpoint::History), 0, "{day}");
+    }
 }
 
+#[cfg(debug_assertions)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_over_3_months_is_3_or_more_requests_merged_in_order() {
-    let (mock, g) = setup().await;
-    let from = days_ago(100);
-    let out = g.run(&[
-        "history",
-        "--qr",
-        seed::SENSOR_TAPE,
-        "--from",
-        &from,
-        "--json",
-    ]);
-    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
-    let requests = mock.operator_requests(Endpoint::History);
-    assert!(requests >= 4, "{requests} requests");
-    assert!(statuses(&mock, Endpoint::History)
-        .iter()
-        .all(|s| *s == Some(200)));
-    let events = json(&out);
-    let times: Vec<jiff::Timestamp> = events
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["timestamp"].as_str().unwrap().parse().unwrap())
-        .collect();
-    // The tape has an event every 30 min: no gap wider means no window's 1,000 cap
-    // cut any, and none narrower or equal to zero means no duplicate and time order.
-    assert!(times.len() >= 100 * 48 - 5, "{} events", times.len());
-    for w in times.windows(2) {
-        let gap = w[1].as_second() - w[0].as_second();
-        assert!(gap > 0 && gap <= 1800, "{} then {}", w[0], w[1]);
+    // `--to` left out: the range ends now, by the command's clock.
+    for day in Day::each() {
+        let (mock, g) = setup_on(Readings::default(), &day).await;
+        let from = day.days_ago(100);
+        let out = g.run(&[
+            "history",
+            "--qr",
+            seed::SENSOR_TAPE,
+            "--from",
+            &from.to_string(),
+            "--json",
+        ]);
+        assert_eq!(code(&out), 0, "{day}: {}", text(&out.stderr));
+        let requests = mock.operator_requests(Endpoint::History);
+        assert!(requests >= 4, "{day}: {requests} requests");
+        assert!(
+            statuses(&mock, Endpoint::History)
+                .iter()
+                .all(|s| *s == Some(200)),
+            "{day}"
+        );
+        let events = json(&out);
+        let times: Vec<jiff::Timestamp> = events
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["timestamp"].as_str().unwrap().parse().unwrap())
+            .collect();
+        // The tape has an event every 30 min: no gap wider means no window's 1,000 cap
+        // cut any, and none narrower or equal to zero means no duplicate and time order.
+        assert!(times.len() >= 100 * 48 - 5, "{day}: {} events", times.len());
+        for w in times.windows(2) {
+            let gap = w[1].as_second() - w[0].as_second();
+            assert!(gap > 0 && gap <= 1800, "{day}: {} then {}", w[0], w[1]);
+        }
+        assert!(times[0] >= from, "{day}");
     }
-    assert!(times[0] >= from.parse().unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -651,17 +681,24 @@ fn hear(g: &Gateway, adverts: &[Advertisement]) {
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
 }
 
-fn unknown_tape(i: u8, rssi: i16) -> Advertisement {
+/// An advert of a tape the service does not know, heard now by `day`'s clock.
+#[cfg(debug_assertions)]
+fn unknown_tape(day: &Day, i: u8, rssi: i16) -> Advertisement {
     let mac = Mac::new([0xC0, 0xDE, 0xAD, 0, 0, i]);
-    let mut a = tape_advert(mac, tapegate::clock::system().wall_ms(), 1);
+    let mut a = tape_advert(mac, day.now_ms(), 1);
     a.rssi = Some(rssi);
     a
 }
 
+#[cfg(debug_assertions)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nearest_with_two_tapes_4_db_apart_refuses_and_lists_both() {
-    let (mock, g) = setup().await;
-    hear(&g, &[unknown_tape(1, -60), unknown_tape(2, -64)]);
+    let day = Day::one();
+    let (mock, g) = setup_on(Readings::default(), &day).await;
+    hear(
+        &g,
+        &[unknown_tape(&day, 1, -60), unknown_tape(&day, 2, -64)],
+    );
     let out = g.run(&["device", "add", "--qr", "TTC0DEAD000001", "--nearest"]);
     assert_eq!(code(&out), 1, "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
@@ -672,10 +709,15 @@ async fn nearest_with_two_tapes_4_db_apart_refuses_and_lists_both() {
     assert_eq!(mock.operator_requests(Endpoint::AddDevice), 0);
 }
 
+#[cfg(debug_assertions)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nearest_activates_the_tape_10_db_louder_and_requeues_its_dead_letters() {
-    let (mock, g) = setup().await;
-    hear(&g, &[unknown_tape(1, -50), unknown_tape(2, -64)]);
+    let day = Day::one();
+    let (mock, g) = setup_on(Readings::default(), &day).await;
+    hear(
+        &g,
+        &[unknown_tape(&day, 1, -50), unknown_tape(&day, 2, -64)],
+    );
     assert_eq!(g.stats().dead_letters, 2);
     let out = g.run(&["device", "add", "--qr", "TTC0DEAD000001", "--nearest"]);
     assert_eq!(
@@ -849,67 +891,136 @@ async fn a_missing_permission_is_reported_as_credentials_or_permission() {
 
 // ---- Issue 21: right under every reading, and never a success not confirmed ----
 
-fn utc_days_ago(days: i64) -> jiff::Timestamp {
-    jiff::Timestamp::now() - jiff::SignedDuration::from_hours(24 * days)
+/// A service may read the range to the whole second and answer an event just before a
+/// `--from` that has a fraction: it is outside the range asked, and not printed.
+#[cfg(debug_assertions)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_prints_no_event_from_before_the_range_asked() {
+    let day = Day::one();
+    let (mock, g) = setup_on(Readings::default(), &day).await;
+    // The tape reports on every half hour; the fixed day is on one.
+    let on_the_half_hour = day.days_ago(2);
+    assert_eq!(on_the_half_hour.as_second() % 1800, 0, "{day}");
+    let from = on_the_half_hour + jiff::SignedDuration::from_millis(500);
+    let out = g.run(&[
+        "history",
+        "--qr",
+        seed::SENSOR_TAPE,
+        "--from",
+        &from.to_string(),
+        "--to",
+        &day.days_ago(1).to_string(),
+        "--json",
+    ]);
+    assert_eq!(code(&out), 0, "{}", both(&out));
+    let first: jiff::Timestamp = json(&out)[0]["timestamp"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        first,
+        on_the_half_hour + jiff::SignedDuration::from_mins(30),
+        "asked from {from}"
+    );
+    assert!(statuses(&mock, Endpoint::History) == [Some(200)]);
+}
+
+#[cfg(debug_assertions)]
+/// Whether `from..=to` holds a whole calendar month (UTC) of 31 days: the client asks
+/// history a calendar month at a time, so only then does it ask a 31-day window.
+fn holds_a_whole_31_day_month(from: jiff::Timestamp, to: jiff::Timestamp) -> bool {
+    use jiff::ToSpan;
+    let utc = jiff::tz::TimeZone::UTC;
+    let mut month = from.to_zoned(utc.clone()).date().first_of_month();
+    loop {
+        let start = month.to_zoned(utc.clone()).unwrap().timestamp();
+        let next = month.checked_add(1.month()).unwrap();
+        let end = next.to_zoned(utc.clone()).unwrap().timestamp();
+        if end > to {
+            return false;
+        }
+        if start >= from && month.days_in_month() == 31 {
+            return true;
+        }
+        month = next;
+    }
 }
 
 /// Seen: 2,740 events in range, 1,396 printed, when the service keeps the newest 1,000
 /// of a full answer; and a 400 for a 31-day window when its month is 30 days.
+#[cfg(debug_assertions)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_is_complete_whichever_end_of_a_full_answer_the_service_keeps_and_whatever_its_month(
 ) {
-    for readings in Readings::variants() {
-        let (mock, g) = setup_with(readings).await;
-        let (from, to) = (utc_days_ago(58), utc_days_ago(1));
-        let out = g.run(&[
-            "history",
-            "--qr",
-            seed::SENSOR_TAPE,
-            "--from",
-            &from.to_string(),
-            "--to",
-            &to.to_string(),
-            "--json",
-        ]);
-        assert_eq!(code(&out), 0, "{readings:?}: {}", both(&out));
-        let times: Vec<jiff::Timestamp> = json(&out)
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| e["timestamp"].as_str().unwrap().parse().unwrap())
-            .collect();
-        // An event every 30 min: the first and last within 30 min of the ends, no gap
-        // wider, no duplicate, in time order.
-        let half_hour = jiff::SignedDuration::from_mins(30);
-        assert!(
-            times.len() >= 57 * 48,
-            "{readings:?}: {} events",
-            times.len()
-        );
-        assert!(times[0].duration_since(from) <= half_hour, "{readings:?}");
-        assert!(
-            to.duration_since(*times.last().unwrap()) <= half_hour,
-            "{readings:?}"
-        );
-        for w in times.windows(2) {
-            let gap = w[1].as_second() - w[0].as_second();
+    let mut whole_31_day_months = 0;
+    for day in Day::each() {
+        for readings in Readings::variants() {
+            let (mock, g) = setup_on(readings, &day).await;
+            let (from, to) = (day.days_ago(58), day.days_ago(1));
+            let out = g.run(&[
+                "history",
+                "--qr",
+                seed::SENSOR_TAPE,
+                "--from",
+                &from.to_string(),
+                "--to",
+                &to.to_string(),
+                "--json",
+            ]);
+            assert_eq!(code(&out), 0, "{day}, {readings:?}: {}", both(&out));
+            let times: Vec<jiff::Timestamp> = json(&out)
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["timestamp"].as_str().unwrap().parse().unwrap())
+                .collect();
+            // An event every 30 min: the first and last within 30 min of the ends, no gap
+            // wider, no duplicate, in time order.
+            let half_hour = jiff::SignedDuration::from_mins(30);
             assert!(
-                gap > 0 && gap <= 1800,
-                "{readings:?}: {} then {}",
-                w[0],
-                w[1]
+                times.len() >= 57 * 48,
+                "{day}, {readings:?}: {} events",
+                times.len()
             );
-        }
-        let refused = statuses(&mock, Endpoint::History)
-            .iter()
-            .filter(|s| **s == Some(400))
-            .count();
-        if readings.month_days == 30 {
-            assert!(refused >= 1, "{readings:?}: a 31-day month was never asked");
-        } else {
-            assert_eq!(refused, 0, "{readings:?}");
+            assert!(
+                times[0].duration_since(from) <= half_hour,
+                "{day}, {readings:?}"
+            );
+            assert!(
+                to.duration_since(*times.last().unwrap()) <= half_hour,
+                "{day}, {readings:?}"
+            );
+            for w in times.windows(2) {
+                let gap = w[1].as_second() - w[0].as_second();
+                assert!(
+                    gap > 0 && gap <= 1800,
+                    "{day}, {readings:?}: {} then {}",
+                    w[0],
+                    w[1]
+                );
+            }
+            let refused = statuses(&mock, Endpoint::History)
+                .iter()
+                .filter(|s| **s == Some(400))
+                .count();
+            // A service whose month is 30 days refuses the client's window of a whole
+            // 31-day month, and nothing else.
+            if readings.month_days == 30 && holds_a_whole_31_day_month(from, to) {
+                whole_31_day_months += 1;
+                assert!(
+                    refused >= 1,
+                    "{day}, {readings:?}: a 31-day month was never asked"
+                );
+            } else {
+                assert_eq!(refused, 0, "{day}, {readings:?}");
+            }
         }
     }
+    assert!(
+        whole_31_day_months > 0,
+        "no fixed day's range holds a whole 31-day month"
+    );
 }
 
 /// Seen: `device show --json` printed no asset for labelled tapes when the lookup put
@@ -1112,16 +1223,18 @@ async fn a_run_that_fails_part_way_reports_every_device() {
 
 /// Item 4: a 429 is retried after its `Retry-After` by every call (add, locate,
 /// history, message), not reported.
+#[cfg(debug_assertions)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_call_retries_a_429_after_its_retry_after() {
-    let (mock, g) = setup().await;
+    let day = Day::one();
+    let (mock, g) = setup_on(Readings::default(), &day).await;
     let payload = g.path("manifest.json");
     std::fs::write(
         &payload,
         r#"{"asset_barcode":"A","shipped_date":1763719200,"shipment_id":"S","container_id":"C"}"#,
     )
     .unwrap();
-    let from = utc_days_ago(2).to_string();
+    let from = day.days_ago(2).to_string();
     let cases: [(Endpoint, &str, Vec<&str>); 4] = [
         (
             Endpoint::AddDevice,
@@ -1292,10 +1405,15 @@ fn hear_now(g: &Gateway, adverts: &[Advertisement]) {
 
 /// Item 7: `--json` is one JSON document on stdout for every command; a config
 /// without `[service]` is a config error (exit 2).
+#[cfg(debug_assertions)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_is_one_document_for_every_command_and_a_missing_service_section_exits_2() {
-    let (mock, g) = setup().await;
-    hear_now(&g, &[unknown_tape(1, -50), unknown_tape(2, -64)]);
+    let day = Day::one();
+    let (mock, g) = setup_on(Readings::default(), &day).await;
+    hear_now(
+        &g,
+        &[unknown_tape(&day, 1, -50), unknown_tape(&day, 2, -64)],
+    );
     let out = g.run(&[
         "device",
         "add",

@@ -8,6 +8,8 @@ mod common;
 
 use std::time::Duration;
 
+#[cfg(debug_assertions)]
+use common::day::Day;
 use common::{stdin_replay_config, tape_advert, tape_mac, wait_for, Daemon, Gateway};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -29,69 +31,79 @@ fn metrics(port: u16) -> String {
     text
 }
 
+#[cfg(debug_assertions)]
 #[test]
 fn captures_past_max_age_are_evicted_at_commit_and_while_idle_and_counted_so() {
-    let port = free_port();
-    let g = Gateway::new(&format!(
-        "{}max_age_secs = 2\n[http]\nlisten = \"127.0.0.1:{port}\"\n",
-        stdin_replay_config(20)
-    ));
-    let mut daemon = Daemon::start(&g);
-    let now = tapegate::clock::system().wall_ms();
-    let day = 86_400_000;
-    // Five a day old (already past the bound when they arrive), then ten of now.
-    let old: Vec<_> = (0..5)
-        .map(|i| tape_advert(tape_mac(i), now - day, 1))
-        .collect();
-    let fresh: Vec<_> = (5..15)
-        .map(|i| tape_advert(tape_mac(i), now + i64::from(i), 1))
-        .collect();
-    daemon.send(&old);
-    daemon.send(&fresh);
-    let s = wait_for(LIMIT, || {
-        let s = g.status_json();
-        (s["admitted"] == 15).then_some(s)
-    })
-    .unwrap_or_else(|| panic!("not admitted:\n{}", daemon.stderr()));
-    // The old ones went at once; the fresh ones are kept until they are 2 s old, and
-    // then go although nothing more is committed.
-    assert!(s["evicted_by"]["max_age"].as_u64().unwrap() >= 5, "{s}");
-    let s = wait_for(LIMIT, || {
-        let s = g.status_json();
-        (s["evicted_by"]["max_age"] == 15).then_some(s)
-    })
-    .unwrap_or_else(|| panic!("not aged out:\n{}\n{}", g.status_json(), daemon.stderr()));
-    assert_eq!(
-        (s["pending"].as_u64(), s["evicted"].as_u64()),
-        (Some(0), Some(15)),
-        "{s}"
-    );
-    assert_eq!(s["evicted_by"]["max_pending"], 0);
-    assert_eq!(s["evicted_by"]["max_bytes"], 0);
-    let m = metrics(port);
-    assert!(
-        m.lines()
-            .any(|l| l == "tapegate_evictions_total{bound=\"max_age\"} 15"),
-        "{m}"
-    );
-    assert!(m.lines().any(|l| l == "tapegate_evicted_total 15"), "{m}");
-    let (status, log) = daemon.terminate(Duration::from_secs(20));
-    assert!(status.success());
-    assert!(
-        log.contains("outbox bounds: evicted the oldest pending captures (max_pending 0, max_age"),
-        "{log}"
-    );
+    // Ages are counted by the daemon's clock.
+    for day in Day::each() {
+        let port = free_port();
+        let g = Gateway::new(&format!(
+            "{}max_age_secs = 2\n[http]\nlisten = \"127.0.0.1:{port}\"\n",
+            stdin_replay_config(20)
+        ));
+        day.set_on(&g);
+        let mut daemon = Daemon::start(&g);
+        let now = day.now_ms();
+        let day = 86_400_000;
+        // Five a day old (already past the bound when they arrive), then ten of now.
+        let old: Vec<_> = (0..5)
+            .map(|i| tape_advert(tape_mac(i), now - day, 1))
+            .collect();
+        let fresh: Vec<_> = (5..15)
+            .map(|i| tape_advert(tape_mac(i), now + i64::from(i), 1))
+            .collect();
+        daemon.send(&old);
+        daemon.send(&fresh);
+        let s = wait_for(LIMIT, || {
+            let s = g.status_json();
+            (s["admitted"] == 15).then_some(s)
+        })
+        .unwrap_or_else(|| panic!("not admitted:\n{}", daemon.stderr()));
+        // The old ones went at once; the fresh ones are kept until they are 2 s old, and
+        // then go although nothing more is committed.
+        assert!(s["evicted_by"]["max_age"].as_u64().unwrap() >= 5, "{s}");
+        let s = wait_for(LIMIT, || {
+            let s = g.status_json();
+            (s["evicted_by"]["max_age"] == 15).then_some(s)
+        })
+        .unwrap_or_else(|| panic!("not aged out:\n{}\n{}", g.status_json(), daemon.stderr()));
+        assert_eq!(
+            (s["pending"].as_u64(), s["evicted"].as_u64()),
+            (Some(0), Some(15)),
+            "{s}"
+        );
+        assert_eq!(s["evicted_by"]["max_pending"], 0);
+        assert_eq!(s["evicted_by"]["max_bytes"], 0);
+        let m = metrics(port);
+        assert!(
+            m.lines()
+                .any(|l| l == "tapegate_evictions_total{bound=\"max_age\"} 15"),
+            "{m}"
+        );
+        assert!(m.lines().any(|l| l == "tapegate_evicted_total 15"), "{m}");
+        let (status, log) = daemon.terminate(Duration::from_secs(20));
+        assert!(status.success());
+        assert!(
+            log.contains(
+                "outbox bounds: evicted the oldest pending captures (max_pending 0, max_age"
+            ),
+            "{log}"
+        );
+    }
 }
 
+#[cfg(debug_assertions)]
 #[test]
 fn a_database_at_max_bytes_evicts_the_oldest_and_never_grows_past_it() {
+    let day = Day::one();
     let max_bytes: u64 = 1024 * 1024;
     let g = Gateway::new(&format!(
         "{}max_bytes = {max_bytes}\n",
         stdin_replay_config(20)
     ));
+    day.set_on(&g);
     let mut daemon = Daemon::start(&g);
-    let now = tapegate::clock::system().wall_ms();
+    let now = day.now_ms();
     // 30,000 captures of 200 tapes: about 3 MB of outbox, three times the bound.
     let n = 30_000u32;
     for chunk in (0..n).collect::<Vec<_>>().chunks(5000) {

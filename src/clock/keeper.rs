@@ -235,15 +235,20 @@ mod tests {
         }
     }
 
-    fn live(boot_ms: i64) -> Capture {
+    /// A capture at `boot_ms` stamped by a clock reading `wrong` at boot.
+    fn live_by(wrong: i64, boot_ms: i64) -> Capture {
         Capture {
             mac: Mac::new([0xC0, 0xFF, 0xEE, 0, 0, 1]),
-            ts_ms: WRONG + boot_ms,
+            ts_ms: wrong + boot_ms,
             product_id: "tape".into(),
             packet: "00".into(),
             rssi: None,
             boot_ms: Some(boot_ms),
         }
+    }
+
+    fn live(boot_ms: i64) -> Capture {
+        live_by(WRONG, boot_ms)
     }
 
     /// An outbox in a temp dir, and a hand clock (to be set) for a keeper.
@@ -261,31 +266,43 @@ mod tests {
 
     #[tokio::test]
     async fn the_keeper_holds_until_sync_then_releases_each_capture_at_its_true_time() {
-        let (_dir, outbox, clock) = setup();
-        clock.set(WRONG + 10_000, 10_000, false, true);
-        let (mut keeper, released) = ClockKeeper::start(
-            clock.clone(),
-            settings(ClockPolicy::Auto),
-            crate::outbox::Handles::new(&outbox).clock(),
-        )
-        .await
-        .unwrap();
-        assert_eq!(released, 0);
-        assert_eq!(keeper.verdict(), Verdict::Hold(Hold::AwaitingSync));
-        assert!(keeper.next_check.is_some());
+        for day in crate::clock::fake::FIXED_DAYS {
+            // Booted three weeks behind; synced at boot time 40 s to the fixed day.
+            let wrong = day.wall_ms - WEEKS_3 - 40_000;
+            let (_dir, outbox, clock) = setup();
+            clock.set(wrong + 10_000, 10_000, false, true);
+            let (mut keeper, released) = ClockKeeper::start(
+                clock.clone(),
+                settings(ClockPolicy::Auto),
+                crate::outbox::Handles::new(&outbox).clock(),
+            )
+            .await
+            .unwrap();
+            assert_eq!(released, 0);
+            assert_eq!(keeper.verdict(), Verdict::Hold(Hold::AwaitingSync));
+            assert!(keeper.next_check.is_some());
 
-        outbox.call(|s| s.enqueue(&[live(20_000)])).await.unwrap();
-        clock.set(WRONG + 30_000, 30_000, false, true);
-        assert_eq!(keeper.check().await.unwrap(), 0);
-        assert!(deliverable(&outbox).await.is_empty());
+            outbox
+                .call(move |s| s.enqueue(&[live_by(wrong, 20_000)]))
+                .await
+                .unwrap();
+            clock.set(wrong + 30_000, 30_000, false, true);
+            assert_eq!(keeper.check().await.unwrap(), 0);
+            assert!(deliverable(&outbox).await.is_empty());
 
-        // Synced: three weeks forward.
-        clock.set(WRONG + WEEKS_3 + 40_000, 40_000, true, true);
-        assert_eq!(keeper.check().await.unwrap(), 1);
-        assert_eq!(keeper.verdict(), Verdict::Synced);
-        assert_eq!(deliverable(&outbox).await, vec![WRONG + WEEKS_3 + 20_000]);
-        // Synced this boot under "auto": nothing can change the verdict any more.
-        assert!(keeper.next_check.is_none());
+            // Synced: three weeks forward.
+            clock.set(day.wall_ms, 40_000, true, true);
+            assert_eq!(keeper.check().await.unwrap(), 1);
+            assert_eq!(keeper.verdict(), Verdict::Synced);
+            assert_eq!(
+                deliverable(&outbox).await,
+                vec![day.wall_ms - 20_000],
+                "{}",
+                day.rfc3339
+            );
+            // Synced this boot under "auto": nothing can change the verdict any more.
+            assert!(keeper.next_check.is_none());
+        }
     }
 
     #[tokio::test]

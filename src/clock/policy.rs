@@ -138,6 +138,8 @@ pub fn repaired_wall(now: &Reading, capture_boot_ms: i64) -> EpochMillis {
 mod tests {
     use super::*;
 
+    use crate::clock::fake::FIXED_DAYS;
+
     const HOUR: i64 = 3_600_000;
     const WEEK: i64 = 7 * 24 * HOUR;
     /// 2026-11-23T00:00:00Z
@@ -153,27 +155,32 @@ mod tests {
 
     #[test]
     fn a_capture_is_repaired_to_the_synced_clock_minus_the_boot_time_since() {
-        // Captured 90 s after boot while the clock read three weeks behind; synced at
-        // boot time 600 s to T.
-        let synced = reading(T, 600_000, true);
-        assert_eq!(repaired_wall(&synced, 90_000), T - 510_000);
-        // The same capture, repaired later by the same (now running) clock: same answer.
-        let later = reading(T + 1_000_000, 1_600_000, true);
-        assert_eq!(repaired_wall(&later, 90_000), T - 510_000);
-        // A capture at the very moment of the reading keeps the reading's time.
-        assert_eq!(repaired_wall(&synced, 600_000), T);
+        for t in std::iter::once(T).chain(FIXED_DAYS.map(|d| d.wall_ms)) {
+            // Captured 90 s after boot while the clock read three weeks behind; synced
+            // at boot time 600 s to t.
+            let synced = reading(t, 600_000, true);
+            assert_eq!(repaired_wall(&synced, 90_000), t - 510_000);
+            // The same capture, repaired later by the same (now running) clock: same
+            // answer.
+            let later = reading(t + 1_000_000, 1_600_000, true);
+            assert_eq!(repaired_wall(&later, 90_000), t - 510_000);
+            // A capture at the very moment of the reading keeps the reading's time.
+            assert_eq!(repaired_wall(&synced, 600_000), t);
+        }
     }
 
     #[test]
     fn repair_undoes_a_three_week_jump() {
-        let boot_at_capture = 12_345;
-        let wrong = reading(T - 3 * WEEK, boot_at_capture, false);
-        let synced = reading(T + 5_000, boot_at_capture + 5_000, true);
-        assert_eq!(repaired_wall(&synced, boot_at_capture), T);
-        assert_eq!(
-            wrong.wall_ms + 3 * WEEK,
-            repaired_wall(&synced, boot_at_capture)
-        );
+        for t in std::iter::once(T).chain(FIXED_DAYS.map(|d| d.wall_ms)) {
+            let boot_at_capture = 12_345;
+            let wrong = reading(t - 3 * WEEK, boot_at_capture, false);
+            let synced = reading(t + 5_000, boot_at_capture + 5_000, true);
+            assert_eq!(repaired_wall(&synced, boot_at_capture), t);
+            assert_eq!(
+                wrong.wall_ms + 3 * WEEK,
+                repaired_wall(&synced, boot_at_capture)
+            );
+        }
     }
 
     #[test]

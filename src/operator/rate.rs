@@ -328,27 +328,31 @@ mod tests {
 
     #[tokio::test]
     async fn two_gates_on_one_database_share_the_window() {
-        let dir = tempfile::tempdir().unwrap();
-        let open = || {
-            RateGate::new(
-                dir.path().into(),
-                "ppe/gw".into(),
-                MINUTE,
-                crate::clock::system(),
-                Box::new(|_| {}),
-            )
-        };
-        let (a, b) = (open(), open());
-        let go = CancellationToken::new();
-        for _ in 0..5 {
-            let t = a.acquire(&go).await.unwrap().unwrap();
-            a.finish(t).unwrap();
-            let _ = b.acquire(&go).await.unwrap().unwrap();
+        for day in crate::clock::fake::FIXED_DAYS {
+            let dir = tempfile::tempdir().unwrap();
+            let clock: SharedClock =
+                std::sync::Arc::new(crate::clock::fake::HandClock::at(day.wall_ms));
+            let open = || {
+                RateGate::new(
+                    dir.path().into(),
+                    "ppe/gw".into(),
+                    MINUTE,
+                    clock.clone(),
+                    Box::new(|_| {}),
+                )
+            };
+            let (a, b) = (open(), open());
+            let go = CancellationToken::new();
+            for _ in 0..5 {
+                let t = a.acquire(&go).await.unwrap().unwrap();
+                a.finish(t).unwrap();
+                let _ = b.acquire(&go).await.unwrap().unwrap();
+            }
+            assert_eq!(a.free_now().unwrap(), 0, "{}", day.rfc3339);
+            // A wait is cut short by `stop`.
+            let stop = CancellationToken::new();
+            stop.cancel();
+            assert_eq!(b.acquire(&stop).await.unwrap(), None, "{}", day.rfc3339);
         }
-        assert_eq!(a.free_now().unwrap(), 0);
-        // A wait is cut short by `stop`.
-        let stop = CancellationToken::new();
-        stop.cancel();
-        assert_eq!(b.acquire(&stop).await.unwrap(), None);
     }
 }

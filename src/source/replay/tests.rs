@@ -25,8 +25,7 @@ fn file_with(bytes: &[u8]) -> tempfile::NamedTempFile {
 
 async fn collect(path: PathBuf, capacity: usize) -> (SourceReport, Vec<Advertisement>) {
     let (tx, mut rx) = mpsc::channel(capacity);
-    let task =
-        tokio::spawn(Replay::new(path, crate::clock::system()).run(tx, CancellationToken::new()));
+    let task = tokio::spawn(Replay::new(path, test_clock()).run(tx, CancellationToken::new()));
     let mut got = Vec::new();
     while let Some(heard) = rx.recv().await {
         assert_eq!(heard.capture, None, "a replay leaves matching to ingest");
@@ -181,7 +180,7 @@ async fn a_missing_file_is_a_replay_error_naming_the_path() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("missing.jsonl");
     let (tx, _rx) = mpsc::channel(1);
-    let err = Replay::new(&path, crate::clock::system())
+    let err = Replay::new(&path, test_clock())
         .run(tx, CancellationToken::new())
         .await
         .unwrap_err();
@@ -195,7 +194,7 @@ async fn the_stop_token_ends_a_replay_blocked_on_a_full_channel() {
     let f = file_with(text.as_bytes());
     let (tx, mut rx) = mpsc::channel(8);
     let stop = CancellationToken::new();
-    let task = tokio::spawn(Replay::new(f.path(), crate::clock::system()).run(tx, stop.clone()));
+    let task = tokio::spawn(Replay::new(f.path(), test_clock()).run(tx, stop.clone()));
     let first = rx.recv().await.unwrap();
     assert_eq!(first.advert.mac.to_string(), "C0:FF:EE:00:00:00");
     stop.cancel();
@@ -248,7 +247,7 @@ async fn a_closed_receiver_ends_the_replay() {
     let f = file_with(text.as_bytes());
     let (tx, rx) = mpsc::channel(8);
     drop(rx);
-    let report = Replay::new(f.path(), crate::clock::system())
+    let report = Replay::new(f.path(), test_clock())
         .run(tx, CancellationToken::new())
         .await
         .unwrap();
@@ -270,4 +269,10 @@ async fn a_large_recording_replays_quickly() {
     assert_eq!((report.adverts, got.len()), (u64::from(n), n as usize));
     // Unoptimised test builds are several times slower than release.
     assert!(took < Duration::from_secs(20), "{n} lines took {took:?}");
+}
+
+/// The clock the source stamps by: one that reads a fixed day.
+fn test_clock() -> crate::clock::SharedClock {
+    let day = crate::clock::fake::FIXED_DAYS[3];
+    std::sync::Arc::new(crate::clock::fake::HandClock::at(day.wall_ms))
 }

@@ -21,7 +21,7 @@ fn settings() -> SimSettings {
 
 async fn collect(s: SimSettings) -> (SourceReport, Vec<Advertisement>) {
     let (tx, mut rx) = mpsc::channel(256);
-    let task = tokio::spawn(Sim::new(s, crate::clock::system()).run(tx, CancellationToken::new()));
+    let task = tokio::spawn(Sim::new(s, test_clock()).run(tx, CancellationToken::new()));
     let mut got = Vec::new();
     while let Some(heard) = rx.recv().await {
         assert_eq!(
@@ -184,11 +184,11 @@ async fn in_realtime_adverts_come_at_the_real_rate_stamped_with_the_wall_clock()
         realtime: true,
         ..settings()
     };
-    let before = crate::clock::system().wall_ms();
+    let before = test_clock().wall_ms();
     let started = Instant::now();
     let (report, got) = collect(s).await;
     let took = started.elapsed();
-    let after = crate::clock::system().wall_ms();
+    let after = test_clock().wall_ms();
     assert_eq!(report.adverts, 6);
     assert!(took >= Duration::from_millis(200), "took {took:?}");
     assert!(got.iter().all(|a| (before..=after).contains(&a.ts_ms)));
@@ -203,7 +203,7 @@ async fn the_stop_token_ends_an_endless_simulation() {
     };
     let (tx, mut rx) = mpsc::channel(16);
     let stop = CancellationToken::new();
-    let task = tokio::spawn(Sim::new(s, crate::clock::system()).run(tx, stop.clone()));
+    let task = tokio::spawn(Sim::new(s, test_clock()).run(tx, stop.clone()));
     rx.recv().await.unwrap();
     stop.cancel();
     let report = tokio::time::timeout(Duration::from_secs(5), task)
@@ -222,10 +222,16 @@ async fn a_closed_receiver_ends_the_simulation() {
         duration_ms: None,
         ..settings()
     };
-    let run = Sim::new(s, crate::clock::system()).run(tx, CancellationToken::new());
+    let run = Sim::new(s, test_clock()).run(tx, CancellationToken::new());
     let report = tokio::time::timeout(Duration::from_secs(5), run)
         .await
         .expect("the simulation ends when nobody listens")
         .unwrap();
     assert_eq!(report.adverts, 0);
+}
+
+/// The clock the source stamps by: one that reads a fixed day.
+fn test_clock() -> crate::clock::SharedClock {
+    let day = crate::clock::fake::FIXED_DAYS[3];
+    std::sync::Arc::new(crate::clock::fake::HandClock::at(day.wall_ms))
 }
