@@ -167,14 +167,6 @@ pub const FIXED_DAYS: [FixedDay; 5] = [
     },
 ];
 
-impl FixedDay {
-    /// What the test clock file's `wall_offset_ms` is for the clock to read this day
-    /// now (the machine's clock moves on from there).
-    pub fn offset_ms_now(&self) -> i64 {
-        self.wall_ms - system_wall_ms()
-    }
-}
-
 /// A clock a test sets by hand: every reading is what the test last set, nothing moves
 /// by itself (deterministic, for the keeper's and the stages' own tests).
 #[derive(Debug)]

@@ -1,6 +1,8 @@
 //! The days a test of what depends on the date runs on ([`FIXED_DAYS`]), never the day
 //! it happens to run: a [`Day`] moves the gateway's clock (the test clock file every
-//! command and daemon of a [`Gateway`] reads) and the mock's ([`MockClock`]) to read it.
+//! command and daemon of a [`Gateway`] reads) and the mock's (`MockClock`) to read it.
+//! `TAPEGATE_TEST_DAYS` (RFC 3339 instants, comma-separated) runs the same tests on
+//! other days instead: `TAPEGATE_TEST_DAYS=2030-03-31T23:00:00Z cargo test`.
 //! The test clock exists in debug builds only, so does this.
 
 use std::fmt;
@@ -10,33 +12,51 @@ use tapegate::clock::fake::{FixedDay, FIXED_DAYS};
 
 use super::Gateway;
 
-/// A fixed day, begun: the offset that moves the machine's clock to read it, taken
-/// when the test began on it (the clocks move on from there, as real ones do).
-#[derive(Debug, Clone, Copy)]
+/// The variable that names other days to run on.
+pub const TEST_DAYS_ENV: &str = "TAPEGATE_TEST_DAYS";
+
+/// A day, begun: the offset that moves the machine's clock to read it, taken when the
+/// test began on it (the clocks move on from there, as real ones do).
+#[derive(Debug, Clone)]
 pub struct Day {
-    pub fixed: FixedDay,
+    /// The moment the day begins at, epoch milliseconds.
+    pub wall_ms: i64,
+    /// The day for people, and why it is hard.
+    pub label: String,
     /// What the machine's clock is moved by.
     pub offset_ms: i64,
 }
 
 impl Day {
-    /// Each fixed day in turn, begun as the test reaches it.
+    /// Each day in turn ([`FIXED_DAYS`], or those of [`TEST_DAYS_ENV`]), begun as the
+    /// test reaches it.
     pub fn each() -> impl Iterator<Item = Day> {
-        FIXED_DAYS.into_iter().map(Day::begin)
+        days()
+            .into_iter()
+            .map(|(wall_ms, label)| Day::begin(wall_ms, label))
     }
 
-    /// One fixed day (a day like the one the suite once failed on), for a test that
-    /// reads the date but whose outcome does not turn on it.
+    /// One day (a day like the one the suite once failed on, or the first of
+    /// [`TEST_DAYS_ENV`]), for a test that reads the date but whose outcome does not
+    /// turn on it.
     pub fn one() -> Day {
-        Day::begin(FIXED_DAYS[3])
+        let mut days = days();
+        let (wall_ms, label) = if std::env::var_os(TEST_DAYS_ENV).is_some() {
+            days.swap_remove(0)
+        } else {
+            days.swap_remove(3)
+        };
+        Day::begin(wall_ms, label)
     }
 
-    /// Begins `fixed`, and says so on stderr: a failing test's output names the day
-    /// it failed on.
-    pub fn begin(fixed: FixedDay) -> Day {
+    /// Begins the day of `wall_ms`, and says so on stderr: a failing test's output
+    /// names the day it failed on.
+    pub fn begin(wall_ms: i64, label: String) -> Day {
+        let offset_ms = wall_ms - tapegate::clock::system().wall_ms();
         let day = Day {
-            fixed,
-            offset_ms: fixed.offset_ms_now(),
+            wall_ms,
+            label,
+            offset_ms,
         };
         eprintln!("-- on {day}");
         day
@@ -92,7 +112,26 @@ impl Day {
 
 impl fmt::Display for Day {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({})", self.fixed.rfc3339, self.fixed.why)
+        f.write_str(&self.label)
+    }
+}
+
+/// The days to run on: [`TEST_DAYS_ENV`]'s, or else [`FIXED_DAYS`].
+fn days() -> Vec<(i64, String)> {
+    match std::env::var(TEST_DAYS_ENV) {
+        Ok(list) => list
+            .split(',')
+            .map(|t| {
+                let at: Timestamp = t.trim().parse().unwrap_or_else(|e| {
+                    panic!("{TEST_DAYS_ENV}: {t:?} is not an RFC 3339 instant: {e}")
+                });
+                (at.as_millisecond(), format!("{at} (from {TEST_DAYS_ENV})"))
+            })
+            .collect(),
+        Err(_) => FIXED_DAYS
+            .iter()
+            .map(|d: &FixedDay| (d.wall_ms, format!("{} ({})", d.rfc3339, d.why)))
+            .collect(),
     }
 }
 
