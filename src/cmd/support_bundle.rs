@@ -7,7 +7,8 @@ what support asks for first, and no secret in it:
 | `README.txt` | when and where it was made, the versions, whether the daemon runs the config on disk (config hashes), what could not be gathered and why |
 | `status.json` | `tapegate status --json` (with the daemon's inventory) |
 | `config/effective.toml` | the effective configuration, every default filled in, every secret `<redacted>` |
-| `config/file.toml` | the config file as parsed (comments dropped), secret values `<redacted>` |
+| `config/file.toml` | the config file as parsed, its drop-ins (the `.toml` files of `config.d/`) merged over it (comments dropped), secret values `<redacted>` |
+| `config/files.txt` | the files read for it, in the order merged |
 | `config/environment.txt` | the `TAPEGATE_*` overrides this command saw, secret values `<redacted>` |
 | `config/problems.txt` | why the config is refused, when it is |
 | `journal.json` | the unit's journal records of the last 24 h at WARN and above (`journalctl -u tapegate -p warning --since -24h -o json`); `journal.txt` says why when there are none to read |
@@ -55,9 +56,14 @@ pub fn run(
     let env: Vec<(String, String)> = std::env::vars().collect();
     let now = clock.wall_ms();
     let mut b = Bundle::default();
-    let table: Option<toml::Table> = std::fs::read_to_string(config_path)
-        .ok()
-        .and_then(|t| t.parse().ok());
+    let (table, read) = match config::merged_table(config_path) {
+        Ok((table, files)) => (Some(table), files),
+        Err(_) => (None, Vec::new()),
+    };
+    if !read.is_empty() {
+        let list: String = read.iter().map(|f| format!("{}\n", f.display())).collect();
+        b.files.push(("config/files.txt".into(), list.into_bytes()));
+    }
     let secrets = Secrets::find(config_path, table.as_ref(), &env);
     let config = b.config(config_path, table.as_ref(), &env);
     let file_hash = config

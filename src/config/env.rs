@@ -13,12 +13,14 @@ const ENV_PREFIX: &str = "TAPEGATE_";
 /// Applies `TAPEGATE_GATEWAY__ID=dock-7` style overrides. Segments are lower-cased;
 /// a numeric segment indexes an array (`TAPEGATE_PRODUCTS__0__ID`). A value is read as
 /// a TOML value when it is one (`100`, `true`, `0x0EF7`) unless the file has a string
-/// there, and as a plain string otherwise.
+/// there, and as a plain string otherwise. Returns the keys set (dotted:
+/// `products.0.id`), each with the variable that set it.
 pub fn apply(
     table: &mut toml::Table,
     env: impl IntoIterator<Item = (String, String)>,
     problems: &mut Vec<Problem>,
-) {
+) -> Vec<(String, String)> {
+    let mut applied = Vec::new();
     let mut vars: Vec<(String, String)> = env
         .into_iter()
         .filter(|(k, _)| k.starts_with(ENV_PREFIX) && k.contains("__"))
@@ -30,21 +32,23 @@ pub fn apply(
             .map(|s| s.to_ascii_lowercase())
             .collect();
         if segments.iter().any(|s| s.is_empty()) {
-            problems.push(Problem {
-                key: name.clone(),
-                value: None,
-                message: "expected TAPEGATE_<SECTION>__<KEY> with non-empty parts".into(),
-            });
+            problems.push(Problem::new(
+                name.clone(),
+                None,
+                "expected TAPEGATE_<SECTION>__<KEY> with non-empty parts",
+            ));
             continue;
         }
-        if let Err(message) = set_path(table, &segments, &raw) {
-            problems.push(Problem {
-                key: segments.join("."),
-                value: None,
-                message: format!("cannot apply {name}: {message}"),
-            });
+        match set_path(table, &segments, &raw) {
+            Ok(()) => applied.push((segments.join("."), name)),
+            Err(message) => problems.push(Problem::new(
+                segments.join("."),
+                None,
+                format!("cannot apply {name}: {message}"),
+            )),
         }
     }
+    applied
 }
 
 fn set_path(table: &mut toml::Table, segments: &[String], raw: &str) -> Result<(), String> {

@@ -1,12 +1,14 @@
-//! The shell of loading: read the file, layer the environment onto it, read the files it
-//! points to, and hand everything to the one pure validation. The only file of the
-//! config that does I/O (through `host.rs`); no side effect besides reading.
+//! The shell of loading: read the file and its drop-ins (`layers.rs`), layer the
+//! environment onto them, read the files they point to, and hand everything to the one
+//! pure validation. The only file of the config that does I/O (through `host.rs` and
+//! `layers.rs`); no side effect besides reading.
 
 use std::path::Path;
 
 use super::env;
 use super::files::{Files, Password, TelemetryFiles};
 use super::host::{CaFileRead, Host, PasswordFile};
+use super::layers::Layers;
 use super::problem::ConfigError;
 use super::raw::RawConfig;
 use super::validate::{self, Config};
@@ -14,7 +16,8 @@ use super::validate::{self, Config};
 /// The default config path (`--config` and `TAPEGATE_CONFIG` override it).
 pub const DEFAULT_PATH: &str = "/etc/tapegate/config.toml";
 
-/// Reads `path`, applies `TAPEGATE_<SECTION>__<KEY>` overrides from `env`, and validates,
+/// Reads `path` and the drop-ins of `config.d/` beside it (merged over it in name
+/// order), applies `TAPEGATE_<SECTION>__<KEY>` overrides from `env`, and validates,
 /// reading the password.
 pub fn load(
     path: &Path,
@@ -29,11 +32,21 @@ pub fn load_with(
     env: impl IntoIterator<Item = (String, String)>,
     password: Password,
 ) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    from_toml_on(&text, path, env, &Host::from_system(), password)
+    from_layers_on(
+        Layers::read(path)?,
+        path,
+        env,
+        &Host::from_system(),
+        password,
+    )
+}
+
+/// The config file at `path` with its drop-ins merged, as one table (before the
+/// environment's overrides), and the files it was read from: what a support bundle
+/// shows.
+pub fn merged_table(path: &Path) -> Result<(toml::Table, Vec<std::path::PathBuf>), ConfigError> {
+    let layers = Layers::read(path)?;
+    Ok((layers.table, layers.files))
 }
 
 /// Like [`load`], from the text of a config file (`path` names it in errors, and a
@@ -56,15 +69,22 @@ pub(super) fn from_toml_on(
     host: &Host,
     password: Password,
 ) -> Result<Config, ConfigError> {
-    let mut table: toml::Table =
-        text.parse()
-            .map_err(|e: toml::de::Error| ConfigError::Syntax {
-                path: path.to_path_buf(),
-                message: syntax_message(text, &e),
-            })?;
+    from_layers_on(Layers::of_text(text, path)?, path, env, host, password)
+}
+
+/// [`from_toml_on`] of a file read with its drop-ins.
+fn from_layers_on(
+    mut layers: Layers,
+    path: &Path,
+    env: impl IntoIterator<Item = (String, String)>,
+    host: &Host,
+    password: Password,
+) -> Result<Config, ConfigError> {
     let mut problems = Vec::new();
-    env::apply(&mut table, env, &mut problems);
-    let raw = RawConfig::from_table(table, &mut problems);
+    for (key, variable) in env::apply(&mut layers.table, env, &mut problems) {
+        layers.set_by_environment(&key, &variable);
+    }
+    let raw = RawConfig::from_table(std::mem::take(&mut layers.table), &mut problems);
     let password_file = raw
         .password_file()
         .filter(|_| password == Password::Read)
@@ -86,43 +106,15 @@ pub(super) fn from_toml_on(
         password,
     };
     let config = validate::validate(raw, host, files, &mut problems);
+    if layers.has_drop_ins() {
+        problems = problems.into_iter().map(|p| layers.locate(p)).collect();
+    }
     match config {
         Some(c) if problems.is_empty() => Ok(c),
         _ => Err(ConfigError::Invalid {
             path: path.to_path_buf(),
             problems,
         }),
-    }
-}
-
-/// Where a TOML syntax error is and what is wrong, without the text of the line: the
-/// parser's own message quotes the line, and that line may hold the password. The key
-/// of the line is named when there is one; the parser's words are left out too when
-/// that key holds a secret (they can quote a character of the value).
-fn syntax_message(text: &str, e: &toml::de::Error) -> String {
-    let Some(at) = e.span().map(|s| s.start.min(text.len())) else {
-        return "a syntax error (position unknown)".into();
-    };
-    let before = text.get(..at).unwrap_or("");
-    let line_no = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    let column = before[line_start..].chars().count() + 1;
-    let line = text[line_start..].lines().next().unwrap_or("");
-    let key = line
-        .split_once('=')
-        .map(|(k, _)| k.trim().trim_matches('"').trim())
-        .filter(|k| {
-            !k.is_empty()
-                && k.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
-        });
-    let what = e.message().lines().next().unwrap_or("").trim();
-    match key {
-        Some(k) if crate::secret::is_secret_key(k) => {
-            format!("line {line_no}, column {column}, in the value of `{k}` (not shown: it is a secret)")
-        }
-        Some(k) => format!("line {line_no}, column {column}, key `{k}`: {what}"),
-        None => format!("line {line_no}, column {column}: {what}"),
     }
 }
 

@@ -7,7 +7,8 @@ core (the product table, dedup's and the clock's settings), nothing that runs.
 
 The rooms, by seam:
 - `load.rs`: [`load`] / [`from_toml`], the shell that reads the file and the files it
-  points to and calls the rest; `host.rs` the machine's side (host name, credentials
+  points to and calls the rest; `layers.rs` the drop-ins of `config.d/` merged over the
+  file, and where each key came from; `host.rs` the machine's side (host name, credentials
   directory, the reads); `files.rs` what was read, checked (password, CA files).
 - `raw.rs`: the serde structs, one per section, unknown keys refused; each section is
   read on its own so one bad section does not hide the problems of the others.
@@ -32,6 +33,7 @@ mod flush;
 mod gateway;
 mod host;
 mod http;
+mod layers;
 mod load;
 mod log;
 mod outbox;
@@ -52,7 +54,8 @@ pub use flush::FlushSettings;
 pub use gateway::GatewaySettings;
 pub use host::world_readable_password;
 pub use http::HttpSettings;
-pub use load::{from_toml, load, load_with, DEFAULT_PATH};
+pub use layers::drop_in_dir;
+pub use load::{from_toml, load, load_with, merged_table, DEFAULT_PATH};
 pub use log::LogSettings;
 pub use outbox::{Durability, OutboxSettings, Retention};
 pub use problem::{ConfigError, Problem};

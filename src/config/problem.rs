@@ -27,16 +27,38 @@ pub enum ConfigError {
 }
 
 /// One problem: the key (dotted path), the value found (never for a secret), and what
-/// was expected.
+/// was expected; with drop-ins, also the file (or variable) that set the key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
     pub key: String,
     pub value: Option<String>,
     pub message: String,
+    /// The file or `TAPEGATE_*` variable that set the key, named when the config has
+    /// drop-ins (`config.d/`).
+    pub origin: Option<String>,
+}
+
+impl Problem {
+    /// A problem with `key`, set where the config does not say.
+    pub fn new(
+        key: impl Into<String>,
+        value: Option<String>,
+        message: impl Into<String>,
+    ) -> Problem {
+        Problem {
+            key: key.into(),
+            value,
+            message: message.into(),
+            origin: None,
+        }
+    }
 }
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(origin) = &self.origin {
+            write!(f, "{origin}: ")?;
+        }
         match &self.value {
             Some(v) => write!(f, "{} = {}: {}", self.key, v, self.message),
             None => write!(f, "{}: {}", self.key, self.message),
@@ -65,27 +87,23 @@ pub(super) struct Check<'a> {
 
 impl Check<'_> {
     pub(super) fn bad(&mut self, key: impl Into<String>, value: impl fmt::Display, expected: &str) {
-        self.problems.push(Problem {
-            key: key.into(),
-            value: Some(value.to_string()),
-            message: format!("expected {expected}"),
-        });
+        self.problems.push(Problem::new(
+            key,
+            Some(value.to_string()),
+            format!("expected {expected}"),
+        ));
     }
 
     pub(super) fn missing(&mut self, key: impl Into<String>, expected: &str) {
-        self.problems.push(Problem {
-            key: key.into(),
-            value: None,
-            message: format!("missing: expected {expected}"),
-        });
+        self.problems.push(Problem::new(
+            key,
+            None,
+            format!("missing: expected {expected}"),
+        ));
     }
 
     pub(super) fn other(&mut self, key: impl Into<String>, message: impl Into<String>) {
-        self.problems.push(Problem {
-            key: key.into(),
-            value: None,
-            message: message.into(),
-        });
+        self.problems.push(Problem::new(key, None, message));
     }
 
     /// An integer in `lo..=hi`, or `default` when absent.

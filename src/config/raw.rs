@@ -377,14 +377,14 @@ impl RawConfig {
     pub fn from_table(mut table: toml::Table, problems: &mut Vec<Problem>) -> RawConfig {
         for key in table.keys() {
             if !SECTIONS.contains(&key.as_str()) {
-                problems.push(Problem {
-                    key: key.clone(),
-                    value: None,
-                    message: format!(
+                problems.push(Problem::new(
+                    key.clone(),
+                    None,
+                    format!(
                         "unknown section or key; expected one of {}",
                         SECTIONS.join(", ")
                     ),
-                });
+                ));
             }
         }
         let mut raw = RawConfig::default();
@@ -402,11 +402,11 @@ impl RawConfig {
                     .collect(),
             ),
             _ => {
-                problems.push(Problem {
-                    key: "products".into(),
-                    value: None,
-                    message: "expected a list of [[products]] tables".into(),
-                });
+                problems.push(Problem::new(
+                    "products",
+                    None,
+                    "expected a list of [[products]] tables",
+                ));
                 None
             }
         });
@@ -483,11 +483,11 @@ fn section<T: for<'de> Deserialize<'de>>(
             } else {
                 format!("{name}.{path}")
             };
-            problems.push(Problem {
+            problems.push(Problem::new(
                 key,
-                value: None,
-                message: e.into_inner().to_string().trim_end().to_string(),
-            });
+                None,
+                e.into_inner().to_string().trim_end().to_string(),
+            ));
             None
         }
     }
