@@ -2,10 +2,19 @@
 //! a bound ([`bounded`]) and made inert for a terminal or a log line ([`inert`]), so that
 //! a server's 1 MB reason or an escape sequence in a QR code cannot flood or repaint an
 //! operator's screen. Pure functions; every command that prints such text uses them.
-//! A leaf: it imports nothing of the crate.
+//! Also the one set of bytes a URI carries as they are ([`UNRESERVED`]), for
+//! `percent_encoding`. A leaf: it imports nothing of the crate.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
+
+/// What RFC 3986 calls unreserved (letters, digits, `-`, `.`, `_`, `~`): every other
+/// byte is percent-encoded (`percent_encoding::utf8_percent_encode(s, UNRESERVED)`).
+pub const UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
 /// Longest text from elsewhere that is stored or shown, in characters (the rest is cut,
 /// marked with an ellipsis).

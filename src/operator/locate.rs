@@ -97,15 +97,7 @@ const AWB_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// `s` percent-encoded byte for byte, all but the unreserved characters of RFC 3986.
 fn encode_segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    percent_encoding::utf8_percent_encode(s, crate::text::UNRESERVED).to_string()
 }
 
 impl Operator {

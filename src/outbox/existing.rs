@@ -110,13 +110,23 @@ impl Store {
 /// decodes them back into the bytes of the name).
 fn uri_path(path: &Path) -> String {
     use std::os::unix::ffi::OsStrExt;
-    let mut out = String::new();
-    for &b in path.as_os_str().as_bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'/' | b'.' | b'_' | b'-') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
+    const PATH: &percent_encoding::AsciiSet = &crate::text::UNRESERVED.remove(b'/');
+    percent_encoding::percent_encode(path.as_os_str().as_bytes(), PATH).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_uri_path_keeps_slashes_and_encodes_what_a_uri_would_read_otherwise() {
+        assert_eq!(
+            uri_path(Path::new("/var/lib/tapegate/outbox.db")),
+            "/var/lib/tapegate/outbox.db"
+        );
+        assert_eq!(
+            uri_path(Path::new("/tmp/a b?c#d%e/é~")),
+            "/tmp/a%20b%3Fc%23d%25e/%C3%A9~"
+        );
     }
-    out
 }

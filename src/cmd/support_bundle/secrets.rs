@@ -197,17 +197,7 @@ fn secret_forms(secrets: &[(String, Vec<String>)]) -> Vec<String> {
         let json = serde_json::to_string(s).unwrap_or_default();
         forms.push(json[1..json.len().saturating_sub(1)].to_string());
         forms.push(url::form_urlencoded::byte_serialize(s.as_bytes()).collect());
-        forms.push(
-            s.bytes()
-                .map(|b| {
-                    if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                        (b as char).to_string()
-                    } else {
-                        format!("%{b:02X}")
-                    }
-                })
-                .collect(),
-        );
+        forms.push(percent_encoding::utf8_percent_encode(s, crate::text::UNRESERVED).to_string());
         forms.push(b64.encode(s));
         for u in usernames {
             forms.push(b64.encode(format!("{u}:{s}")));
