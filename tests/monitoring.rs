@@ -143,3 +143,77 @@ fn the_package_installs_the_rules_and_the_dashboard() {
         );
     }
 }
+
+/// Every object of `v` with a `datasource` key, and what it holds.
+fn datasources<'a>(v: &'a serde_json::Value, out: &mut Vec<&'a serde_json::Value>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                if k == "datasource" {
+                    out.push(v);
+                }
+                datasources(v, out);
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|v| datasources(v, out)),
+        _ => {}
+    }
+}
+
+/// Grafana's file provisioning (Ansible, Helm, a ConfigMap) reads the dashboard as it
+/// is: an import-time input (`__inputs`, `${DS_PROMETHEUS}`) is never filled in there,
+/// and every panel would name a data source that does not exist. So each data source a
+/// panel, target or variable names is a data-source variable of the dashboard itself,
+/// which both an import and provisioning set (to the default Prometheus, changeable).
+#[test]
+fn the_dashboard_works_provisioned_from_a_file_and_imported() {
+    let d: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(DASHBOARD).unwrap()).unwrap();
+    assert!(d.get("__inputs").is_none(), "import-time inputs: {}", d["__inputs"]);
+    let variables = d["templating"]["list"].as_array().unwrap();
+    let own: Vec<String> = variables
+        .iter()
+        .filter(|v| v["type"] == "datasource" && v["query"] == "prometheus")
+        .map(|v| format!("${{{}}}", v["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(own.len(), 1, "one Prometheus data-source variable: {variables:?}");
+    let mut named = Vec::new();
+    datasources(&d, &mut named);
+    assert!(named.len() > 10, "{named:?}");
+    for ds in named {
+        assert_eq!(ds["type"], "prometheus", "{ds}");
+        assert_eq!(ds["uid"].as_str(), Some(own[0].as_str()), "{ds}");
+    }
+}
+
+/// A rate over a fixed window is blank at a scrape interval longer than it and noisy
+/// at a short one: every rate, and every increase not of a window the panel names ("per
+/// hour"), takes Grafana's `$__rate_interval`.
+#[test]
+fn the_dashboards_rates_follow_the_scrape_interval() {
+    let d: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(DASHBOARD).unwrap()).unwrap();
+    let mut rates = 0;
+    for panel in d["panels"].as_array().unwrap() {
+        let title = panel["title"].as_str().unwrap();
+        for t in panel["targets"].as_array().unwrap() {
+            let expr = t["expr"].as_str().unwrap();
+            for f in ["rate(", "irate(", "increase(", "deriv("] {
+                for (at, _) in expr.match_indices(f) {
+                    if f == "rate(" && at > 0 && expr[..at].ends_with('i') {
+                        continue;
+                    }
+                    let rest = &expr[at..];
+                    let window = &rest[rest.find('[').unwrap()..=rest.find(']').unwrap()];
+                    let named = f == "increase(" && window == "[1h]" && title.contains("per hour");
+                    assert!(
+                        window == "[$__rate_interval]" || named,
+                        "{title}: {expr}"
+                    );
+                    rates += 1;
+                }
+            }
+        }
+    }
+    assert!(rates >= 8, "{rates}");
+}
