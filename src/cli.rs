@@ -11,7 +11,7 @@ use crate::record::Mac;
 #[derive(Debug, Parser)]
 #[command(name = "tapegate", version, about, propagate_version = true)]
 pub struct Cli {
-    /// Config file.
+    /// The config file (the .toml files of config.d/ beside it are read over it).
     #[arg(long, global = true, env = "TAPEGATE_CONFIG", default_value = crate::config::DEFAULT_PATH)]
     pub config: PathBuf,
 
@@ -21,28 +21,32 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the daemon.
+    /// Run the gateway: hear the tapes, keep what is heard, deliver it to the service.
     Run {
         /// Exit 0 once the source has ended and nothing deliverable is pending.
         #[arg(long)]
         until_drained: bool,
     },
-    /// Show the outbox: pending, delivered, dead letters, last flush, last error.
+    /// How the gateway is doing: captures waiting, delivered, refused, the last delivery
+    /// and the last error (works while the daemon runs).
     Status {
-        /// As JSON.
+        /// One JSON document on stdout (for scripts).
         #[arg(long)]
         json: bool,
     },
-    /// Validate the config, fetch a token, reach the decode endpoint; exit 0 only if all work.
+    /// Check the config, the account and the way to the service; exit 0 only if all is
+    /// well.
     Check {
-        /// Only validate the config (no network).
+        /// Only check the config (no network, no password read).
         #[arg(long)]
         config_only: bool,
     },
     /// The tapes decoded recently: QR code, MAC, temperature, battery, RSSI, last seen.
     Tapes {
+        /// One JSON document on stdout (for scripts).
         #[arg(long)]
         json: bool,
+        /// Show at most this many tapes, the most recently decoded first.
         #[arg(long, default_value_t = 50)]
         limit: usize,
     },
@@ -59,15 +63,15 @@ pub enum Command {
         #[arg(long)]
         all: bool,
     },
-    /// Decode one packet with the single decode endpoint (for checking a tape).
+    /// Ask the service to decode one packet of one tape (to check a tape by hand).
     Decode {
         /// The tape's MAC (any case, with or without separators).
         #[arg(long)]
         mac: Mac,
-        /// The ble_packet, encoded as the product's packet_encoding says (hex by default).
+        /// The packet, written as the product's packet_encoding says (hex by default).
         #[arg(long)]
         packet: String,
-        /// product_id (default: the first product's).
+        /// The product it is (default: the first product of the config).
         #[arg(long)]
         product: Option<String>,
     },
@@ -110,6 +114,7 @@ pub enum Command {
     /// Run the mock tracking service on its own (to try a gateway without an account).
     #[cfg(feature = "mock")]
     Mock {
+        /// The address to serve on.
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: std::net::SocketAddr,
     },
@@ -122,6 +127,7 @@ pub enum DeadLetters {
         /// One JSON document on stdout.
         #[arg(long)]
         json: bool,
+        /// Show at most this many, the newest first.
         #[arg(long, default_value_t = 50)]
         limit: usize,
     },
@@ -133,7 +139,8 @@ pub enum DeadLetters {
 
 #[derive(Debug, Subcommand)]
 pub enum Device {
-    /// Activate a tape (POST /devices/v1/parcel).
+    /// Activate a tape: register it with the service by its QR code and its MAC (or as
+    /// the tape held to the gateway).
     Add(DeviceAdd),
     /// Label devices to assets (activates them).
     Label(DeviceLabel),
@@ -163,19 +170,21 @@ pub struct DeviceAdd {
     /// ignored).
     #[arg(long, conflicts_with_all = ["qr", "tape_id", "nearest"])]
     pub csv: Option<PathBuf>,
-    /// appId (default: default_app_id of the environment).
+    /// The application the tape is activated for (default: default_app_id of the
+    /// environment).
     #[arg(long)]
     pub app_id: Option<String>,
-    /// tt, e.g. Green or Black (default: default_tape_type of the environment).
+    /// The tape's type, e.g. Green or Black (default: default_tape_type of the
+    /// environment).
     #[arg(long)]
     pub tape_type: Option<String>,
-    /// abc: the customer asset identifier (AWB, shipment number, asset id).
+    /// What the tape goes on: the asset's identifier (AWB, shipment number, asset id).
     #[arg(long)]
     pub asset: Option<String>,
-    /// abcd: the asset's description.
+    /// A description of the asset.
     #[arg(long)]
     pub description: Option<String>,
-    /// facility_id: where the tape is activated.
+    /// The facility where the tape is activated (its id).
     #[arg(long)]
     pub facility: Option<String>,
     /// Delete and recreate an existing record (its label goes with it).
@@ -222,8 +231,10 @@ pub struct DeviceLabel {
 pub struct DeviceRelabel {
     #[command(flatten)]
     pub devices: DeviceSource,
+    /// The new asset barcode of the --qr devices.
     #[arg(long, conflicts_with = "csv")]
     pub asset: Option<String>,
+    /// A new shipment, as a JSON object.
     #[arg(long)]
     pub shipment: Option<String>,
 }
@@ -238,9 +249,10 @@ pub struct DeviceList {
 pub struct DeviceConfigure {
     #[command(flatten)]
     pub devices: DeviceSource,
+    /// The firmware version to put on the devices.
     #[arg(long)]
     pub firmware: Option<String>,
-    /// A JSON object.
+    /// Metadata to set on the devices, as a JSON object.
     #[arg(long)]
     pub metadata: Option<String>,
 }
@@ -256,20 +268,22 @@ pub struct Which {
 /// config's password.
 #[derive(Debug, Subcommand)]
 pub enum Operator {
-    /// Activate, label, look up, deactivate and configure tapes (spec 4.6, 4.7).
+    /// Activate, label, look up, deactivate and configure tapes.
     #[command(subcommand)]
     Device(Device),
     /// The latest location of an AWB, or (--sensor) an asset's latest sensor reading.
     Locate {
         /// The AWB number, or with --sensor the device's asset barcode.
         asset_id: String,
+        /// Read a device's latest sensor readings (ASSET_ID is then its asset barcode).
         #[arg(long)]
         sensor: bool,
         /// One JSON document on stdout.
         #[arg(long)]
         json: bool,
     },
-    /// A tape's or an asset's history, up to a year back (spec 4.2).
+    /// A tape's or an asset's history: where it was and what it measured, up to a year
+    /// back.
     History {
         /// The tape's QR code.
         #[arg(long, conflicts_with = "asset", required_unless_present = "asset")]
@@ -277,7 +291,11 @@ pub enum Operator {
         /// The customer asset identifier.
         #[arg(long)]
         asset: Option<String>,
-        #[arg(long = "type", value_parser = ["location", "environment"])]
+        /// Only location events, or only environment (sensor) events (default: both).
+        #[arg(long = "type", value_parser = [
+            clap::builder::PossibleValue::new("location").help("where it was"),
+            clap::builder::PossibleValue::new("environment").help("what it measured"),
+        ])]
         event_type: Option<String>,
         /// RFC 3339 (2026-05-01T00:00:00Z) or a date (2026-05-01, midnight UTC).
         #[arg(long)]
@@ -289,13 +307,69 @@ pub enum Operator {
         #[arg(long)]
         json: bool,
     },
-    /// Send an integration message (spec 4.5); FILE holds the `data` object (`-`: stdin).
+    /// Send a message to the service: a device's reading, a shipment manifest or an air
+    /// cargo booking, checked before it is sent.
     Message {
+        /// What the message is.
         #[arg(value_enum)]
         message_type: crate::operator::MessageType,
+        /// The file holding the message's data, a JSON object (`-`: stdin).
         file: PathBuf,
         /// One JSON document on stdout.
         #[arg(long)]
         json: bool,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// Every command and every option says what it is for, in the words of a dock: no
+    /// option without help, no reference to the spec's sections an installer does not
+    /// have.
+    #[test]
+    fn every_command_and_option_has_help_in_a_docks_words() {
+        fn visit(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            let path = format!("{path} {}", cmd.get_name()).trim().to_string();
+            let about = cmd.get_about().map(|a| a.to_string()).unwrap_or_default();
+            if about.is_empty() && !cmd.is_hide_set() {
+                missing.push(format!("`{path}` has no help"));
+            }
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+                if help.is_empty() {
+                    missing.push(format!("`{path}`: {id} has no help"));
+                }
+                if arg.get_action().takes_values() {
+                    for value in arg.get_possible_values() {
+                        if value.get_help().is_none() {
+                            missing.push(format!(
+                                "`{path}`: {id}'s value {} has no help",
+                                value.get_name()
+                            ));
+                        }
+                    }
+                }
+                if help.contains("spec ") {
+                    missing.push(format!("`{path}`: {id} cites the spec: {help}"));
+                }
+            }
+            if about.contains("spec ") {
+                missing.push(format!("`{path}` cites the spec: {about}"));
+            }
+            for sub in cmd.get_subcommands() {
+                visit(sub, &path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        visit(&Cli::command(), "", &mut missing);
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
+    }
 }

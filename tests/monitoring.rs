@@ -169,14 +169,22 @@ fn datasources<'a>(v: &'a serde_json::Value, out: &mut Vec<&'a serde_json::Value
 fn the_dashboard_works_provisioned_from_a_file_and_imported() {
     let d: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(DASHBOARD).unwrap()).unwrap();
-    assert!(d.get("__inputs").is_none(), "import-time inputs: {}", d["__inputs"]);
+    assert!(
+        d.get("__inputs").is_none(),
+        "import-time inputs: {}",
+        d["__inputs"]
+    );
     let variables = d["templating"]["list"].as_array().unwrap();
     let own: Vec<String> = variables
         .iter()
         .filter(|v| v["type"] == "datasource" && v["query"] == "prometheus")
         .map(|v| format!("${{{}}}", v["name"].as_str().unwrap()))
         .collect();
-    assert_eq!(own.len(), 1, "one Prometheus data-source variable: {variables:?}");
+    assert_eq!(
+        own.len(),
+        1,
+        "one Prometheus data-source variable: {variables:?}"
+    );
     let mut named = Vec::new();
     datasources(&d, &mut named);
     assert!(named.len() > 10, "{named:?}");
@@ -206,10 +214,7 @@ fn the_dashboards_rates_follow_the_scrape_interval() {
                     let rest = &expr[at..];
                     let window = &rest[rest.find('[').unwrap()..=rest.find(']').unwrap()];
                     let named = f == "increase(" && window == "[1h]" && title.contains("per hour");
-                    assert!(
-                        window == "[$__rate_interval]" || named,
-                        "{title}: {expr}"
-                    );
+                    assert!(window == "[$__rate_interval]" || named, "{title}: {expr}");
                     rates += 1;
                 }
             }

@@ -18,8 +18,11 @@ use crate::api::Account;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 #[value(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum MessageType {
+    /// A device's sensor reading (temperature, humidity).
     DeviceData,
+    /// A shipment manifest (asset, shipment, container, shipped date).
     ManifestData,
+    /// An air cargo booking event (the booking, its flights, shipper and consignee).
     Aircargo,
 }
 
