@@ -50,21 +50,23 @@ fn the_alert_rules_pass_promtool_and_their_unit_tests() {
     );
 }
 
-/// Every `tapegate_*` name in `text`.
+/// Every `tapegate_*` and `process_*` name in `text`.
 fn names_in(text: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
-    let mut rest = text;
-    while let Some(at) = rest.find("tapegate_") {
-        let before = rest[..at].chars().last();
-        let tail = &rest[at..];
-        let end = tail
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .unwrap_or(tail.len());
-        // A metric name, not part of a longer word (`/usr/share/tapegate_x`).
-        if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '/') {
-            names.insert(tail[..end].to_string());
+    for prefix in ["tapegate_", "process_"] {
+        let mut rest = text;
+        while let Some(at) = rest.find(prefix) {
+            let before = rest[..at].chars().last();
+            let tail = &rest[at..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(tail.len());
+            // A metric name, not part of a longer word (`/usr/share/tapegate_x`).
+            if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '/') {
+                names.insert(tail[..end].to_string());
+            }
+            rest = &tail[end..];
         }
-        rest = &tail[end..];
     }
     names
 }

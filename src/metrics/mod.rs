@@ -20,9 +20,12 @@ decided what an answer means, whether delivery made progress or failed
 `/healthz` reports (see [`crate::health`]) is the flusher's judgement by kind, never the
 wording of an answer.
 
-The room in three parts: `registry.rs` defines every live metric and its labels,
-`stored.rs` turns what the state database holds into metrics, `render.rs` writes the
-exposition. It reads the outbox's [`Stats`](crate::outbox::Stats) it is handed and touches no stage.
+And the process's own series (`process_*`, as Prometheus' client libraries name them),
+read from `/proc` at each scrape.
+
+The room in four parts: `registry.rs` defines every live metric and its labels,
+`stored.rs` turns what the state database holds into metrics, `process.rs` the
+process's series, `render.rs` writes the exposition. It reads the outbox's [`Stats`](crate::outbox::Stats) it is handed and touches no stage.
 */
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,6 +39,7 @@ use tokio::time::Instant;
 use crate::record::EpochMillis;
 use registry::{CauseLabel, Live, OutcomeLabel, StateLabel};
 
+mod process;
 mod registry;
 mod render;
 mod stored;

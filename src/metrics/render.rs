@@ -1,5 +1,6 @@
 //! Rendering the exposition: the live registry, then the stored metrics read from the
-//! state database, then what the gateway is and runs, as OpenMetrics text.
+//! state database, the process's own series, then what the gateway is and runs, as
+//! OpenMetrics text.
 
 use prometheus_client::encoding::text::{encode_eof, encode_registry};
 use prometheus_client::metrics::gauge::ConstGauge;
@@ -21,6 +22,7 @@ impl Metrics {
         let mut out = String::new();
         encode_registry(&mut out, &self.registry)?;
         encode_registry(&mut out, &stored(stats, now))?;
+        encode_registry(&mut out, &super::process::registry())?;
         let inventory = self.inventory.lock().ok().and_then(|i| i.clone());
         if let Some((labels, started_at)) = inventory {
             encode_registry(&mut out, &inventory_registry(labels, started_at))?;
