@@ -176,6 +176,7 @@ async fn metrics_agree_with_status_json_after_a_replay_and_a_drain() {
         ("tapegate_scanner_restarts_total", "restarts"),
         ("tapegate_scanner_reacquires_total", "reacquires"),
         ("tapegate_scanner_dropped_total", "dropped"),
+        ("tapegate_scanner_adverts_dropped_total", "dropped"),
         ("tapegate_scanner_devices_forgotten_total", "forgotten"),
     ] {
         assert_eq!(

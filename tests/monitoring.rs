@@ -61,8 +61,9 @@ fn names_in(text: &str) -> BTreeSet<String> {
             let end = tail
                 .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
                 .unwrap_or(tail.len());
-            // A metric name, not part of a longer word (`/usr/share/tapegate_x`).
-            if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '/') {
+            // A metric name, not part of a longer word (`/usr/share/tapegate_x`) nor a
+            // field of a template's value (`$externalLabels.tapegate_runbook`).
+            if !before.is_some_and(|c| c.is_ascii_alphanumeric() || "_/.".contains(c)) {
                 names.insert(tail[..end].to_string());
             }
             rest = &tail[end..];
@@ -109,7 +110,13 @@ fn served() -> BTreeSet<String> {
 fn every_metric_the_rules_and_the_dashboard_name_is_served() {
     let served = served();
     assert!(served.contains("tapegate_inventory_info"), "{served:?}");
-    let rules = std::fs::read_to_string(RULES).unwrap();
+    // The rules without their comments (prose names an external label, not a metric).
+    let rules: String = std::fs::read_to_string(RULES)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
     let dashboard = std::fs::read_to_string(DASHBOARD).unwrap();
     let parsed: serde_json::Value =
         serde_json::from_str(&dashboard).expect("the dashboard is JSON");
@@ -223,4 +230,82 @@ fn the_dashboards_rates_follow_the_scrape_interval() {
         }
     }
     assert!(rates >= 8, "{rates}");
+}
+
+/// The alerts of the rules file, each with the text of its block.
+fn alerts() -> Vec<(String, String)> {
+    let rules = std::fs::read_to_string(RULES).unwrap();
+    let mut out: Vec<(String, String)> = Vec::new();
+    for line in rules.lines() {
+        if let Some(name) = line.trim().strip_prefix("- alert: ") {
+            out.push((name.to_string(), String::new()));
+        } else if let Some((_, block)) = out.last_mut() {
+            block.push_str(line);
+            block.push('\n');
+        }
+    }
+    out
+}
+
+/// Every alert is tested both ways (it fires on its situation; it is quiet at another
+/// time or on a healthy gateway), says what happened and links to what to do: a
+/// heading of the README, whose anchor is the alert's name in lower case.
+#[test]
+fn every_alert_is_tested_both_ways_described_and_linked_to_what_to_do() {
+    let tests = std::fs::read_to_string(RULE_TESTS).unwrap();
+    let readme = std::fs::read_to_string("README.md").unwrap();
+    let alerts = alerts();
+    assert!(alerts.len() >= 12, "{alerts:?}");
+    for (name, block) in &alerts {
+        let cases: Vec<&str> = tests
+            .split("- eval_time:")
+            .filter(|c| c.contains(&format!("alertname: {name}\n")))
+            .collect();
+        assert!(
+            cases.iter().any(|c| c.contains("exp_labels")),
+            "{name}: no test that it fires"
+        );
+        assert!(
+            cases.iter().any(|c| c.contains("exp_alerts: []")),
+            "{name}: no test that it stays quiet"
+        );
+        assert!(block.contains("description: "), "{name}: no description");
+        let anchor = format!("#{}'", name.to_lowercase());
+        assert!(
+            block.contains("runbook_url: ") && block.contains(&anchor),
+            "{name}: no runbook link to {anchor}"
+        );
+        assert!(
+            readme.contains(&format!("#### {name}\n")),
+            "{name}: no README heading says what to do"
+        );
+    }
+}
+
+/// Names kept one release for dashboards built on them, and said so: the shipped rules
+/// and dashboard use their successors.
+const DEPRECATED: [&str; 2] = ["tapegate_evicted_total", "tapegate_scanner_dropped_total"];
+
+#[test]
+fn the_rules_and_dashboard_use_no_deprecated_metric_and_the_old_names_say_they_go() {
+    let rules = std::fs::read_to_string(RULES).unwrap();
+    let dashboard = std::fs::read_to_string(DASHBOARD).unwrap();
+    for name in DEPRECATED {
+        assert!(!rules.contains(name), "the rules use {name}");
+        assert!(!dashboard.contains(name), "the dashboard uses {name}");
+    }
+    let config = tapegate::config::from_toml("", Path::new("test.toml"), []).unwrap();
+    let metrics = tapegate::metrics::Metrics::new();
+    metrics.set_inventory(&tapegate::inventory::Inventory::gather(&config, 0));
+    let text = metrics
+        .encode(&tapegate::outbox::Stats::default(), 0)
+        .unwrap();
+    for name in DEPRECATED {
+        let family = name.trim_end_matches("_total");
+        let help = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("# HELP {family} ")))
+            .unwrap_or_else(|| panic!("no HELP for {family}"));
+        assert!(help.starts_with("Deprecated"), "{family}: {help}");
+    }
 }

@@ -21,7 +21,7 @@ pub(super) fn stored(s: &Stats, now: EpochMillis) -> Registry {
 }
 
 fn counters(r: &mut Registry, s: &Stats) {
-    let counters: [(&str, &str, u64); 9] = [
+    let counters: [(&str, &str, u64); 10] = [
         ("admitted", "Captures accepted into the outbox", s.admitted),
         ("delivered", "Captures decoded by the service", s.delivered),
         (
@@ -31,7 +31,7 @@ fn counters(r: &mut Registry, s: &Stats) {
         ),
         (
             "evicted",
-            "Pending captures evicted to stay within the outbox's bounds (see evictions_total)",
+            "Deprecated, gone in the next release: the sum of evictions_total over its bound label",
             s.evicted,
         ),
         (
@@ -50,8 +50,13 @@ fn counters(r: &mut Registry, s: &Stats) {
             s.scanner.reacquires,
         ),
         (
+            "scanner_adverts_dropped",
+            "Advertisements the scanner heard and dropped because the pipeline behind it was full (capture did not keep up with the radio)",
+            s.scanner.dropped,
+        ),
+        (
             "scanner_dropped",
-            "Advertisements dropped because the pipeline did not keep up",
+            "Deprecated, gone in the next release: scanner_adverts_dropped_total",
             s.scanner.dropped,
         ),
         (
@@ -97,7 +102,7 @@ fn evictions(r: &mut Registry, s: &Stats) {
     }
     r.register(
         "evictions",
-        "Pending captures evicted, by the bound that evicted them (max_pending, max_age, max_bytes); they add up to evicted_total",
+        "Pending captures evicted (dropped before delivery to stay within the outbox's bounds), by the bound that evicted them: max_pending, max_age, max_bytes",
         by_bound,
     );
     r.register_with_unit(
