@@ -342,6 +342,32 @@ fn tls_to_a_server_of_an_unknown_ca_fails_as_unknown_issuer_works_with_ca_file_a
     assert!(said.contains("name mismatch"), "{said}");
 }
 
+/// A CA the system trusts (here through `SSL_CERT_FILE`, where `update-ca-certificates`
+/// would put it in `/etc/ssl/certs`; the container test does that) is trusted without a
+/// `ca_file`: a TLS-inspecting proxy's CA that IT installed, a renewed root.
+#[test]
+fn a_ca_in_the_systems_trust_store_is_trusted_without_ca_file() {
+    let (rt, mock) = mock_on_own_runtime();
+    let (port, ca_pem) = tls_front(&rt, &mock, false);
+    let g = reaching(&mock, &format!("https://localhost:{port}"), "");
+    let store = g.path("system-store.pem");
+    std::fs::write(&store, ca_pem).unwrap();
+    let out = g
+        .command(&["check"])
+        .env("SSL_CERT_FILE", &store)
+        .env_remove("SSL_CERT_DIR")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{said}{}", text(&out.stderr));
+    assert!(
+        said.contains("trust            the system's store (1 certificate authorities)"),
+        "{said}"
+    );
+    assert!(mock.token_grants() >= 1);
+}
+
 #[test]
 fn http_proxy_is_used_and_no_proxy_bypasses_it() {
     let (_rt, mock) = mock_on_own_runtime();

@@ -9,8 +9,8 @@ This file is the client itself: its setup and the plumbing every call shares (th
 request headers, the one retry after a 401 of a decode, reading an answer with a cap,
 `call` for the operator room). `grant` is the password grant, `auth` the token cache,
 `decode` the decode calls, `pause` the service's `Retry-After` held for every decode
-request, `address` the service's URLs and account headers checked, and `error` what can
-go wrong, by kind.
+request, `trust` the certificate authorities every HTTPS client trusts, `address` the
+service's URLs and account headers checked, and `error` what can go wrong, by kind.
 
 Why it is built this way:
 - One [`ServiceClient`] is shared (it is an `Arc` inside) so that the flusher and
@@ -33,6 +33,7 @@ mod decoded;
 mod error;
 mod grant;
 mod pause;
+pub mod trust;
 
 use std::fmt;
 use std::sync::Arc;
@@ -179,7 +180,7 @@ impl ServiceClient {
             ));
         }
         let bulk_url = join(&e.base_url, &["external", "v1", "devices", "decode"])?;
-        let mut builder = reqwest::Client::builder();
+        let mut builder = trust::trusting(reqwest::Client::builder(), trust::system());
         if let Some(ca) = &settings.ca_file {
             // Checked when the config was loaded; a failure here is a file changed since.
             let certs = reqwest::Certificate::from_pem_bundle(&ca.pem).map_err(|e| {

@@ -106,6 +106,12 @@ pub async fn run(
         }
     };
     warnings(&mut r, &client, service);
+    let roots = crate::api::trust::system().describe();
+    let trust = match &service.ca_file {
+        Some(ca) => format!("{roots}, and ca_file {}", ca.path.display()),
+        None => roots,
+    };
+    r.say(Verdict::Ok, "trust", trust);
     if !token(&mut r, &client, service).await {
         return false;
     }

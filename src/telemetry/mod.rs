@@ -101,7 +101,8 @@ impl Pusher {
         metrics: Arc<Metrics>,
         clock: SharedClock,
     ) -> Result<Pusher, SetupError> {
-        let mut builder = reqwest::Client::builder();
+        let roots = crate::api::trust::system();
+        let mut builder = crate::api::trust::trusting(reqwest::Client::builder(), roots);
         if let Some(ca) = &settings.ca_file {
             let certs = reqwest::Certificate::from_pem_bundle(&ca.pem).map_err(|e| {
                 SetupError(format!(
