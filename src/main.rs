@@ -1,8 +1,9 @@
 //! The thin binary: parse the command line, load the config, start logging, call the
-//! library, map errors to exit codes (0 ok, 2 bad config or usage, 3 the configured
-//! source cannot work on this machine, 4 `run --until-drained` stopped before it
-//! drained, 5 this user cannot write the state, 6 the state database is newer than this
-//! tapegate, 1 anything else).
+//! library, map errors to exit codes (0 ok, 2 bad config or usage, 1 anything else; the
+//! daemon's own stops with the sysexits numbers of `tapegate::pipeline`: 69 the
+//! configured source cannot work on this machine, 73 this user cannot write the state,
+//! 65 the state database is newer than this tapegate, 75 `run --until-drained` stopped
+//! before it drained).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -16,21 +17,13 @@ use tapegate::cmd::{self, block_on, check, decode, device, history, locate, mess
 use tapegate::cmd::{side_channel, support_bundle, CmdError};
 use tapegate::config::{self, Config, ConfigError, Password};
 use tapegate::pipeline::{
-    Reload, RunError, RunOptions, SetLogLevel, EXIT_STATE_NOT_WRITABLE, EXIT_UNDRAINED,
+    Reload, RunError, RunOptions, SetLogLevel, EXIT_DATABASE_TOO_NEW, EXIT_SOURCE_UNUSABLE,
+    EXIT_STATE_NOT_WRITABLE, EXIT_UNDRAINED,
 };
 use tracing_journald::{Priority, PriorityMappings};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{reload, EnvFilter, Registry};
-
-/// `run` ended because the configured source cannot work here (no Bluetooth adapter,
-/// BlueZ absent, D-Bus access denied, no replay file): restarting will not help, so the
-/// unit names it in `RestartPreventExitStatus=`.
-const EXIT_SOURCE_UNUSABLE: u8 = 3;
-
-/// `run` refused a state database written by a newer tapegate (a downgrade): it is left
-/// untouched, and restarting will not help (`RestartPreventExitStatus=`).
-const EXIT_DATABASE_TOO_NEW: u8 = 6;
 
 /// How a command failed.
 enum Failure {

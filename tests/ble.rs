@@ -168,8 +168,8 @@ fn fails_at_start(s: &StandIn, config: &str) -> String {
     let (status, log) = s.tapegate(&g, &["run"]).wait(Duration::from_secs(15));
     assert_eq!(
         status.code(),
-        Some(3),
-        "exit 3 (documented: the source cannot work here; the unit does not restart)\n{log}"
+        Some(69),
+        "exit 69 (documented: the source cannot work here; the unit does not restart)\n{log}"
     );
     log
 }
@@ -214,7 +214,7 @@ fn without_an_adapter_bluez_access_or_bus_the_daemon_exits_3_saying_what_to_do()
         .output()
         .unwrap();
     let log = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(3), "{log}");
+    assert_eq!(out.status.code(), Some(69), "{log}");
     assert!(
         log.contains("cannot connect to the D-Bus system bus"),
         "{log}"
@@ -817,7 +817,7 @@ fn adverts_mgmt_where_the_channel_cannot_be_had_exits_3_naming_the_setting() {
     let (status, log) = s
         .tapegate_mgmt(&g, &["run"], &dir.path().join("nobody-listens.sock"))
         .wait(Duration::from_secs(15));
-    assert_eq!(status.code(), Some(3), "{log}");
+    assert_eq!(status.code(), Some(69), "{log}");
     assert!(
         log.contains(
             "scanner.adverts = \"mgmt\", but the kernel has no Bluetooth management socket here"
@@ -836,7 +836,7 @@ fn adverts_mgmt_where_the_channel_cannot_be_had_exits_3_naming_the_setting() {
     let (status, log) = s
         .tapegate_mgmt(&g, &["run"], &k.path)
         .wait(Duration::from_secs(15));
-    assert_eq!(status.code(), Some(3), "{log}");
+    assert_eq!(status.code(), Some(69), "{log}");
     assert!(
         log.contains("only to a process with CAP_NET_ADMIN"),
         "{log}"

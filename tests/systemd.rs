@@ -212,7 +212,7 @@ fn sighup_reloads_products_and_refuses_a_bad_config_without_dropping_anything() 
 
 /// READY only once the source is up: a BLE source that cannot start (here no D-Bus
 /// system bus) fails the start instead of following a READY, says why at ERROR, and ends
-/// with exit 3, which the unit does not restart (`RestartPreventExitStatus=`).
+/// with exit 69 (EX_UNAVAILABLE), which the unit does not restart (`RestartPreventExitStatus=`).
 #[test]
 fn a_source_that_cannot_work_here_never_says_ready_and_exits_3() {
     let g = Gateway::new("[scanner]\nsource = \"ble\"\n");
@@ -229,7 +229,7 @@ fn a_source_that_cannot_work_here_never_says_ready_and_exits_3() {
         )
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(69), "{}", text(&out.stderr));
     let err = text(&out.stderr);
     assert!(
         err.contains("ERROR")

@@ -751,7 +751,10 @@ fn ble_without_bluez_fails_the_unit_with_the_reason(c: &Container) {
         let p = c.show();
         (p["ActiveState"] == "failed").then_some(p)
     });
-    assert_eq!(p["ExecMainStatus"], "3", "{p:?}");
+    assert_eq!(p["ExecMainStatus"], "69", "{p:?}");
+    // systemd names the code for what it is (sysexits: EX_UNAVAILABLE).
+    let said = c.ok("journalctl -u tapegate -o cat --no-pager");
+    assert!(said.contains("status=69/UNAVAILABLE"), "{said}");
     // A start resets the count: 0 is "not restarted", and `failed` is not
     // `auto-restart`, so no restart is scheduled either.
     assert_eq!(

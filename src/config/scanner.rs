@@ -33,7 +33,7 @@ impl SourceKind {
 pub enum AdvertsPath {
     /// The kernel's management socket when it can be opened, else D-Bus.
     Auto,
-    /// The kernel's management socket, or the source cannot work (exit 3).
+    /// The kernel's management socket, or the source cannot work (exit 69).
     Mgmt,
     /// BlueZ's D-Bus signals.
     Dbus,

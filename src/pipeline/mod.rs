@@ -51,14 +51,28 @@ use crate::source::SourceReport;
 pub use error::RunError;
 pub use options::{Reload, RunOptions, SetLogLevel};
 
-/// The exit code of `run --until-drained` stopped by a signal before it drained, so that
-/// a script can tell "drained" (0) from "stopped" (captures may still be pending). `run`
-/// without it exits 0 on SIGTERM (DESIGN.md, "Signals").
-pub const EXIT_UNDRAINED: u8 = 4;
+// The daemon's own stops exit with sysexits(3) numbers, so that systemd names them for
+// what they are in the journal and `systemctl status` ("status=69/UNAVAILABLE"), where
+// small numbers read as LSB's ("3/NOTIMPLEMENTED"). Those a restart cannot mend are in
+// the unit's `RestartPreventExitStatus=`.
 
-/// The exit code of `run` when this user cannot write the state directory or its
-/// database (the unit does not restart on it: the error says what fixes it).
-pub const EXIT_STATE_NOT_WRITABLE: u8 = 5;
+/// `run --until-drained` stopped by a signal before it drained (EX_TEMPFAIL), so that a
+/// script can tell "drained" (0) from "stopped" (captures may still be pending). `run`
+/// without it exits 0 on SIGTERM (DESIGN.md, "Signals").
+pub const EXIT_UNDRAINED: u8 = 75;
+
+/// `run` cannot work because the configured source cannot work on this machine: no
+/// Bluetooth adapter, BlueZ absent, D-Bus access denied, no replay file
+/// (EX_UNAVAILABLE).
+pub const EXIT_SOURCE_UNUSABLE: u8 = 69;
+
+/// `run` cannot create or write the state directory or its database: another user's,
+/// a read-only mode or file system (EX_CANTCREAT; the error says what fixes it).
+pub const EXIT_STATE_NOT_WRITABLE: u8 = 73;
+
+/// `run` refused a state database written by a newer tapegate, a downgrade: it is left
+/// untouched (EX_DATAERR).
+pub const EXIT_DATABASE_TOO_NEW: u8 = 65;
 
 /// What a run did.
 #[derive(Debug, Clone, Default)]

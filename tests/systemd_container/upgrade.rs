@@ -3,7 +3,7 @@
 //! captures piling up while the service is down, an `apt-get upgrade` to N+1 with the
 //! running unit restarted, the edited conffile kept, the outbox migrated, every capture
 //! of the backlog delivered once the service is back; then a downgrade refused, by the
-//! daemon (exit 6, no restart, the database untouched) and by the package (preinst).
+//! daemon (exit 65, no restart, the database untouched) and by the package (preinst).
 //!
 //! N is the package of [`PREVIOUS`], an earlier commit of this repository (outbox schema
 //! 3), built by `cargo deb` from `git archive` of it into the same target directory, so
@@ -395,7 +395,7 @@ fn a_support_bundle_from_the_real_journal_holds_no_password(c: &Container, servi
     );
 }
 
-/// A database from a newer tapegate: the daemon refuses it (exit 6, not restarted,
+/// A database from a newer tapegate: the daemon refuses it (exit 65, not restarted,
 /// the reason at ERROR, the file untouched) and the package refuses to install over it.
 fn a_downgrade_is_refused_by_the_daemon_and_by_the_package(c: &Container) {
     c.ok("systemctl stop tapegate");
@@ -415,9 +415,12 @@ fn a_downgrade_is_refused_by_the_daemon_and_by_the_package(c: &Container) {
     });
     assert_eq!(
         (p["ExecMainStatus"].as_str(), p["NRestarts"].as_str()),
-        ("6", "0"),
+        ("65", "0"),
         "refused without a restart loop: {p:?}"
     );
+    // systemd names the code for what it is (sysexits: EX_DATAERR).
+    let said = c.ok("journalctl -u tapegate -o cat --no-pager");
+    assert!(said.contains("status=65/DATAERR"), "{said}");
     let why = c.ok("journalctl -u tapegate -p warning -o cat --no-pager");
     assert!(
         why.contains(&format!("schema version {newer}, newer than this tapegate")),

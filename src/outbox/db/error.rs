@@ -15,7 +15,7 @@ pub enum OutboxError {
     #[error("outbox {path} cannot be opened: {reason}")]
     Unusable { path: PathBuf, reason: String },
     /// The database was written by a newer tapegate (a downgrade): it is left untouched
-    /// and the daemon refuses to start (exit 6, not restarted).
+    /// and the daemon refuses to start (exit 65, not restarted).
     #[error("outbox {path} has schema version {found}, newer than this tapegate {} reads ({known}): it was written by a newer tapegate, and a downgrade is not supported. Install that newer version again; the database is left untouched", env!("CARGO_PKG_VERSION"))]
     SchemaTooNew {
         path: PathBuf,

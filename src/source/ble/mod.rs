@@ -7,7 +7,7 @@ on one of two paths (`scanner.adverts`):
   kernel's Bluetooth management socket, beside bluetoothd, each with its own RSSI and
   raw advertising data, parsed here. It needs `CAP_NET_ADMIN`; `auto` (the default)
   uses it when it can be opened and the kernel trusts it, and says once at INFO why not
-  otherwise; `mgmt` insists (the source cannot work without it: exit 3).
+  otherwise; `mgmt` insists (the source cannot work without it: exit 69).
 - **dbus**: BlueZ's signals for the adapter's devices (`signals.rs`), on a connection
   the source reads itself: `InterfacesAdded` (a device object, new or made again after
   BlueZ forgot it: its data is in the signal), `PropertiesChanged` (one advert per
