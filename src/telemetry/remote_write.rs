@@ -11,9 +11,11 @@ message Label        { string name = 1; string value = 2; }
 message Sample       { double value = 1; int64 timestamp = 2; }   // ms since the epoch
 ```
 
-Hand-written because it is five fields: `prost` and its build step would cost more
-(binary size, build time, a `protoc`) than the forty lines below. The body is then
-compressed with snappy's block format (`snap::raw`), as the protocol requires.
+Hand-written because no remote-write client crate fits this stack (they read the
+`prometheus` crate's registry, or want reqwest 0.13; README, "Dependencies"), and for
+five fields `prost`'s derive (which needs no `protoc`) is more dependency than code.
+The body is then compressed with snappy's block format (`snap::raw`), as the protocol
+requires.
 */
 
 use crate::record::EpochMillis;
