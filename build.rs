@@ -8,7 +8,8 @@
 //!   built (again when `CI` changes, HEAD moves or this file is touched): after
 //!   installing the stand-in, `touch build.rs`.
 //! - for the gateway: the git commit it is built from (`TAPEGATE_COMMIT`), for the
-//!   inventory (`status --json`, `tapegate_inventory_info`). `TAPEGATE_COMMIT` set in
+//!   inventory (`status --json`, `tapegate_inventory_info`) and `--version`
+//!   (`TAPEGATE_VERSION_LINE`). `TAPEGATE_COMMIT` set in
 //!   the build's environment wins (a build from a source tarball); otherwise `git
 //!   rev-parse`; otherwise none ("unknown" at run time).
 
@@ -70,9 +71,15 @@ fn commit() {
         }
         git(&["rev-parse", "--short=12", "HEAD"])
     });
-    if let Some(c) = commit {
+    if let Some(c) = &commit {
         println!("cargo:rustc-env=TAPEGATE_COMMIT={c}");
     }
+    // What `tapegate --version` says after the name: the version and the commit.
+    println!(
+        "cargo:rustc-env=TAPEGATE_VERSION_LINE={} (commit {})",
+        std::env::var("CARGO_PKG_VERSION").unwrap_or_default(),
+        commit.as_deref().unwrap_or("unknown")
+    );
 }
 
 /// Re-runs this script when `path` changes (only for a file that exists: a missing

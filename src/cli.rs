@@ -9,7 +9,12 @@ use crate::record::Mac;
 
 /// tapegate: BLE advertisements of asset-tracking tapes → durable outbox → tracking service.
 #[derive(Debug, Parser)]
-#[command(name = "tapegate", version, about, propagate_version = true)]
+#[command(
+    name = "tapegate",
+    version = env!("TAPEGATE_VERSION_LINE"),
+    about,
+    propagate_version = true
+)]
 pub struct Cli {
     /// The config file (the .toml files of config.d/ beside it are read over it).
     #[arg(long, global = true, env = "TAPEGATE_CONFIG", default_value = crate::config::DEFAULT_PATH)]
@@ -371,5 +376,20 @@ mod tests {
         let mut missing = Vec::new();
         visit(&Cli::command(), "", &mut missing);
         assert!(missing.is_empty(), "{}", missing.join("\n"));
+    }
+
+    /// `tapegate --version` names the commit too, as the inventory does, so that a
+    /// support question can start from it.
+    #[test]
+    fn the_version_names_the_commit() {
+        let version = Cli::command().render_version();
+        assert_eq!(
+            version.trim(),
+            format!(
+                "tapegate {} (commit {})",
+                env!("CARGO_PKG_VERSION"),
+                crate::inventory::COMMIT
+            )
+        );
     }
 }
