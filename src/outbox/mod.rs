@@ -111,8 +111,9 @@ it ([`Handles`]: the ingest writer, the flusher's, the clock keeper's, the reade
 scanner notes, the stages'), so that no stage can do to the database more than its few
 calls; `lock.rs` the state directory's one owner; `access.rs`
 who may create and write the state (a database is created only by the state directory's
-owner, or by root for it). Every arrow runs down this list; this file only declares the
-rooms and shows what they offer.
+owner, or by root for it), and `storage.rs` under it, the file system that holds it
+when it takes no writes (read-only, or turned so after an error). Every arrow runs down
+this list; this file only declares the rooms and shows what they offer.
 */
 
 mod access;
@@ -133,6 +134,7 @@ mod reopen;
 mod retention;
 mod scan;
 mod settle;
+mod storage;
 mod store;
 mod users;
 mod words;
@@ -149,6 +151,7 @@ pub use lock::{LockError, StateLock, LOCK_FILE};
 pub use operator::{DeadLetter, FlusherState, ScannerCounts, Stats, TapeKnown};
 pub use retention::{keep_bounds, Evictions};
 pub use settle::AnswerNotes;
+pub use storage::why_read_only;
 pub use store::{OpenReport, Store, StoreOptions};
 pub use words::{HeardChanges, HeardTape, Outcome, PendingCapture, Reading, RowKey, Seen, TapeRow};
 // The settings' types are config's words (`[outbox]`), shown here for the store's users.
