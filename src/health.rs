@@ -14,14 +14,15 @@ flush rather than its age, so an idle gateway reads and sends nothing.
 [`verdict`] is what `/healthz` answers: the watchdog's truth (every running stage has
 turned within its allowance, [`Liveness`]) and, beyond it, admission's and delivery's:
 an ingest stage that turns but cannot commit (a full disk, a database this user cannot
-write: [`Admission`]) accepts nothing, and a flusher that turns but whose requests keep
+write, a state directory whose file system turned read-only: [`Admission`]) accepts
+nothing, and a flusher that turns but whose requests keep
 failing (a hanging or failing service) delivers nothing. The watchdog leaves those out
 on purpose: restarting the daemon frees no disk and brings no service back, so systemd
 is not asked to.
 */
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -32,6 +33,9 @@ use crate::outbox::{Reader, ScannerCounts, ScannerNotes, Stats};
 use crate::record::EpochMillis;
 use crate::source::SourceHealth;
 use crate::systemd::{Liveness, Notifier};
+
+mod admission;
+pub use admission::Admission;
 
 /// How often, at most, the state is read for `STATUS=` (sent only when it changed).
 const STATUS_EVERY: Duration = Duration::from_secs(1);
@@ -51,41 +55,6 @@ const RATE_EVERY: Duration = Duration::from_secs(60);
 pub struct Unhealthy {
     pub stage: &'static str,
     pub reason: String,
-}
-
-/// Whether captures can be committed now: the ingest stage says so at every commit
-/// (see the module doc).
-#[derive(Debug, Default)]
-pub struct Admission {
-    /// Why commits fail, and since when; `None` while they succeed.
-    failing: Mutex<Option<(String, tokio::time::Instant)>>,
-}
-
-impl Admission {
-    /// A commit failed, for `reason`.
-    pub fn failed(&self, reason: String) {
-        let mut failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
-        match &mut *failing {
-            Some((r, _)) => *r = reason,
-            None => *failing = Some((reason, tokio::time::Instant::now())),
-        }
-    }
-
-    /// A commit succeeded.
-    pub fn committed(&self) {
-        let mut failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
-        if failing.is_some() {
-            *failing = None;
-        }
-    }
-
-    /// Why commits fail and for how long, while they do.
-    pub fn failing(&self) -> Option<(String, Duration)> {
-        let failing = self.failing.lock().unwrap_or_else(|e| e.into_inner());
-        failing
-            .as_ref()
-            .map(|(reason, since)| (reason.clone(), since.elapsed()))
-    }
 }
 
 /// `Ok` while every stage makes progress (see the module doc).

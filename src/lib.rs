@@ -50,7 +50,8 @@ daemon ([`pipeline`], [`reload`], [`http`]) < commands ([`cmd`], [`cli`]) <
   `scan.rs`, `settle.rs` the daemon's path; `operator.rs` the reads and changes of `status`, `tapes`, `dead-letters`; `clock.rs`
   boots and held rows; `dock.rs` the rate window and the tapes heard; `lock.rs` one
   daemon per state directory; `access.rs` who may create and write the state, and why
-  a database cannot be written; `retention.rs` the count, age and size bounds and the
+  a database cannot be written (`storage.rs`: its file system read-only, or turned so
+  after an error); `retention.rs` the count, age and size bounds and the
   one eviction; `fleet.rs` the inventory, dead-letter summary and boots for the fleet's
   tools); `users/` the one small handle each user gets over the owner thread
   (`IngestWriter`, `FlusherOutbox`, `ClockOutbox`, `Reader`, `ScannerNotes`,
@@ -60,15 +61,18 @@ daemon ([`pipeline`], [`reload`], [`http`]) < commands ([`cmd`], [`cli`]) <
   splits, isolation, attempt bounds, backoff, the concurrency window: `verdict.rs` what
   an answer does to its captures, `queue.rs` the parked parts, `window.rs` and
   `pause.rs` pure state), `answer.rs` what an answer means, `mod.rs` the loop with
-  several batches in flight (`send.rs` a request, `notes.rs` what a note logs,
+  several batches in flight (`send.rs` a request, `claims.rs` the claims it takes on
+  its rows as it goes on the wire, `notes.rs` what a note logs,
   `state.rs` the flusher's state and its write bound, `shell.rs` and `inputs.rs` its
   data); [`backoff`] is the one retry delay (flusher, token cache, ingest).
 - [`api`]: the transport shared by the daemon and the operator room (`grant.rs` the
   password grant, `auth.rs` the token cache and its lifetime bounds, `decode.rs` bulk
   and single decode, `bulk_answer.rs` the bulk answer read as it streams, `decoded.rs`
   the decoded packet both fill, `pause.rs` the service's `Retry-After` held for every
-  decode request from the instant it is read, `address.rs` the service's URLs and
-  account headers checked, `error.rs` answers and transport
+  decode request from the instant it is read, `wire.rs` a decode request sent once it
+  can go, taking what it carries only then, `address.rs` the service's URLs and
+  account headers checked, `trust.rs` the certificate authorities trusted, `error.rs`
+  answers and transport
   failures mapped to typed kinds that say what to do; `error/transport.rs` and
   `error/answer.rs` read them). [`secret`] keeps the password and token out of every
   text.

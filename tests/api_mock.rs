@@ -6,7 +6,7 @@ mod common;
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
-use tapegate::api::{ApiError, BulkItem, ServiceClient, TransportKind};
+use tapegate::api::{ApiError, BulkItem, BulkRequest, Outgoing, ServiceClient, TransportKind};
 use tapegate::config::ServiceSettings;
 use tapegate::record::hex_upper;
 use tapegate::secret::Secret;
@@ -851,4 +851,93 @@ fn the_mock_reads_the_simulated_tapes_packets_with_a_decoder_of_its_own() {
         mock::UNREGISTERED_PREFIX,
         hex_upper(&tapegate::tape::UNREGISTERED_PREFIX)
     );
+}
+
+/// What a decode request carries, recording when it is taken and let go.
+struct Carried {
+    request: Option<BulkRequest>,
+    events: Vec<(&'static str, tokio::time::Instant)>,
+}
+
+impl Carried {
+    fn new(request: Option<BulkRequest>) -> Carried {
+        Carried {
+            request,
+            events: Vec::new(),
+        }
+    }
+
+    fn names(&self) -> Vec<&'static str> {
+        self.events.iter().map(|(name, _)| *name).collect()
+    }
+}
+
+impl Outgoing for Carried {
+    type Request = BulkRequest;
+
+    async fn take(&mut self) -> Option<BulkRequest> {
+        self.events.push(("take", tokio::time::Instant::now()));
+        self.request.clone()
+    }
+
+    async fn let_go(&mut self) {
+        self.events.push(("let go", tokio::time::Instant::now()));
+    }
+}
+
+/// A decode request takes what it carries (for the flusher, its claims on the batch's
+/// captures) only once it can go: never while it waits for a token or out the service's
+/// `Retry-After`, and again after letting go when a refused token must be replaced.
+#[tokio::test]
+async fn a_request_takes_what_it_carries_only_with_a_token_in_hand_and_no_retry_after_holding() {
+    let mock = mock().await;
+    let request = || Some(BulkRequest::encode(&items(2)).unwrap());
+
+    // No token to be had: nothing is taken, nothing sent.
+    let mut s = settings(&mock, TIMEOUT);
+    s.endpoint.password = Secret::new("wrong");
+    let refused = ServiceClient::new(&s, tapegate::clock::system()).unwrap();
+    let mut out = Carried::new(request());
+    let err = refused.decode_bulk_when_ready(&mut out, "a").await;
+    assert!(matches!(err, Err(ApiError::AuthRejected { .. })), "{err:?}");
+    assert!(
+        out.events.is_empty(),
+        "taken without a token: {:?}",
+        out.names()
+    );
+
+    // A Retry-After read: the next request takes nothing before it ends.
+    let client = client(&mock);
+    mock.push_fault(Fault::Status {
+        status: 429,
+        retry_after: Some("1".into()),
+    });
+    assert!(client.decode_bulk(&items(1), "b").await.is_err());
+    let until = client.decode_paused_until().expect("a pause holds");
+    let mut out = Carried::new(request());
+    let (sent, answer) = client
+        .decode_bulk_when_ready(&mut out, "c")
+        .await
+        .unwrap()
+        .expect("sent");
+    assert_eq!((sent.mac_ids().len(), answer.len()), (2, 2));
+    assert_eq!(out.names(), ["take"]);
+    assert!(out.events[0].1 >= until, "taken inside the pause");
+
+    // A refused token: let go while a new one is fetched, taken again to be sent.
+    mock.revoke_all_tokens();
+    let mut out = Carried::new(request());
+    let answered = client.decode_bulk_when_ready(&mut out, "d").await.unwrap();
+    assert!(answered.is_some());
+    assert_eq!(out.names(), ["take", "let go", "take"]);
+
+    // Nothing left to carry: nothing is sent.
+    let before = mock.decode_requests();
+    let mut out = Carried::new(None);
+    assert!(client
+        .decode_bulk_when_ready(&mut out, "e")
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(mock.decode_requests(), before);
 }

@@ -2096,3 +2096,110 @@ fn a_delivery_error_that_cannot_be_recorded_is_logged_once_then_once_with_the_co
         .unwrap_or_else(|| panic!("with the count: {again}"));
     assert!(count >= 4, "{again}");
 }
+
+/// Issue 32: the service unreachable (connection refused), 3,000 captures over 300
+/// tapes, `outbox.max_pending = 1000`: the outbox evicts by age order whatever the
+/// flusher holds back, and when the service returns it gets exactly the newest 1,000
+/// captures, none of the 2,000 older ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_an_outage_the_oldest_captures_are_evicted_and_the_newest_delivered_when_it_ends() {
+    let mock = start_mock().await;
+    let addr = mock.addr();
+    let k = Knobs {
+        max_pending: 1000,
+        ..Knobs::default()
+    };
+    let g = Gateway::new("");
+    let mut live = Live::start(&mock, &g, &k).await;
+    // Nothing listens there any more: every connection is refused.
+    mock.shutdown().await;
+    let shots = trace(300, 0, 10);
+    live.send(&shots);
+    until_evicted(&g, 3000, 2000).await;
+    assert_only_the_newest_kept(&g, &shots[2000..]);
+
+    let mock = mock::start_on(addr, MockConfig::demo())
+        .await
+        .expect("the service returns");
+    assert_the_newest_delivered(live, &mock, &g, &shots[2000..]).await;
+}
+
+/// Issue 32, the same outage with the service's address taking connections and never
+/// answering (an uplink that drops the answers): the first batch waits for its token
+/// for as long as the outage lasts. Waiting, it holds no claim: the oldest captures,
+/// its own among them, are evicted as newer ones come, and the newest are delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_waiting_for_its_token_in_an_outage_holds_no_claim_and_the_oldest_are_evicted() {
+    let mock = start_mock().await;
+    let addr = mock.addr();
+    let k = Knobs {
+        max_pending: 1000,
+        request_timeout_secs: 60,
+        ..Knobs::default()
+    };
+    let g = Gateway::new("");
+    let mut live = Live::start(&mock, &g, &k).await;
+    mock.shutdown().await;
+    let silent = tokio::net::TcpListener::bind(addr)
+        .await
+        .expect("the silent service binds");
+    let shots = trace(300, 0, 10);
+    live.send(&shots[..300]);
+    // The first batch is found and waits for the token its request needs.
+    let (held, _) = tokio::time::timeout(Duration::from_secs(20), silent.accept())
+        .await
+        .expect("the token request comes")
+        .unwrap();
+    live.send(&shots[300..]);
+    until_evicted(&g, 3000, 2000).await;
+    assert_only_the_newest_kept(&g, &shots[2000..]);
+
+    drop((held, silent));
+    let mock = mock::start_on(addr, MockConfig::demo())
+        .await
+        .expect("the service returns");
+    assert_the_newest_delivered(live, &mock, &g, &shots[2000..]).await;
+}
+
+async fn until_evicted(g: &Gateway, admitted: u64, evicted: u64) {
+    until(
+        "the captures admitted and evicted",
+        Duration::from_secs(30),
+        || stats_now(g).is_some_and(|s| (s.admitted, s.evicted) == (admitted, evicted)),
+    )
+    .await;
+}
+
+/// The outbox holds exactly `newest`.
+fn assert_only_the_newest_kept(g: &Gateway, newest: &[Shot]) {
+    let kept: HashSet<Key> = g
+        .store()
+        .pending_captures()
+        .unwrap()
+        .iter()
+        .map(|p| (p.capture.mac.plain(), p.capture.packet.clone()))
+        .collect();
+    let want: HashSet<Key> = newest.iter().map(Shot::key).collect();
+    let older = kept.difference(&want).count();
+    assert_eq!(
+        older, 0,
+        "{older} older captures kept and as many of the newest evicted"
+    );
+    assert_eq!(kept, want);
+}
+
+/// Ends the trace, waits for the drain, and checks that the service got `newest`
+/// and nothing else, each once.
+async fn assert_the_newest_delivered(live: Live, mock: &MockHandle, g: &Gateway, newest: &[Shot]) {
+    live.finish().await;
+    let s = g.stats();
+    let n = newest.len() as u64;
+    assert_eq!(
+        (s.delivered, s.dead_letters, s.evicted, s.pending),
+        (n, 0, s.admitted - n, 0)
+    );
+    let decoded = tally(bulk_requests(mock).iter().filter(|r| answered(r)));
+    let want: HashSet<Key> = newest.iter().map(Shot::key).collect();
+    assert_eq!(decoded.keys().cloned().collect::<HashSet<Key>>(), want);
+    assert!(decoded.values().all(|n| *n == 1), "each decoded once");
+}

@@ -5,22 +5,30 @@
 //! And delivery as a whole (`planner_and_outbox_keep_every_delivery_promise`): the real
 //! planner driving the real SQLite outbox the way the flusher does, against a service
 //! that answers any batch in flight in any order (decoded, refused, 503, 429 with
-//! `Retry-After`, a lost answer, 413), with several batches in flight, 429s answered
-//! while a fetch is under way, an outbox bound that evicts during an outage, a full
-//! disk, kill and restart, and the operator's dead-letter retry and purge. The
-//! invariants it checks, at every step:
+//! `Retry-After`, a lost answer, 413) or is down for a while (connection refused, 503,
+//! 429 with `Retry-After` to every request: an outage, with its backoff and pauses),
+//! with several batches in flight, each going on the wire only when the client lets it
+//! (no `Retry-After` holds; a request may wait there, or for its token, for any number
+//! of steps), 429s answered while a fetch is under way, an outbox bound that evicts
+//! during an outage, a full disk, kill and restart, and the operator's dead-letter retry
+//! and purge. The invariants it checks, at every step:
 //! - **One fate per capture.** Every admitted capture is pending, delivered, a dead
 //!   letter or evicted, and only pending → delivered | dead letter | evicted (and dead
 //!   letter → pending by `retry`) ever happens; `status`'s counters equal the model's.
-//!   A capture in a batch in flight (or settled and not yet recorded) is never
-//!   evicted, and an evicted capture is never sent (nor settled) afterwards.
+//!   A capture on the wire (or answered and not yet recorded) is never evicted, and an
+//!   evicted capture is never sent (nor settled) afterwards.
+//! - **The oldest are evicted.** Every capture an eviction takes is older than every
+//!   capture it keeps that is not on the wire or being recorded: whatever the flusher
+//!   holds back (a batch waiting to fill, parked out a backoff, split, launched and
+//!   waiting out a `Retry-After` or for its token) is evicted in age order.
 //! - **Retry-After.** Once a 429's answer with `Retry-After` has been read (handed to
-//!   the planner), nothing is sent before the time it names (within one process: a
-//!   restart forgets it).
+//!   the planner), nothing is launched before the time it names, and nothing goes on the
+//!   wire before it from the moment the answer is read (within one process: a restart
+//!   forgets it).
 //! - **No MAC in two batches in flight.**
 //! - **Order per MAC.** A capture sent is its MAC's oldest pending capture.
-//! - **Claims.** The outbox's claims are exactly the planner's rows in flight or
-//!   unrecorded, plus those it has yet to hand back.
+//! - **Claims.** The outbox's claims are exactly the rows on the wire and those
+//!   answered and not yet recorded: a batch that waits holds none.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -31,7 +39,7 @@ use tokio::time::Instant;
 use tapegate::config::FlushSettings;
 use tapegate::flush::{Action, Batch, Planner, Resolution, Step};
 use tapegate::outbox::Durability;
-use tapegate::outbox::{Outcome, PendingCapture, Reading, Store, StoreOptions};
+use tapegate::outbox::{Outcome, PendingCapture, Reading, RowKey, Store, StoreOptions};
 
 use tapegate::record::{Capture, Mac};
 
@@ -204,6 +212,8 @@ enum Answer {
     Lost,
     /// 413.
     TooLarge,
+    /// The connection was refused (nothing reached the service).
+    Refused2Connect,
 }
 
 fn answer() -> impl Strategy<Value = Answer> {
@@ -216,6 +226,16 @@ fn answer() -> impl Strategy<Value = Answer> {
         2 => (1u8..4).prop_map(Answer::RateLimited),
         1 => Just(Answer::Lost),
         1 => Just(Answer::TooLarge),
+        1 => Just(Answer::Refused2Connect),
+    ]
+}
+
+/// How the service fails every request while it is down.
+fn outage() -> impl Strategy<Value = Answer> {
+    prop_oneof![
+        Just(Answer::Refused2Connect),
+        Just(Answer::Fail),
+        (1u8..4).prop_map(Answer::RateLimited),
     ]
 }
 
@@ -223,12 +243,17 @@ fn answer() -> impl Strategy<Value = Answer> {
 enum Step2 {
     /// Tapes (by index) heard, one capture each, committed as one group.
     Ingest(Vec<u8>),
-    /// The flusher's loop until it waits. With `Some`, a fetch (or a parked part's
-    /// claim) is under way when that batch in flight is answered 429 with that many
-    /// seconds of `Retry-After`, and what the fetch found is offered after.
+    /// The flusher's loop until it waits. With `Some`, a fetch is under way when that
+    /// batch on the wire is answered 429 with that many seconds of `Retry-After`, and
+    /// what the fetch found is offered after.
     Drive(Option<(prop::sample::Index, u8)>),
-    /// A batch in flight is answered.
+    /// A batch launched goes on the wire, if the client lets it (no `Retry-After`
+    /// holds): its request claims its rows then.
+    Wire(prop::sample::Index),
+    /// A batch on the wire is answered (as the outage says, while there is one).
     Answer(prop::sample::Index, Answer),
+    /// The service goes down (every answer this failure) or comes back.
+    Outage(Option<Answer>),
     /// Time passes (milliseconds).
     Advance(u16),
     /// kill -9 and a new start: what was in flight is lost, the outbox stays.
@@ -245,7 +270,9 @@ fn step2() -> impl Strategy<Value = Step2> {
     prop_oneof![
         5 => prop::collection::vec(0u8..8, 1..7).prop_map(Step2::Ingest),
         6 => proptest::option::weighted(0.4, (any::<prop::sample::Index>(), 1u8..4)).prop_map(Step2::Drive),
+        6 => any::<prop::sample::Index>().prop_map(Step2::Wire),
         6 => (any::<prop::sample::Index>(), answer()).prop_map(|(i, a)| Step2::Answer(i, a)),
+        1 => proptest::option::weighted(0.5, outage()).prop_map(Step2::Outage),
         3 => (50u16..3000).prop_map(Step2::Advance),
         1 => Just(Step2::Restart),
         1 => any::<bool>().prop_map(Step2::DiskFull),
@@ -264,6 +291,13 @@ enum Fate {
     Evicted,
 }
 
+/// A batch whose request went on the wire: what it sent, and the rows the outbox no
+/// longer held when it went (told to the planner with the answer, as the flusher does).
+struct OnTheWire {
+    sent: Batch,
+    gone: Vec<i64>,
+}
+
 /// The reference: what became of each capture (by its sequence number), and what the
 /// gateway and the service have been through.
 struct World {
@@ -273,12 +307,17 @@ struct World {
     now: Instant,
     fates: HashMap<u64, Fate>,
     seq: u64,
-    in_flight: Vec<Batch>,
+    /// Launched by the planner, not yet on the wire (waiting for the client's gate or
+    /// a token): holding no claim.
+    launched: Vec<Batch>,
+    wire: Vec<OnTheWire>,
     /// Pauses read in this process: (read at, until).
     pauses: Vec<(Instant, Instant)>,
     /// Captures the service decoded (its answer may have been lost).
     decoded: HashSet<u64>,
     disk_full: Option<rusqlite::Connection>,
+    /// The service is down: every answer is this.
+    outage: Option<Answer>,
 }
 
 const WORLD_MAX_PENDING: u64 = 12;
@@ -323,10 +362,12 @@ impl World {
             now: Instant::now(),
             fates: HashMap::new(),
             seq: 0,
-            in_flight: Vec::new(),
+            launched: Vec::new(),
+            wire: Vec::new(),
             pauses: Vec::new(),
             decoded: HashSet::new(),
             disk_full: None,
+            outage: None,
         }
     }
 
@@ -338,59 +379,173 @@ impl World {
                 capture(i, self.seq)
             })
             .collect();
+        // What may be passed over: rows on the wire, or answered and not yet recorded.
+        let claimed: HashSet<i64> = self.on_the_wire_or_unrecorded().into_iter().collect();
+        let before: Vec<i64> = self
+            .store
+            .pending_captures()
+            .unwrap()
+            .iter()
+            .map(|r| r.id)
+            .collect();
         if self.store.enqueue(&group).is_ok() {
             for c in &group {
                 self.fates
                     .insert(u64::from_str_radix(&c.packet, 16).unwrap(), Fate::Pending);
             }
             // Whatever is no longer in the outbox was evicted.
-            let rows: HashSet<u64> = self
-                .store
-                .pending_captures()
-                .unwrap()
-                .iter()
-                .map(seq_of)
-                .collect();
-            let flying: HashSet<u64> = self
-                .in_flight
-                .iter()
-                .flat_map(|b| b.rows.iter().map(seq_of))
-                .collect();
+            let rows = self.store.pending_captures().unwrap();
+            let kept: HashSet<u64> = rows.iter().map(seq_of).collect();
+            let mut evicted = Vec::new();
             for (s, fate) in self.fates.iter_mut() {
-                if *fate == Fate::Pending && !rows.contains(s) {
-                    prop_assert!(!flying.contains(s), "capture {} evicted while in flight", s);
+                if *fate == Fate::Pending && !kept.contains(s) {
                     *fate = Fate::Evicted;
+                    evicted.push(*s);
                 }
             }
-            let claimed: HashSet<i64> = self.store.claimed().into_iter().collect();
-            // The bound holds, unless every row left is claimed (re-queued dead letters
-            // can push past it; eviction then takes every row it may).
-            prop_assert!(
-                rows.len() as u64 <= WORLD_MAX_PENDING
-                    || self
-                        .store
-                        .pending_captures()
-                        .unwrap()
-                        .iter()
-                        .all(|r| claimed.contains(&r.id)),
-                "{} pending",
-                rows.len()
-            );
+            let on_the_wire: HashSet<u64> = self
+                .wire
+                .iter()
+                .flat_map(|w| w.sent.rows.iter().map(seq_of))
+                .collect();
+            for s in &evicted {
+                prop_assert!(
+                    !on_the_wire.contains(s),
+                    "capture {} evicted on the wire",
+                    s
+                );
+            }
+            self.evicted_oldest_first(&before, &group, &claimed)?;
         }
         Ok(())
     }
 
-    /// A batch goes on the wire: every promise about what may be sent.
-    fn sent(&mut self, b: Batch) -> Checked {
-        for (read, until) in &self.pauses {
+    /// The commit that just admitted `group` evicted the oldest rows not `claimed`
+    /// (rows are in admission order by id; `before` the ids pending before it), and the
+    /// bound holds.
+    fn evicted_oldest_first(
+        &self,
+        before: &[i64],
+        group: &[Capture],
+        claimed: &HashSet<i64>,
+    ) -> Checked {
+        let rows = self.store.pending_captures().unwrap();
+        let after: HashSet<i64> = rows.iter().map(|r| r.id).collect();
+        let unclaimed_kept = rows.iter().filter(|r| !claimed.contains(&r.id));
+        if let (Some(youngest_gone), Some(oldest_kept)) = (
+            before.iter().filter(|id| !after.contains(id)).max(),
+            unclaimed_kept.map(|r| r.id).min(),
+        ) {
             prop_assert!(
-                !(*read <= self.now && self.now < *until),
-                "batch {} sent {:?} into a Retry-After pause read {:?} before",
-                b.id,
-                *until - self.now,
-                self.now - *read
+                youngest_gone < &oldest_kept,
+                "row {} evicted while the older row {} was kept, not on the wire",
+                youngest_gone,
+                oldest_kept
             );
         }
+        let kept: HashSet<u64> = rows.iter().map(seq_of).collect();
+        let new_evicted = group
+            .iter()
+            .any(|c| !kept.contains(&u64::from_str_radix(&c.packet, 16).unwrap()));
+        prop_assert!(
+            !new_evicted
+                || before
+                    .iter()
+                    .filter(|id| after.contains(id))
+                    .all(|id| claimed.contains(id)),
+            "a new capture evicted while an older one was kept, not on the wire"
+        );
+        // The bound holds, unless every row left is claimed (re-queued dead letters
+        // can push past it; eviction then takes every row it may).
+        prop_assert!(
+            rows.len() as u64 <= WORLD_MAX_PENDING || rows.iter().all(|r| claimed.contains(&r.id)),
+            "{} pending",
+            rows.len()
+        );
+        Ok(())
+    }
+
+    /// Whether a `Retry-After` read in this process holds now.
+    fn paused(&self) -> Option<(Instant, Instant)> {
+        self.pauses
+            .iter()
+            .find(|(read, until)| *read <= self.now && self.now < *until)
+            .copied()
+    }
+
+    /// The planner launches a batch: it goes to the client, which sends it when it may.
+    fn launched(&mut self, b: Batch) -> Checked {
+        if let Some((read, until)) = self.paused() {
+            prop_assert!(
+                false,
+                "batch {} launched {:?} into a Retry-After pause read {:?} before",
+                b.id,
+                until - self.now,
+                self.now - read
+            );
+        }
+        for r in b.rows.iter() {
+            let flying = self
+                .launched
+                .iter()
+                .chain(self.wire.iter().map(|w| &w.sent));
+            for other in flying {
+                prop_assert!(
+                    other.rows.iter().all(|x| x.capture.mac != r.capture.mac),
+                    "MAC of capture {} in two batches in flight",
+                    seq_of(r)
+                );
+            }
+        }
+        self.launched.push(b);
+        Ok(())
+    }
+
+    /// A launched batch goes on the wire if the client's gate is open, claiming its rows
+    /// as the request task does: only those still pending go; the rest are gone.
+    fn wire(&mut self, pick: prop::sample::Index) -> Checked {
+        if self.launched.is_empty() || self.paused().is_some() {
+            // It waits (out the pause, or for its token), holding nothing.
+            return Ok(());
+        }
+        let b = self.launched.remove(pick.index(self.launched.len()));
+        let keys: Vec<RowKey> = b.rows.iter().map(PendingCapture::key).collect();
+        let present: HashSet<i64> = self
+            .store
+            .claim(&keys, b.seen)
+            .unwrap()
+            .into_iter()
+            .collect();
+        let (held, gone): (Vec<PendingCapture>, Vec<PendingCapture>) = b
+            .rows
+            .iter()
+            .cloned()
+            .partition(|r| present.contains(&r.id));
+        for r in &gone {
+            let s = seq_of(r);
+            prop_assert_eq!(
+                self.fates.get(&s).copied(),
+                Some(Fate::Evicted),
+                "capture {} gone",
+                s
+            );
+        }
+        let gone: Vec<i64> = gone.iter().map(|r| r.id).collect();
+        if held.is_empty() {
+            self.planner.gone(b.id, &gone);
+            return Ok(());
+        }
+        let sent = Batch {
+            rows: std::sync::Arc::new(held),
+            ..b
+        };
+        self.sent(&sent)?;
+        self.wire.push(OnTheWire { sent, gone });
+        Ok(())
+    }
+
+    /// A batch goes on the wire: every promise about what may be sent.
+    fn sent(&mut self, b: &Batch) -> Checked {
         let rows = self.store.pending_captures().unwrap();
         for r in b.rows.iter() {
             let s = seq_of(r);
@@ -400,13 +555,6 @@ impl World {
                 "capture {} sent",
                 s
             );
-            for other in &self.in_flight {
-                prop_assert!(
-                    other.rows.iter().all(|x| x.capture.mac != r.capture.mac),
-                    "MAC of capture {} in two batches in flight",
-                    s
-                );
-            }
             let oldest = rows
                 .iter()
                 .find(|x| x.capture.mac == r.capture.mac)
@@ -418,11 +566,10 @@ impl World {
                 s
             );
         }
-        self.in_flight.push(b);
         Ok(())
     }
 
-    /// Records what a resolution settled, handing back claims, as the flusher does.
+    /// Records what a resolution settled, handing back rows, as the flusher does.
     fn carry_out(&mut self, res: Resolution) -> Checked {
         if res.backoff().is_some() || !res.settle.is_empty() {
             let unclaim = self.planner.take_unclaimed();
@@ -466,18 +613,21 @@ impl World {
         Ok(())
     }
 
-    fn answer(&mut self, pick: prop::sample::Index, a: Answer) -> Checked {
-        if self.in_flight.is_empty() {
-            return Ok(());
-        }
-        let b = self.in_flight.remove(pick.index(self.in_flight.len()));
+    /// What the service's answer `a` to batch `b` means, and what it decoded.
+    fn action(&mut self, b: &Batch, a: Answer) -> Action {
         let all = |o: fn() -> Outcome| (0..b.rows.len()).map(|i| (i, o())).collect::<Vec<_>>();
         let decoded = |w: &mut World, from: usize| {
             for r in &b.rows[from..] {
                 w.decoded.insert(seq_of(r));
             }
         };
-        let action = match a {
+        let retry = |cause: &str, label: &'static str, retry_after, isolate| Action::Retry {
+            cause: cause.into(),
+            label,
+            retry_after,
+            isolate,
+        };
+        match a {
             Answer::Ok => {
                 decoded(self, 0);
                 Action::Settle(all(reading))
@@ -488,35 +638,36 @@ impl World {
             }
             Answer::Dead => Action::Settle(all(|| Outcome::DeadLetter("device not found".into()))),
             Answer::Refused => Action::Refused("Bad Request".into()),
-            Answer::Fail => Action::Retry {
-                cause: "server error 503".into(),
-                label: "http_5xx",
-                retry_after: None,
-                isolate: true,
-            },
+            Answer::Fail => retry("server error 503", "http_5xx", None, true),
             Answer::RateLimited(secs) => {
                 let pause = Duration::from_secs(u64::from(secs));
                 self.pauses.push((self.now, self.now + pause));
-                Action::Retry {
-                    cause: "rate limited".into(),
-                    label: "http_429",
-                    retry_after: Some(pause),
-                    isolate: false,
-                }
+                retry("rate limited", "http_429", Some(pause), false)
             }
             Answer::Lost => {
                 decoded(self, 0);
-                Action::Retry {
-                    cause: "timeout".into(),
-                    label: "timeout",
-                    retry_after: None,
-                    isolate: true,
-                }
+                retry("timeout", "timeout", None, true)
             }
             Answer::TooLarge => Action::Shrink,
-        };
-        let now = self.now;
-        let res = self.planner.answered(b.id, action, now, 0.5);
+            Answer::Refused2Connect => retry("connection refused", "connect", None, false),
+        }
+    }
+
+    fn answer(&mut self, pick: prop::sample::Index, a: Answer) -> Checked {
+        if self.wire.is_empty() {
+            return Ok(());
+        }
+        let OnTheWire { sent: b, gone } = self.wire.remove(pick.index(self.wire.len()));
+        let action = self.action(&b, self.outage.unwrap_or(a));
+        if !matches!(&action, Action::Settle(o) if !o.is_empty()) {
+            // The request task lets go at once of an answer that settles nothing.
+            let ids: Vec<i64> = b.rows.iter().map(|r| r.id).collect();
+            self.store.unclaim(&ids);
+        }
+        let (id, now) = (b.id, self.now);
+        drop(b);
+        self.planner.gone(id, &gone);
+        let res = self.planner.answered(id, action, now, 0.5);
         self.carry_out(res)
     }
 
@@ -531,30 +682,18 @@ impl World {
                     let busy = self.planner.busy().clone();
                     let found = self
                         .store
-                        .claim_next_batch(max, 10_000, &busy, &unclaim)
+                        .fetch_next_batch(max, 10_000, &busy, &unclaim)
                         .unwrap();
                     if let Some((pick, a)) = interleave.take() {
                         // An answer is read while the fetch is under way.
                         self.answer(pick, a)?;
                     }
-                    let empty = found.rows.is_empty();
                     match self.planner.offer(found, false, now) {
-                        Step::Send(b) => self.sent(b)?,
-                        _ if empty => return Ok(()),
+                        Step::Send(b) => self.launched(b)?,
                         _ => return Ok(()),
                     }
                 }
-                Step::Claim(part) => {
-                    let unclaim = self.planner.take_unclaimed();
-                    let present = self.store.claim(&part.ids(), &unclaim).unwrap();
-                    if let Some((pick, a)) = interleave.take() {
-                        self.answer(pick, a)?;
-                    }
-                    if let Some(b) = self.planner.claimed(part, &present, now) {
-                        self.sent(b)?;
-                    }
-                }
-                Step::Send(b) => self.sent(b)?,
+                Step::Send(b) => self.launched(b)?,
                 Step::Record(settle) => {
                     let unclaim = self.planner.take_unclaimed();
                     self.store.unclaim(&unclaim);
@@ -570,7 +709,8 @@ impl World {
         self.disk_full(false);
         self.store = world_open(&self.dir);
         self.planner = Planner::new(world_settings());
-        self.in_flight.clear();
+        self.launched.clear();
+        self.wire.clear();
         self.pauses.clear();
     }
 
@@ -624,24 +764,22 @@ impl World {
             .collect();
         want.sort_unstable();
         prop_assert_eq!(rows, want);
-        let held: HashSet<i64> = self.planner.claimed_rows().into_iter().collect();
-        let handing_back: HashSet<i64> = self.planner.to_unclaim().iter().copied().collect();
-        for id in self.store.claimed() {
-            prop_assert!(
-                held.contains(&id) || handing_back.contains(&id),
-                "row {} claimed by nobody",
-                id
-            );
-        }
-        let claimed: HashSet<i64> = self.store.claimed().into_iter().collect();
-        for id in held {
-            prop_assert!(
-                claimed.contains(&id),
-                "row {} in the planner's hands but not claimed",
-                id
-            );
-        }
+        // Claimed: exactly what is on the wire and what waits to be recorded.
+        prop_assert_eq!(self.store.claimed(), self.on_the_wire_or_unrecorded());
         Ok(())
+    }
+
+    /// The rows of the requests on the wire and those answered and not yet recorded,
+    /// in id order: all the outbox may pass over when it evicts.
+    fn on_the_wire_or_unrecorded(&self) -> Vec<i64> {
+        let mut ids: Vec<i64> = self
+            .wire
+            .iter()
+            .flat_map(|w| w.sent.rows.iter().map(|r| r.id))
+            .chain(self.planner.unrecorded_rows())
+            .collect();
+        ids.sort_unstable();
+        ids
     }
 }
 
@@ -656,7 +794,9 @@ proptest! {
             match step {
                 Step2::Ingest(macs) => w.ingest(&macs)?,
                 Step2::Drive(interleave) => w.drive(interleave)?,
+                Step2::Wire(pick) => w.wire(pick)?,
                 Step2::Answer(pick, a) => w.answer(pick, a)?,
+                Step2::Outage(down) => w.outage = down,
                 Step2::Advance(ms) => w.now += Duration::from_millis(u64::from(ms)),
                 Step2::Restart => w.restart(),
                 Step2::DiskFull(on) => w.disk_full(on),

@@ -28,7 +28,6 @@ mod upgrade;
 
 /// The bookworm root, as debootstrap made it, kept between runs.
 const ROOT_TARBALL: &str = "bookworm-systemd-dbusmock.tar.zst";
-const MIRROR: &str = "http://deb.debian.org/debian";
 const MACHINE: &str = "tapegate-ci";
 /// `WatchdogSec=` of the test's drop-in: short, so that a hang is seen quickly.
 const WATCHDOG_SECS: u64 = 3;
@@ -172,7 +171,7 @@ fn cached_root(work: &Path) -> PathBuf {
             "bookworm",
         ])
         .arg(root.path())
-        .arg(MIRROR));
+        .arg(mirror()));
     let partial = work.join(format!("{ROOT_TARBALL}.partial"));
     run(Command::new("tar")
         .arg("-C")
@@ -182,6 +181,39 @@ fn cached_root(work: &Path) -> PathBuf {
         .arg("."));
     std::fs::rename(&partial, &tarball).unwrap();
     tarball
+}
+
+/// The Debian mirror this machine's apt uses (its one-line or deb822 sources): the
+/// first source whose URL ends in `/debian`.
+fn mirror() -> String {
+    let mut files = vec![PathBuf::from("/etc/apt/sources.list")];
+    if let Ok(dir) = std::fs::read_dir("/etc/apt/sources.list.d") {
+        let mut more: Vec<PathBuf> = dir.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        more.sort();
+        files.extend(more);
+    }
+    let urls = files.iter().flat_map(|f| {
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        let ext = f.extension().and_then(|e| e.to_str()).unwrap_or("");
+        let deb822 = ext == "sources";
+        let one_line = ext == "list" || f.ends_with("sources.list");
+        text.lines()
+            .filter_map(|l| {
+                let words: Vec<&str> = l.split_whitespace().collect();
+                match words.as_slice() {
+                    ["URIs:", url, ..] if deb822 => Some(url.to_string()),
+                    ["deb", rest @ ..] if one_line => rest
+                        .iter()
+                        .find(|w| w.contains("://"))
+                        .map(|u| u.to_string()),
+                    _ => None,
+                }
+            })
+            .collect::<Vec<_>>()
+    });
+    urls.into_iter()
+        .find(|u| u.trim_end_matches('/').ends_with("/debian"))
+        .expect("a Debian mirror in this machine's apt sources")
 }
 
 /// Waits until `f` gives a value, or panics with `what` after `limit`.

@@ -22,6 +22,7 @@ use url::Url;
 use super::bulk_answer::{Element, Top};
 use super::decoded::Decoded;
 use super::error::truncate;
+use super::wire::{Always, Outgoing};
 use super::{join, Answer, ApiError, Endpoint, ServiceClient};
 
 /// One packet to decode, as sent in the bulk request body. The caller has already
@@ -102,36 +103,45 @@ impl ServiceClient {
         items: &[BulkItem],
         correlation_id: &str,
     ) -> Result<Vec<BulkAnswerItem>, ApiError> {
-        self.decode_bulk_request(&BulkRequest::encode(items)?, correlation_id)
-            .await
+        let mut out = Always(BulkRequest::encode(items)?);
+        let answered = self
+            .decode_bulk_when_ready(&mut out, correlation_id)
+            .await?;
+        Ok(answered.map(|(_, items)| items).unwrap_or_default())
     }
 
-    /// [`ServiceClient::decode_bulk`] of a request already encoded.
-    pub async fn decode_bulk_request(
+    /// [`ServiceClient::decode_bulk`] of the request `out` builds as it goes on the
+    /// wire (`wire.rs`): what was sent with its answer, or `None` when `out` had
+    /// nothing left to send.
+    pub async fn decode_bulk_when_ready<O>(
         &self,
-        request: &BulkRequest,
+        out: &mut O,
         correlation_id: &str,
-    ) -> Result<Vec<BulkAnswerItem>, ApiError> {
-        let (body, items) = (&request.body, request.mac_ids());
+    ) -> Result<Option<(BulkRequest, Vec<BulkAnswerItem>)>, ApiError>
+    where
+        O: Outgoing<Request = BulkRequest>,
+    {
         let started = Instant::now();
         let url = &self.inner.bulk_url;
         let answer = self
-            .send_decode(correlation_id, |token| {
-                self.request(url, token, correlation_id).body(body.clone())
+            .send_decode(correlation_id, out, |request, token| {
+                self.request(url, token, correlation_id)
+                    .body(request.body.clone())
             })
             .await;
-        let answer = match answer {
-            Ok(a) => a,
+        let (request, answer) = match answer {
+            Ok(Some(sent)) => sent,
+            Ok(None) => return Ok(None),
             Err(err) => {
                 tracing::debug!(
                     correlation_id,
-                    items = items.len(),
                     cause = %err.operator_cause(),
                     "bulk decode failed"
                 );
                 return Err(err);
             }
         };
+        let items = request.mac_ids();
         tracing::debug!(
             correlation_id,
             items = items.len(),
@@ -149,7 +159,7 @@ impl ServiceClient {
                 *text = self.scrub(text);
             }
         }
-        Ok(answered)
+        Ok(Some((request, answered)))
     }
 
     /// Decodes one packet (spec 4.3): the values go in headers, there is no body.
@@ -165,14 +175,17 @@ impl ServiceClient {
             &self.inner.endpoint.base_url,
             &["external", "v1", "devices", mac_id, "decode"],
         )?;
-        let answer = self
-            .send_decode(correlation_id, |token| {
+        let sent = self
+            .send_decode(correlation_id, &mut Always(()), |(), token| {
                 self.request(&url, token, correlation_id)
                     .header("product_id", product_id)
                     .header("ble_packet", ble_packet)
                     .header("scan_time", scan_time)
             })
             .await?;
+        let Some(((), answer)) = sent else {
+            return Err(ApiError::InvalidRequest("nothing to send".into()));
+        };
         tracing::debug!(
             correlation_id,
             status = answer.status.as_u16(),

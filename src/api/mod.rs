@@ -6,11 +6,12 @@ operator call is sent as, with answers mapped to errors that say what to do (sec
 the operator's calls, their retry policy and the rate window are `crate::operator`'s.
 
 This file is the client itself: its setup and the plumbing every call shares (the
-request headers, the one retry after a 401 of a decode, reading an answer with a cap,
-`call` for the operator room). `grant` is the password grant, `auth` the token cache,
-`decode` the decode calls, `pause` the service's `Retry-After` held for every decode
-request, `trust` the certificate authorities every HTTPS client trusts, `address` the
-service's URLs and account headers checked, and `error` what can go wrong, by kind.
+request headers, reading an answer with a cap, `call` for the operator room). `grant` is
+the password grant, `auth` the token cache, `decode` the decode calls, `pause` the
+service's `Retry-After` held for every decode request, `wire` how a decode request goes
+on the wire (once it can, taking what it holds only then; the one retry after a 401),
+`trust` the certificate authorities every HTTPS client trusts, `address` the service's
+URLs and account headers checked, and `error` what can go wrong, by kind.
 
 Why it is built this way:
 - One [`ServiceClient`] is shared (it is an `Arc` inside) so that the flusher and
@@ -34,6 +35,7 @@ mod error;
 mod grant;
 mod pause;
 pub mod trust;
+mod wire;
 
 use std::fmt;
 use std::sync::Arc;
@@ -54,6 +56,7 @@ use address::{check_http_url, header_value};
 pub use decode::{BulkAnswerItem, BulkItem, BulkRequest};
 pub use decoded::Decoded;
 pub use error::{parse_retry_after, ApiError, Endpoint, TransientKind, Transport, TransportKind};
+pub use wire::Outgoing;
 
 use auth::TokenCache;
 use error::{answer_message, carries_errors};
@@ -334,43 +337,10 @@ impl ServiceClient {
         self.inner.decode_gate.closed_until()
     }
 
-    /// Sends a decode request built by `build` with the cached token; on 401 drops that
-    /// token, gets one new token and sends once more. Each time it goes on the wire it
-    /// first passes the decode gate, and an answer with `Retry-After` closes the gate
-    /// (see `pause`).
-    async fn send_decode<F>(&self, correlation_id: &str, build: F) -> Result<Answer, ApiError>
-    where
-        F: Fn(&Secret) -> RequestBuilder,
-    {
-        let gate = &self.inner.decode_gate;
-        // Before the token is taken, so that a long pause does not leave it stale.
-        gate.wait_open().await;
-        let gate = Some((gate, correlation_id));
-        let tokens = &self.inner.tokens;
-        let token = tokens.get(|| self.grant()).await?;
-        let answer = self.execute(build(&token), &token, gate).await?;
-        if answer.status != StatusCode::UNAUTHORIZED {
-            return Ok(answer);
-        }
-        tracing::debug!(
-            correlation_id,
-            "the service refused the token; retrying once with a new one"
-        );
-        tokens.invalidate_if(&token);
-        let token = tokens.get(|| self.grant()).await?;
-        let answer = self.execute(build(&token), &token, gate).await?;
-        if answer.status == StatusCode::UNAUTHORIZED {
-            return Err(ApiError::Unauthorized {
-                message: answer.message,
-            });
-        }
-        Ok(answer)
-    }
-
     /// Sends and reads the answer (success bodies capped at [`MAX_ANSWER_BYTES`]; of an
-    /// error answer only the message is kept).
-    /// With `gate`, the request passes it right before it goes on the wire, and an
-    /// answer that asks for a pause (429 or 5xx with `Retry-After`) closes it at once.
+    /// error answer only the message is kept). With `gate` (a decode request, which has
+    /// passed it: `wire.rs`), an answer that asks for a pause (429 or 5xx with
+    /// `Retry-After`) closes it at once.
     async fn execute(
         &self,
         req: RequestBuilder,
@@ -378,9 +348,6 @@ impl ServiceClient {
         gate: Option<(&DecodeGate, &str)>,
     ) -> Result<Answer, ApiError> {
         let transport = |e: reqwest::Error| ApiError::from_transport(&e, Endpoint::Service);
-        if let Some((g, correlation_id)) = gate {
-            g.pass(correlation_id).await;
-        }
         let resp = req.send().await.map_err(transport)?;
         let status = resp.status();
         let retry_after = self.retry_after_of(&resp);

@@ -11,7 +11,9 @@ thing before it goes on the wire, so that once a 429 (or a 503 with `Retry-After
 been read, nothing is sent to the decode endpoint before the time it names (capped at
 [`RETRY_AFTER_MAX`], as everywhere). Only requests already on the wire when the answer
 was read may land inside the pause. A 401 answered and retried with a new token passes
-the gate again.
+the gate again. A request waits for the gate holding nothing (its token, and what it
+carries, are taken once the gate is open: `wire.rs`), so that a batch waiting out a
+`Retry-After` holds no claim on its captures.
 
 Both events, a request passing and an answer closing the gate, are numbered in one
 sequence under the gate's lock, and logged at TRACE (`tapegate::api::pause`) with that
@@ -69,42 +71,46 @@ impl DecodeGate {
         self.lock().until.filter(|u| *u > now)
     }
 
-    /// Waits until no pause holds (before a request takes its token, so that a long
-    /// pause does not leave it with a stale one).
-    pub(crate) async fn wait_open(&self) {
+    /// Waits until no pause holds (before a request takes its token, and what it
+    /// holds, so that a long pause leaves it with neither: `wire.rs`).
+    pub(crate) async fn wait_open(&self, correlation_id: &str) {
         while let Some(until) = self.closed_until() {
+            tracing::debug!(
+                correlation_id,
+                wait_ms = until.saturating_duration_since(Instant::now()).as_millis() as u64,
+                "decode request waits for the service's Retry-After"
+            );
             tokio::time::sleep_until(until).await;
         }
     }
 
-    /// Waits until no pause holds, then lets one request (`correlation_id`) through;
-    /// the caller sends it at once.
-    pub(crate) async fn pass(&self, correlation_id: &str) {
+    /// Waits until no pause holds, then lets one request (`correlation_id`) through.
+    #[cfg(test)]
+    async fn pass(&self, correlation_id: &str) {
         loop {
-            let wait = {
-                let mut st = self.lock();
-                let now = Instant::now();
-                match st.until.filter(|u| *u > now) {
-                    Some(until) => until,
-                    None => {
-                        st.seq += 1;
-                        tracing::trace!(
-                            gate_seq = st.seq,
-                            at_us = micros(now),
-                            correlation_id,
-                            "decode request on the wire"
-                        );
-                        return;
-                    }
-                }
-            };
-            tracing::debug!(
-                correlation_id,
-                wait_ms = wait.saturating_duration_since(Instant::now()).as_millis() as u64,
-                "decode request waits for the service's Retry-After"
-            );
-            tokio::time::sleep_until(wait).await;
+            self.wait_open(correlation_id).await;
+            if self.try_pass(correlation_id) {
+                return;
+            }
         }
+    }
+
+    /// Lets one request (`correlation_id`) through if no pause holds now (the caller
+    /// sends it at once); `false` when one does, and nothing passed.
+    pub(crate) fn try_pass(&self, correlation_id: &str) -> bool {
+        let mut st = self.lock();
+        let now = Instant::now();
+        if st.until.is_some_and(|u| u > now) {
+            return false;
+        }
+        st.seq += 1;
+        tracing::trace!(
+            gate_seq = st.seq,
+            at_us = micros(now),
+            correlation_id,
+            "decode request on the wire"
+        );
+        true
     }
 
     /// An answer to `correlation_id` asked for `retry_after`: no request passes before

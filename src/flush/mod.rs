@@ -9,9 +9,10 @@ as its own task, records each answer in the outbox (a row leaves `pending` only 
 transaction that stores its reading or dead letter), logs, and keeps its state (the
 batches in flight, the concurrency limit, the last good flush) published in memory and
 written for `status` within a bound (`state.rs`). It touches the outbox only through its
-handle ([`FlusherOutbox`]: claim, fetch, settle, note). By seam: `shell.rs` the loop's
-state beside the planner, `send.rs` a batch's request task and its answer, `notes.rs`
-what a planner's note logs and records.
+handle ([`FlusherOutbox`]: fetch, claim, settle, note). By seam: `shell.rs` the loop's
+state beside the planner, `send.rs` a batch's request task and its answer, `claims.rs`
+the claims that task takes on the wire, `notes.rs` what a planner's note logs and
+records.
 
 | answer | action |
 |---|---|
@@ -33,11 +34,13 @@ The promises, and what keeps each:
   has the answer, launches nothing until then: no new batch, no parked or split part,
   nothing a fetch under way found. Only requests already on the wire may land inside
   the pause.
-- **One fate per capture.** A fetch claims the rows it returns in the outbox, and the
-  outbox never evicts a claimed row; claims end when the outcome is recorded or the
-  planner hands them back (carried by the next outbox call, so the normal path costs no
-  extra call). A parked or split part claims its rows again before it is sent, and
-  rows evicted while it waited are dropped, never sent.
+- **One fate per capture, and the oldest evicted first.** The outbox never evicts a
+  claimed row, and only a request on the wire claims: it claims its batch's rows once
+  its token is in hand and no pause holds (`claims.rs`, `api::wire`), and sends only
+  those still pending; the claims end when the outcome is recorded, or at once when the
+  answer settles nothing. A batch waiting (to fill, parked, split, out a backoff or a
+  `Retry-After`, for a token) holds none, so the outbox evicts in age order whatever
+  waits, and rows evicted from a batch are dropped from it, never sent.
 - **Health follows what the flusher decides**: an answer it backs off from is a
   failure, one that settles captures is progress (`Metrics::delivery_failed`,
   `Metrics::delivery_progressed`), whatever the service's words.
@@ -47,6 +50,7 @@ Shutdown: `stop` ends new sends and waits for the answers of the batches in flig
 */
 
 pub mod answer;
+mod claims;
 mod deadlog;
 mod inputs;
 mod notes;
@@ -64,7 +68,7 @@ use crate::outbox::{AnswerNotes, OutboxError, Outcome, PendingCapture};
 pub use answer::{classify, Action};
 pub use deadlog::{DeadLetterLog, DEAD_LETTER_LOG_EVERY};
 pub use inputs::{FlushControl, FlushReport, Flusher};
-pub use plan::{Batch, BatchId, Note, Part, Planner, Resolution, Step};
+pub use plan::{Batch, BatchId, Note, Planner, Resolution, Step};
 pub use state::STATE_EVERY;
 
 use shell::Shell;
@@ -127,29 +131,9 @@ impl Flusher {
                 self.record(sh, settle, "").await;
                 Turn::Again
             }
-            Step::Claim(part) => self.claim(sh, part, now).await,
             Step::Fetch { max } => self.fetch(sh, max, now, ctl).await,
             Step::Wait(until) => Turn::Wait(until),
         }
-    }
-
-    /// Claims a parked or split part's rows again and sends what is still pending.
-    async fn claim(&self, sh: &mut Shell, part: Part, now: Instant) -> Turn {
-        let (ids, unclaim) = (part.ids(), sh.plan.take_unclaimed());
-        match self.outbox.claim(ids, unclaim).await {
-            Ok(present) => {
-                if let Some(batch) = sh.plan.claimed(part, &present, Instant::now()) {
-                    self.send(sh, batch);
-                }
-            }
-            Err(OutboxError::Closed) => return closed(),
-            Err(e) => {
-                let cause = format!("cannot read the outbox: {e}");
-                let res = sh.plan.claim_failed(part, cause, now, fastrand::f64());
-                self.carry_out(sh, res, "").await;
-            }
-        }
-        Turn::Again
     }
 
     /// Fetches the next batch and offers it to the planner.
@@ -178,7 +162,7 @@ impl Flusher {
                 Turn::End
             }
             Step::Wait(until) => Turn::Wait(until),
-            Step::Fetch { .. } | Step::Record(_) | Step::Claim(_) => Turn::Wait(None),
+            Step::Fetch { .. } | Step::Record(_) => Turn::Wait(None),
         }
     }
 

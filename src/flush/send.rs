@@ -1,46 +1,36 @@
-//! A batch's request: sent as a task of its own, and what its answer (or the task's
-//! failure) means, handed to the planner.
+//! A batch's request: sent as a task of its own, claiming its rows as it goes on the
+//! wire (`claims.rs`), and what its answer (or the task's failure) means, handed to the
+//! planner.
 
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::answer::{classify, Action};
+use super::claims::Claims;
 use super::inputs::Flusher;
 use super::plan::Batch;
 use super::shell::{Answered, Shell};
-use crate::api::{BulkItem, BulkRequest};
-use crate::record::EpochMillis;
 
 impl Flusher {
-    /// Sends `batch` as a task of its own.
+    /// Sends `batch` as a task of its own. The task claims the batch's rows as its
+    /// request goes on the wire, not before (`claims.rs`).
     pub(super) fn send(&self, sh: &mut Shell, batch: Batch) {
         sh.seq += 1;
         sh.report.batches += 1;
         let correlation_id = format!("{}-{}-{}", self.gateway_id, self.clock.wall_ms(), sh.seq);
-        let items: Vec<BulkItem> = batch
-            .rows
-            .iter()
-            .map(|p| BulkItem {
-                mac_id: self.mac_format.format(p.capture.mac),
-                ble_packet: p.capture.packet.clone(),
-                product_id: p.capture.product_id.to_string(),
-                scan_time: (p.capture.ts_ms.div_euclid(1000)).to_string(),
-            })
-            .collect();
         tracing::debug!(
             correlation_id,
-            items = items.len(),
+            items = batch.rows.len(),
             in_flight = sh.plan.in_flight(),
             concurrency_limit = sh.plan.window(),
             "batch sent"
         );
-        // What the task holds while the answer is awaited: the encoded body and the
-        // `mac_id`s, and the captures' times for the metrics; the rows themselves stay
-        // with the planner, once. The answer is read into its action in the task, so an
-        // answer waiting to be carried out holds only what settling it needs.
-        let request = BulkRequest::encode(&items);
-        drop(items);
-        let captured_at: Vec<EpochMillis> = batch.rows.iter().map(|p| p.capture.ts_ms).collect();
+        // What the task holds while the answer is awaited: the rows, shared with the
+        // planner (not copied), until the request is built, then the encoded body and
+        // the `mac_id`s, and the captures' times for the metrics. The answer is read
+        // into its action in the task, so an answer waiting to be carried out holds
+        // only what settling it needs.
+        let mut claims = Claims::new(self.outbox.clone(), batch.rows, batch.seen, self.mac_format);
         let client = self.client.clone();
         let id = batch.id;
         let metrics = self.metrics.clone();
@@ -48,23 +38,35 @@ impl Flusher {
         let task = async move {
             let started = Instant::now();
             let request_metrics = metrics.request();
-            let answer = match &request {
-                Ok(r) => client.decode_bulk_request(r, &correlation_id).await,
-                Err(e) => Err(e.clone()),
+            let answer = client
+                .decode_bulk_when_ready(&mut claims, &correlation_id)
+                .await;
+            let (action, ok) = match answer {
+                Ok(None) => (claims.failed().map(not_sent), false),
+                Ok(Some((request, items))) => {
+                    let failure = items.is_empty().then_some("empty_answer");
+                    request_metrics.answered(&claims.captured_at(), failure, clock.wall_ms());
+                    (Some(classify(request.mac_ids(), Ok(items))), true)
+                }
+                Err(e) => {
+                    request_metrics.answered(
+                        &claims.captured_at(),
+                        Some(e.label()),
+                        clock.wall_ms(),
+                    );
+                    (Some(classify(&[], Err(e))), false)
+                }
             };
-            let failure = match &answer {
-                Ok(items) if items.is_empty() => Some("empty_answer"),
-                Ok(_) => None,
-                Err(e) => Some(e.label()),
-            };
-            request_metrics.answered(&captured_at, failure, clock.wall_ms());
-            let ok = answer.is_ok();
-            let mac_ids = request.as_ref().map_or(&[][..], |r| r.mac_ids());
+            if !matches!(&action, Some(Action::Settle(o)) if !o.is_empty()) {
+                // Nothing to record: the rows are let go at once, not with the planner.
+                claims.release().await;
+            }
             Answered {
                 batch: id,
-                items: captured_at.len(),
+                items: claims.captured_at().len(),
                 ok,
-                action: classify(mac_ids, answer),
+                action,
+                gone: claims.gone().to_vec(),
                 correlation_id,
                 elapsed: started.elapsed(),
             }
@@ -85,11 +87,18 @@ impl Flusher {
                 tracing::debug!(
                     correlation_id = a.correlation_id,
                     items = a.items,
+                    gone = a.gone.len(),
                     ms = a.elapsed.as_millis() as u64,
                     ok = a.ok,
                     "batch answered"
                 );
-                (a.action, a.batch, a.correlation_id)
+                sh.plan.gone(a.batch, &a.gone);
+                let Some(action) = a.action else {
+                    // Every row was evicted while the batch waited: nothing was sent.
+                    sh.report.batches -= 1;
+                    return;
+                };
+                (action, a.batch, a.correlation_id)
             }
             Err(e) => {
                 // A request task that panicked: its batch failed like a lost answer.
@@ -111,5 +120,16 @@ impl Flusher {
             .plan
             .answered(batch, action, Instant::now(), fastrand::f64());
         self.carry_out(sh, res, &correlation_id).await;
+    }
+}
+
+/// A batch the outbox could not claim (it could not be read), or whose request could
+/// not be built: nothing was sent; it waits and goes again.
+fn not_sent(cause: String) -> Action {
+    Action::Retry {
+        cause,
+        label: "outbox_read",
+        retry_after: None,
+        isolate: false,
     }
 }

@@ -17,11 +17,14 @@ use crate::outbox::FlusherState;
 /// A batch's request, answered (or failed), and what its answer means.
 pub(super) struct Answered {
     pub(super) batch: BatchId,
-    /// Captures sent.
+    /// Captures sent (or that would have been).
     pub(super) items: usize,
     /// The service answered 2xx.
     pub(super) ok: bool,
-    pub(super) action: Action,
+    /// What the answer means; `None`: nothing was sent (every row was gone).
+    pub(super) action: Option<Action>,
+    /// Rows the outbox no longer held as the request went: not sent.
+    pub(super) gone: Vec<i64>,
     pub(super) correlation_id: String,
     pub(super) elapsed: Duration,
 }

@@ -8,17 +8,19 @@
 //! new file to the directory's owner (SQLite gives the `-wal` and `-shm` files it
 //! creates as root the owner and mode of the database file); anyone else is refused
 //! with the user to run as. And when a database cannot be written, [`why_unwritable`]
-//! says why (owner, mode, a read-only file system) and what fixes it, for the daemon's
-//! ERROR at start and for `/healthz`.
+//! says why (owner, mode, a read-only file system: `storage.rs`) and what fixes it, for
+//! the daemon's ERROR at start and for `/healthz`.
 //!
-//! A leaf: it touches only the file system (no database); `store.rs`, `reopen.rs` and
-//! `lock.rs` call it.
+//! It touches only the file system (no database) and `storage.rs`; `store.rs`,
+//! `reopen.rs` and `lock.rs` call it.
 
 use std::ffi::CString;
 use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+
+use super::storage::why_read_only;
 
 /// Creates the state directory (and any missing parent) for its owner alone (0700),
 /// whatever the umask: captures, readings and the rate window are nobody else's. An
@@ -84,11 +86,8 @@ fn hand_over(file: &File, uid: u32, gid: u32) -> std::io::Result<()> {
 pub fn why_unwritable(db: &Path) -> Option<String> {
     let dir = db.parent().unwrap_or(Path::new("."));
     let me = euid();
-    if read_only_fs(dir) {
-        return Some(format!(
-            "the file system holding {} is mounted read-only. Fix: remount it read-write (or set gateway.state_dir to a writable directory)",
-            dir.display()
-        ));
+    if let Some(why) = why_read_only(dir) {
+        return Some(why);
     }
     let mut paths = vec![db.to_path_buf()];
     for suffix in ["-wal", "-shm"] {
@@ -148,13 +147,6 @@ fn writable(path: &Path) -> bool {
     let Some(p) = c_path(path) else { return true };
     // SAFETY: a valid NUL-terminated path.
     unsafe { libc::faccessat(libc::AT_FDCWD, p.as_ptr(), libc::W_OK, libc::AT_EACCESS) == 0 }
-}
-
-fn read_only_fs(dir: &Path) -> bool {
-    let Some(p) = c_path(dir) else { return false };
-    // SAFETY: statvfs(3) on a valid path into a zeroed struct it fills.
-    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-    unsafe { libc::statvfs(p.as_ptr(), &mut s) == 0 && s.f_flag & libc::ST_RDONLY != 0 }
 }
 
 /// `tapegate (uid 999)`, or `uid 999` for a uid without a name.

@@ -102,8 +102,10 @@ impl Store {
     /// What the store keeps in memory follows a committed group.
     fn enqueued(&mut self, next: Counters, inserted: &Inserted, evictions: &Evictions) {
         if evictions.total() > 0 {
-            // Rows the flusher's walk remembered may be gone: it starts over.
+            // Rows the flusher's walk remembered, or holds, may be gone: it starts over,
+            // and claims look its rows up.
             self.cursor.reset();
+            self.seen.0 += 1;
         } else if let Some(first) = inserted.first_id {
             // An id freed at the end of the table is given again: below the cursor.
             self.cursor.lower(first);

@@ -28,17 +28,19 @@ never held. `counters` also has `clock_repaired` and `clock_estimated`.
 A row's life: admitted → `pending` (held while the clock is not trusted) → delivered (row deleted, reading stored) | dead
 letter (row moved to `dead_letters`) | evicted (deleted when a bound is exceeded:
 `max_pending`, `max_age_secs`, `max_bytes`; oldest first, never while the flusher has it
-claimed; see `retention.rs`). `tapegate dead-letters retry` moves dead letters back to
-`pending`.
+claimed, on the wire; see `retention.rs`). `tapegate dead-letters retry` moves dead
+letters back to `pending`.
 
-**Claims** (in memory, on the owner thread; no write): the rows the flusher has in a
-batch in flight, or settled and not yet recorded. A fetch claims the rows it returns
-([`Store::claim_next_batch`]); [`Store::settle`] lets go of what it records; the flusher
-hands back the rest with its next call ([`Store::unclaim`]), and claims a parked batch's
-rows again just before it sends it ([`Store::claim`], which returns only the rows still
-pending). So a row the outbox evicted is never sent, and a row on its way to the service
-is never counted evicted: one fate per capture, by construction, at no extra call or
-write on the normal path.
+**Claims** (in memory, on the owner thread; no write): the rows of a request on the
+wire, or answered and not yet recorded. A fetch claims nothing
+([`Store::fetch_next_batch`]): a batch found may wait (to fill, out a backoff or the
+service's `Retry-After`, for a token), and a batch that waits holds no claim. Its request
+claims its rows as it goes on the wire ([`Store::claim`], which returns only the rows
+still pending, and looks nothing up when nothing but the flusher's answers has left
+`pending` since they were read: [`Seen`]); [`Store::settle`] lets go of what it records,
+and the request lets go at once of an answer that settles nothing ([`Store::unclaim`]).
+So a row the outbox evicted is never sent, a row on the wire is never counted evicted, and whatever waits is evicted in age order like any other row: one
+fate per capture, by construction, at one call a batch and no write.
 
 # Guarantees
 - **Accepted means committed.** Captures are committed in groups, every
@@ -55,9 +57,10 @@ write on the normal path.
 - **Bounded.** At most `outbox.max_pending` rows pending, none older than
   `outbox.max_age_secs` at the front of the queue (held rows excepted), the database's
   used pages at most `outbox.max_bytes`; past any of them the oldest rows not claimed
-  are evicted (the newest state of a tape matters most) and counted with their bound;
-  for `max_pending`, when every older row is claimed, the newest go (the bound holds
-  whatever the flusher holds); the age and size bounds wait for claimed rows' answers.
+  are evicted (the newest state of a tape matters most) and counted with their bound,
+  whatever the flusher holds back (a batch waiting out a backoff loses what is evicted
+  from it); for `max_pending`, when every older row is claimed, the newest go (the bound
+  holds whatever is on the wire); the age and size bounds wait for claimed rows' answers.
   Re-queued dead letters can push past the bound until the next commit evicts. Stored
   dead letters are capped at [`MAX_DEAD_LETTERS`] (oldest dropped and counted); the
   tapes' latest readings waiting in memory at [`LATEST_MAX`] tapes.
@@ -108,8 +111,9 @@ it ([`Handles`]: the ingest writer, the flusher's, the clock keeper's, the reade
 scanner notes, the stages'), so that no stage can do to the database more than its few
 calls; `lock.rs` the state directory's one owner; `access.rs`
 who may create and write the state (a database is created only by the state directory's
-owner, or by root for it). Every arrow runs down this list; this file only declares the
-rooms and shows what they offer.
+owner, or by root for it), and `storage.rs` under it, the file system that holds it
+when it takes no writes (read-only, or turned so after an error). Every arrow runs down
+this list; this file only declares the rooms and shows what they offer.
 */
 
 mod access;
@@ -130,6 +134,7 @@ mod reopen;
 mod retention;
 mod scan;
 mod settle;
+mod storage;
 mod store;
 mod users;
 mod words;
@@ -146,8 +151,9 @@ pub use lock::{LockError, StateLock, LOCK_FILE};
 pub use operator::{DeadLetter, FlusherState, ScannerCounts, Stats, TapeKnown};
 pub use retention::{keep_bounds, Evictions};
 pub use settle::AnswerNotes;
+pub use storage::why_read_only;
 pub use store::{OpenReport, Store, StoreOptions};
-pub use words::{HeardChanges, HeardTape, Outcome, PendingCapture, Reading, TapeRow};
+pub use words::{HeardChanges, HeardTape, Outcome, PendingCapture, Reading, RowKey, Seen, TapeRow};
 // The settings' types are config's words (`[outbox]`), shown here for the store's users.
 pub use crate::config::{Durability, Retention};
 pub use users::{

@@ -62,6 +62,7 @@ impl Store {
         // Ids of the old file name no row of the new one.
         self.claimed.clear();
         self.cursor.reset();
+        self.seen.0 += 1;
         self.id_floor = floor.max(1);
         if let Some(dir) = self.path.parent() {
             let _ = create_state_dir(dir);

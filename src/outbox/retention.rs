@@ -16,6 +16,12 @@
 //! `evicted_max_age`, `evicted_max_bytes`). The bounds are kept at each commit of a
 //! group and, for a gateway that hears nothing, by [`keep_bounds`] now and then.
 //!
+//! Only rows claimed are passed over: those in a request on the wire, or whose answer is
+//! being recorded (`fetch.rs`). A batch waiting (to fill, out a backoff, out the
+//! service's `Retry-After`, for a token) holds no claim, and loses what is evicted from
+//! it: the flusher claims its rows again as the request goes, and sends only those still
+//! pending. So in an outage of any length the oldest go, whatever the flusher holds back.
+//!
 //! It touches `db`, `hold.rs`, the owner thread (`handle.rs`, for [`keep_bounds`]) and
 //! the [`Store`] it writes; `enqueue.rs` calls [`evict_oldest`] and [`evict_past`].
 
@@ -247,8 +253,10 @@ impl Store {
         self.counters = next;
         self.clock.first_held = held;
         if evictions.total() > 0 {
-            // Rows the flusher's walk remembered may be gone: it starts over.
+            // Rows the flusher's walk remembered, or holds, may be gone: it starts over,
+            // and claims look its rows up.
             self.cursor.reset();
+            self.seen.0 += 1;
         }
         Ok(evictions)
     }
@@ -379,7 +387,18 @@ mod tests {
         store
             .enqueue(&(0..10).map(|i| capture(i, now - 1000)).collect::<Vec<_>>())
             .unwrap();
-        assert_eq!(store.claim(&[1, 2, 5], &[]).unwrap(), [1, 2, 5]);
+        let keys: Vec<crate::outbox::RowKey> = store
+            .pending_captures()
+            .unwrap()
+            .iter()
+            .filter(|p| [1, 2, 5].contains(&p.id))
+            .map(crate::outbox::PendingCapture::key)
+            .collect();
+        let seen = store
+            .fetch_next_batch(1, 1, &HashSet::new(), &[])
+            .unwrap()
+            .seen;
+        assert_eq!(store.claim(&keys, seen).unwrap(), [1, 2, 5]);
         store.set_retention(Retention {
             max_age_ms: Some(DAY),
             max_bytes: Some(1),

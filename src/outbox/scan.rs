@@ -222,7 +222,9 @@ mod tests {
 
     use proptest::prelude::*;
 
-    use crate::outbox::{Durability, Fetched, Outcome, PendingCapture, Store, StoreOptions};
+    use crate::outbox::{
+        Durability, Fetched, Outcome, PendingCapture, RowKey, Seen, Store, StoreOptions,
+    };
     use crate::record::{Capture, Mac};
 
     #[derive(Debug, Clone)]
@@ -286,7 +288,7 @@ mod tests {
             .enqueue(&(0..5).map(|i| capture(i, i.into())).collect::<Vec<_>>())
             .unwrap();
         let none = HashSet::new();
-        let rows = store.claim_next_batch(10, 100, &none, &[]).unwrap().rows;
+        let rows = store.fetch_next_batch(10, 100, &none, &[]).unwrap().rows;
         assert_eq!(rows.len(), 5);
         let refused = rows
             .into_iter()
@@ -294,13 +296,13 @@ mod tests {
             .collect::<Vec<_>>();
         store.settle(&refused, 0).unwrap();
         assert!(store
-            .claim_next_batch(10, 100, &none, &[])
+            .fetch_next_batch(10, 100, &none, &[])
             .unwrap()
             .rows
             .is_empty());
         let mut cli = Store::open_existing(dir.path()).unwrap().unwrap();
         assert_eq!(cli.retry_dead_letters(None).unwrap(), 5);
-        let again = store.claim_next_batch(10, 100, &none, &[]).unwrap().rows;
+        let again = store.fetch_next_batch(10, 100, &none, &[]).unwrap().rows;
         assert_eq!(again.first().map(|r| r.id), Some(1), "ids given again");
         assert_eq!(again.len(), 5);
     }
@@ -362,9 +364,12 @@ mod tests {
                     }
                     Op::Fetch { max, keep } => {
                         let want = store.next_batch_excluding(max, 10_000, &busy).unwrap();
-                        let got = store.claim_next_batch(max, 10_000, &busy, &[]).unwrap();
+                        let got = store.fetch_next_batch(max, 10_000, &busy, &[]).unwrap();
                         prop_assert_eq!(promised(&got), promised(&want));
                         if keep && !got.rows.is_empty() {
+                            // Sent at once: its request claims it.
+                            let keys: Vec<RowKey> = got.rows.iter().map(PendingCapture::key).collect();
+                            store.claim(&keys, got.seen).unwrap();
                             in_flight.push(got.rows);
                         } else {
                             let ids: Vec<i64> = got.rows.iter().map(|r| r.id).collect();
@@ -382,8 +387,8 @@ mod tests {
                     }
                     Op::Resend if !parked.is_empty() => {
                         let batch = parked.remove(0);
-                        let ids: Vec<i64> = batch.iter().map(|r| r.id).collect();
-                        let present = store.claim(&ids, &[]).unwrap();
+                        let keys: Vec<RowKey> = batch.iter().map(PendingCapture::key).collect();
+                        let present = store.claim(&keys, Seen::default()).unwrap();
                         let rows: Vec<PendingCapture> =
                             batch.into_iter().filter(|r| present.contains(&r.id)).collect();
                         if !rows.is_empty() {

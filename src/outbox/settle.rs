@@ -169,7 +169,7 @@ mod tests {
         let mut s = open(&dir, 10);
         s.enqueue(&[capture(1), capture(2)]).unwrap();
         let rows = s
-            .claim_next_batch(2, 100, &HashSet::new(), &[])
+            .fetch_next_batch(2, 100, &HashSet::new(), &[])
             .unwrap()
             .rows;
         let delivered = Outcome::Delivered(Reading {

@@ -18,6 +18,7 @@ use super::cursor::Cursor;
 use super::db::{self, read_counters, write_tx, Broken, Counters, OutboxError, DB_FILE};
 use super::hold::ClockRows;
 use super::latest::Latest;
+use super::words::Seen;
 use crate::clock::SharedClock;
 use crate::config::{Durability, Retention};
 
@@ -72,9 +73,12 @@ pub struct Store {
     /// After a reopen, the first id of the fresh database's `pending` rows: ids of the
     /// old file may still be in flight, and must not name new rows when they settle.
     pub(super) id_floor: i64,
-    /// The rows the flusher has claimed (in a batch in flight, or settled and not yet
-    /// recorded): never evicted. In memory only: nothing is claimed at a start.
+    /// The rows the flusher has claimed (in a request on the wire, or answered and not
+    /// yet recorded): never evicted. In memory only: nothing is claimed at a start.
     pub(super) claimed: HashSet<i64>,
+    /// Bumped whenever rows leave `pending` other than by the flusher's answers (an
+    /// eviction, a database replaced): see [`Seen`].
+    pub(super) seen: Seen,
     /// Tapes' latest readings not yet written to `tapes` (`latest.rs`).
     pub(super) latest: Latest,
     /// Where the flusher's next fetch resumes (`scan.rs`).
@@ -170,6 +174,7 @@ impl Store {
             identity,
             id_floor: 0,
             claimed: HashSet::new(),
+            seen: Seen::default(),
             latest: Latest::default(),
             cursor: Cursor::default(),
         }

@@ -13,6 +13,34 @@ pub struct PendingCapture {
     pub capture: Capture,
 }
 
+impl PendingCapture {
+    /// What names this row when it is claimed ([`RowKey`]).
+    pub fn key(&self) -> RowKey {
+        RowKey {
+            id: self.id,
+            mac: self.capture.mac,
+            captured_at: self.capture.ts_ms,
+        }
+    }
+}
+
+/// A pending row as the flusher claims it: its id, and what tells it from a row given
+/// the same id later (SQLite gives an id freed at the end of the table again, and a row
+/// the flusher holds may have been evicted meanwhile).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowKey {
+    pub id: i64,
+    pub mac: Mac,
+    pub captured_at: EpochMillis,
+}
+
+/// When the flusher read its rows, counted in what left `pending` other than by its
+/// own answers (an eviction, a database replaced under the daemon): rows read at the
+/// count the outbox still holds are all still there, so claiming them looks nothing up
+/// ([`crate::outbox::Store::claim`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Seen(pub(super) u64);
+
 /// What the service decoded, as far as the gateway keeps it: the tape's latest reading
 /// (`tapegate tapes`, the status page). The readings themselves are the service's.
 #[derive(Debug, Clone, PartialEq)]

@@ -34,7 +34,8 @@ pub(super) struct Parts {
     /// What the daemon recorded of itself at start (for the reloader).
     pub inventory: Option<Inventory>,
     pub tapes_heard: Arc<HeardNow>,
-    /// Whether captures can be committed (the ingest stage's word).
+    /// Whether captures can be committed (the ingest stage's word, and the state
+    /// directory's file system).
     pub admission: Arc<Admission>,
     /// The daemon's clock, handed to every stage and service.
     pub clock: SharedClock,
@@ -56,7 +57,7 @@ impl Parts {
             metrics,
             inventory,
             tapes_heard: Arc::new(HeardNow::default()),
-            admission: Arc::new(Admission::default()),
+            admission: Arc::new(Admission::watching(&config.gateway.state_dir)),
             clock,
         }
     }

@@ -15,8 +15,7 @@ The rules, in the order a batch meets them:
   to `max_delay` from when it was first seen.
 - **Pauses hold everything.** While new sends pause (a backoff, or the service's
   `Retry-After`), nothing is launched: not a queued part, not what a fetch already under
-  way finds ([`Planner::offer`] and [`Planner::claimed`] check, as [`Planner::next`]
-  does). (The service client holds the same pause for requests already launched, from
+  way finds ([`Planner::offer`] checks, as [`Planner::next`] does). (The service client holds the same pause for requests already launched, from
   the instant a task reads the answer: see `api::pause`.)
 - **Concurrency window** (AIMD, after vector's adaptive request concurrency): at most
   `window` batches in flight, `1..=max_in_flight`. It starts at 1, grows by one on a
@@ -54,19 +53,22 @@ The rules, in the order a batch meets them:
   An answer that answers nothing at all is a transient failure, unless it is to a
   capture alone that an earlier answer (answering others) already left out: then it
   is left out again.
-- **Claims: one fate per capture.** The outbox never evicts a row the flusher has
-  claimed, and a row it no longer holds is never sent. A fetch claims what it finds; a
-  batch in flight, and outcomes waiting to be recorded, keep their claims; everything
-  else is handed back ([`Planner::take_unclaimed`], carried by the next outbox call).
-  A parked or split part holds its rows without a claim (so that a long outage cannot
-  pin them against eviction) and claims them again just before it is sent
-  ([`Step::Claim`]): rows evicted meanwhile are dropped, never sent.
+- **Claims: one fate per capture.** The outbox never evicts a row on the wire, and a
+  row it no longer holds is never sent. Nothing here claims: a batch's request claims
+  its rows as it goes on the wire, once its token is in hand and no pause holds
+  (`api::wire`, `flush::send`), and lets go at once of an answer that settles nothing;
+  outcomes waiting to be recorded keep theirs. A batch found and waiting to fill, parked,
+  split, or launched and waiting for its token or out a `Retry-After`, holds none (so an
+  outage of any length pins nothing against eviction): rows evicted meanwhile are
+  dropped as the request goes ([`Planner::gone`]), never sent. Rows this planner lets go
+  of are handed back to the outbox ([`Planner::take_unclaimed`], carried by the next
+  outbox call) for a later fetch to find.
 - **Recording.** What an answer settled is kept here until the outbox has recorded it;
   if that fails (disk full), new sends pause (backoff) and the same outcomes are
   recorded again, never re-sent.
 
-The rooms: this file holds the [`Planner`] and what the loop calls (next, offer,
-claimed, recorded); `verdict.rs` what an answer means for its captures (the only room
+The rooms: this file holds the [`Planner`] and what the loop calls (next, offer, gone,
+recorded); `verdict.rs` what an answer means for its captures (the only room
 that counts attempts and weighs evidence); `queue.rs` the parked, split and isolating
 parts; `window.rs` and `pause.rs` the concurrency window and the pause as pure state;
 `step.rs` the vocabulary the loop and the planner share. None of them does I/O.
@@ -85,11 +87,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::FlushSettings;
-use crate::outbox::{Fetched, Outcome, PendingCapture};
+use crate::outbox::{Fetched, Outcome, PendingCapture, Seen};
 use crate::record::Mac;
 use pause::Pause;
 use step::{Attempts, InFlight, Origin, Queued};
-pub use step::{Batch, BatchId, Note, Part, Resolution, Step};
+pub use step::{Batch, BatchId, Note, Resolution, Step};
 use window::Window;
 
 /// Captures whose attempts are remembered at most; past it those not held here are
@@ -117,7 +119,7 @@ pub struct Planner {
     unrecorded: Option<Vec<(PendingCapture, Outcome)>>,
     /// The MACs of every row held here (in flight, queued, unrecorded).
     busy: HashSet<Mac>,
-    /// Claims to hand back to the outbox with its next call.
+    /// Rows let go of, to hand back to the outbox with its next call.
     unclaimed: Vec<i64>,
     attempts: HashMap<i64, Attempts>,
     /// The highest id of a batch answered with at least one item.
@@ -155,27 +157,39 @@ impl Planner {
         &self.busy
     }
 
-    /// The claims to hand back to the outbox (rows parked, left to the outbox, or found
-    /// and not sent); the caller passes them with its next outbox call.
+    /// The rows to hand back to the outbox (found and not sent, left out of an
+    /// answer, abandoned): it lets go of any claim on them, and a later fetch finds
+    /// them. The caller passes them with its next outbox call.
     pub fn take_unclaimed(&mut self) -> Vec<i64> {
         std::mem::take(&mut self.unclaimed)
     }
 
-    /// The claims waiting to be handed back (what [`Planner::take_unclaimed`] would
+    /// The rows waiting to be handed back (what [`Planner::take_unclaimed`] would
     /// take), for checks.
     pub fn to_unclaim(&self) -> &[i64] {
         &self.unclaimed
     }
 
-    /// The rows whose claims the outbox must keep: in flight, or settled and not yet
-    /// recorded. (For checks: the outbox's claims are exactly these, once the handed
-    /// back ones are passed on.)
-    pub fn claimed_rows(&self) -> Vec<i64> {
+    /// The rows of the batches in flight (their requests claim them on the wire), for
+    /// checks.
+    pub fn in_flight_rows(&self) -> Vec<i64> {
         let mut ids: Vec<i64> = self
             .in_flight
             .values()
             .flat_map(|b| b.rows.iter().map(|r| r.id))
-            .chain(self.unrecorded.iter().flatten().map(|(r, _)| r.id))
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// The rows answered and not yet recorded, whose claims the outbox keeps, for
+    /// checks.
+    pub fn unrecorded_rows(&self) -> Vec<i64> {
+        let mut ids: Vec<i64> = self
+            .unrecorded
+            .iter()
+            .flatten()
+            .map(|(r, _)| r.id)
             .collect();
         ids.sort_unstable();
         ids
@@ -219,10 +233,7 @@ impl Planner {
         }
         if let Some(i) = self.queue.iter().position(|q| q.not_before <= now) {
             if let Some(q) = self.queue.remove(i) {
-                return Step::Claim(Part {
-                    rows: q.rows,
-                    origin: q.origin,
-                });
+                return Step::Send(self.launch(q.rows, q.origin, q.seen, now));
             }
         }
         if let Some(until) = self.exhausted_until.filter(|t| *t > now) {
@@ -237,14 +248,15 @@ impl Planner {
         self.exhausted_until = None;
     }
 
-    /// What a fetch found (and claimed): send it, or wait for it to fill (its claims are
-    /// handed back). `ingest_done`: no more captures will come, so waiting cannot fill
-    /// it. A pause that began while the fetch was under way holds it too.
+    /// What a fetch found: send it, or wait for it to fill (its rows are handed back).
+    /// `ingest_done`: no more captures will come, so waiting cannot fill it. A pause
+    /// that began while the fetch was under way holds it too.
     pub fn offer(&mut self, fetched: Fetched, ingest_done: bool, now: Instant) -> Step {
         let Fetched {
             rows,
             complete,
             backlog,
+            seen,
         } = fetched;
         if let Some(until) = self.paused_until(now) {
             self.unclaimed.extend(rows.iter().map(|r| r.id));
@@ -270,57 +282,40 @@ impl Planner {
             }
         }
         self.waiting_since = None;
-        Step::Send(self.launch(rows, Origin::Fresh, now))
+        Step::Send(self.launch(rows, Origin::Fresh, seen, now))
     }
 
-    /// The outbox claimed the rows of `part` it still holds (`present`, by id): the rest
-    /// were evicted (or deleted) while the part waited here, and are never sent. Returns
-    /// the batch to send, if anything is left. A pause that began meanwhile holds the
-    /// part again (its claims are handed back).
-    pub fn claimed(&mut self, part: Part, present: &[i64], now: Instant) -> Option<Batch> {
-        let present: HashSet<i64> = present.iter().copied().collect();
-        let (rows, gone): (Vec<PendingCapture>, Vec<PendingCapture>) =
-            part.rows.into_iter().partition(|r| present.contains(&r.id));
-        for r in &gone {
+    /// Rows `gone` of batch `id` were no longer in the outbox when its request went on
+    /// the wire (evicted while the batch waited, or a database replaced): they were
+    /// not sent, and leave the batch here; their MACs are free. A batch left with no
+    /// row was not sent at all, and is forgotten.
+    pub fn gone(&mut self, id: BatchId, gone: &[i64]) {
+        if gone.is_empty() {
+            return;
+        }
+        let Some(batch) = self.in_flight.get_mut(&id) else {
+            return;
+        };
+        self.exhausted_until = None;
+        let gone: HashSet<i64> = gone.iter().copied().collect();
+        let rows = Arc::make_mut(&mut batch.rows);
+        for r in rows.iter().filter(|r| gone.contains(&r.id)) {
             self.busy.remove(&r.capture.mac);
             self.attempts.remove(&r.id);
         }
-        if !gone.is_empty() {
-            self.exhausted_until = None;
-        }
+        rows.retain(|r| !gone.contains(&r.id));
         if rows.is_empty() {
-            return None;
+            self.in_flight.remove(&id);
         }
-        if let Some(until) = self.paused_until(now) {
-            self.unclaimed.extend(rows.iter().map(|r| r.id));
-            self.queue.push_front(Queued {
-                rows,
-                origin: part.origin,
-                not_before: until,
-            });
-            return None;
-        }
-        Some(self.launch(rows, part.origin, now))
     }
 
-    /// Claiming the rows of `part` failed (the outbox could not be read): it waits
-    /// here again, and new sends pause.
-    pub fn claim_failed(
+    fn launch(
         &mut self,
-        part: Part,
-        cause: String,
+        rows: Vec<PendingCapture>,
+        origin: Origin,
+        seen: Seen,
         now: Instant,
-        jitter: f64,
-    ) -> Resolution {
-        self.queue.push_front(Queued {
-            rows: part.rows,
-            origin: part.origin,
-            not_before: now,
-        });
-        self.read_failed(cause, now, jitter)
-    }
-
-    fn launch(&mut self, rows: Vec<PendingCapture>, origin: Origin, now: Instant) -> Batch {
+    ) -> Batch {
         self.next_id += 1;
         let id = self.next_id;
         self.busy.extend(rows.iter().map(|r| r.capture.mac));
@@ -332,11 +327,12 @@ impl Planner {
             InFlight {
                 rows: Arc::clone(&rows),
                 origin,
+                seen,
                 sent_at: now,
                 window_full,
             },
         );
-        Batch { id, rows }
+        Batch { id, rows, seen }
     }
 
     /// Forgets the batches in flight (shutdown abandoned them; their rows stay
@@ -388,7 +384,8 @@ impl Planner {
         res
     }
 
-    /// Rows go back to the outbox's care: a later fetch takes them again.
+    /// Rows go back to the outbox's care (their claims let go, if they have any): a
+    /// later fetch takes them again.
     fn release(&mut self, rows: Vec<PendingCapture>) {
         for r in rows {
             self.busy.remove(&r.capture.mac);

@@ -1,6 +1,8 @@
 //! The queue of parked, split and isolating parts ([`Queued`]), each due at its own
-//! time, and the bound on what it holds. Part of [`Planner`]: it touches the queue, the claims to hand
-//! back and the busy MACs, nothing of the window or the pause.
+//! time, and the bound on what it holds. Part of [`Planner`]: it touches the queue, the
+//! rows to hand back and the busy MACs, nothing of the window or the pause. A part here
+//! holds no claim on its rows: the outbox may evict them while it waits, and its request
+//! claims what is left as it goes (see [`Planner::gone`]).
 
 use std::time::Duration;
 
@@ -8,7 +10,7 @@ use tokio::time::Instant;
 
 use super::step::{Origin, Queued};
 use super::Planner;
-use crate::outbox::PendingCapture;
+use crate::outbox::{PendingCapture, Seen};
 
 impl Planner {
     /// Earliest time a queued batch is due, if any waits.
@@ -27,18 +29,24 @@ impl Planner {
         exp / 2 + exp.mul_f64(jitter.clamp(0.0, 1.0)) / 2
     }
 
-    /// Parks `rows` until `not_before`, their MACs held and their claims handed back,
-    /// so that other captures go first: either they are answered (and the parked ones
-    /// then know where they stand) or the service is down for everyone. Past the bound,
-    /// left to the outbox instead.
-    pub(super) fn park(&mut self, rows: Vec<PendingCapture>, origin: Origin, not_before: Instant) {
+    /// Parks `rows` (read at `seen`) until `not_before`, their MACs held, so that other
+    /// captures go first: either they are answered (and the parked ones then know where
+    /// they stand) or the service is down for everyone. Past the bound, left to the
+    /// outbox instead.
+    pub(super) fn park(
+        &mut self,
+        rows: Vec<PendingCapture>,
+        origin: Origin,
+        seen: Seen,
+        not_before: Instant,
+    ) {
         if self.held_rows() + rows.len() > self.park_max() {
             return self.release(rows);
         }
-        self.unclaimed.extend(rows.iter().map(|r| r.id));
         self.queue.push_back(Queued {
             rows,
             origin,
+            seen,
             not_before,
         });
     }
@@ -55,17 +63,21 @@ impl Planner {
     }
 
     /// Splits `rows` in halves, both sent before anything new, the first half first.
-    pub(super) fn bisect(&mut self, mut rows: Vec<PendingCapture>, origin: Origin, now: Instant) {
+    pub(super) fn bisect(
+        &mut self,
+        mut rows: Vec<PendingCapture>,
+        origin: Origin,
+        seen: Seen,
+        now: Instant,
+    ) {
         let second = rows.split_off(rows.len() / 2);
-        self.queue_front(second, origin, now);
-        self.queue_front(rows, origin, now);
-    }
-
-    pub(super) fn queue_front(&mut self, rows: Vec<PendingCapture>, origin: Origin, now: Instant) {
-        self.queue.push_front(Queued {
-            rows,
-            origin,
-            not_before: now,
-        });
+        for half in [second, rows] {
+            self.queue.push_front(Queued {
+                rows: half,
+                origin,
+                seen,
+                not_before: now,
+            });
+        }
     }
 }

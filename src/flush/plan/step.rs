@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::outbox::{Outcome, PendingCapture};
+use crate::outbox::{Outcome, PendingCapture, Seen};
 
 /// Identifies a batch launched (in flight). Increasing: a batch with a higher id was
 /// launched later.
@@ -15,36 +15,21 @@ pub type BatchId = u64;
 
 /// A batch to send. Its rows are shared with the planner's record of the batch in
 /// flight, not copied: the request encodes them and lets go, and the planner has them
-/// to itself again when the answer comes.
+/// to itself again when the answer comes. Its request claims them as it goes on the
+/// wire (`seen`: when they were read, see [`Seen`]); rows the outbox no longer holds by
+/// then are dropped, never sent ([`Planner::gone`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Batch {
     pub id: BatchId,
     pub rows: Arc<Vec<PendingCapture>>,
-}
-
-/// A parked or split part due to be sent: its rows are claimed again first (rows the
-/// outbox no longer holds are dropped), then [`Planner::claimed`] launches the rest.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Part {
-    pub(super) rows: Vec<PendingCapture>,
-    pub(super) origin: Origin,
-}
-
-impl Part {
-    /// The row ids to claim.
-    pub fn ids(&self) -> Vec<i64> {
-        self.rows.iter().map(|r| r.id).collect()
-    }
+    pub seen: Seen,
 }
 
 /// What the loop should do next.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
-    /// Send this batch now (its rows are claimed).
+    /// Send this batch now (its request claims its rows as it goes on the wire).
     Send(Batch),
-    /// Claim the rows of this part in the outbox (those still pending), then call
-    /// [`Planner::claimed`].
-    Claim(Part),
     /// Record these outcomes again (the last try failed); then call
     /// [`Planner::recorded`] or [`Planner::record_failed`].
     Record(Vec<(PendingCapture, Outcome)>),
@@ -118,6 +103,7 @@ pub(super) struct InFlight {
     /// them out without a copy.
     pub(super) rows: Arc<Vec<PendingCapture>>,
     pub(super) origin: Origin,
+    pub(super) seen: Seen,
     pub(super) sent_at: Instant,
     /// The window was in use when this batch was sent, and the batch was full (growth
     /// only counts then: a window wider than the tapes free to fill it only sends
@@ -144,5 +130,7 @@ pub(super) struct Attempts {
 pub(super) struct Queued {
     pub(super) rows: Vec<PendingCapture>,
     pub(super) origin: Origin,
+    /// When its rows were read (they hold no claim while they wait).
+    pub(super) seen: Seen,
     pub(super) not_before: Instant,
 }

@@ -24,9 +24,11 @@ struct Failure {
 }
 
 impl Planner {
-    /// The answer to batch `id`. Rows not in the returned `settle` are released
-    /// (retried later) or queued here; the settled ones stay busy (and claimed) until
-    /// [`Planner::recorded`] (or [`Planner::record_failed`]).
+    /// The answer to batch `id` (its rows those its request sent: see
+    /// [`Planner::gone`]). Rows not in the returned `settle` are released (retried
+    /// later) or queued here; the settled ones stay busy (and claimed) until
+    /// [`Planner::recorded`] (or [`Planner::record_failed`]). An answer that settles
+    /// nothing has let go of its claims already (`flush::send`).
     pub fn answered(
         &mut self,
         id: BatchId,
@@ -172,8 +174,7 @@ impl Planner {
                 items: rows.len(),
                 reason,
             });
-            self.unclaimed.extend(rows.iter().map(|r| r.id));
-            return self.bisect(rows, Origin::Split, now);
+            return self.bisect(rows, Origin::Split, batch.seen, now);
         }
         let Some(row) = rows.first() else { return };
         if self.evidence(row) {
@@ -194,7 +195,7 @@ impl Planner {
         let failures = self.attempts.get(&row.id).map_or(1, |a| a.failures);
         let due =
             (now + self.park_delay(failures, jitter)).max(self.pause.last_until().unwrap_or(now));
-        self.park(rows, Origin::Split, due);
+        self.park(rows, Origin::Split, batch.seen, due);
     }
 
     fn shrink(&mut self, batch: InFlight, now: Instant, jitter: f64, res: &mut Resolution) {
@@ -211,11 +212,11 @@ impl Planner {
             sent,
             limit: self.limit,
         });
-        self.unclaimed.extend(batch.rows.iter().map(|r| r.id));
         // Re-cut this batch and what was queued to the new limit, keeping the order.
         let mut parts = vec![Queued {
             rows: Arc::unwrap_or_clone(batch.rows),
             origin: batch.origin,
+            seen: batch.seen,
             not_before: now,
         }];
         parts.extend(self.queue.drain(..));
@@ -224,6 +225,7 @@ impl Planner {
                 self.queue.push_back(Queued {
                     rows: chunk.to_vec(),
                     origin: q.origin,
+                    seen: q.seen,
                     not_before: q.not_before,
                 });
             }
@@ -271,8 +273,7 @@ impl Planner {
                 items: rows.len(),
                 cause,
             });
-            self.unclaimed.extend(rows.iter().map(|r| r.id));
-            return self.bisect(rows, Origin::Isolate, now);
+            return self.bisect(rows, Origin::Isolate, batch.seen, now);
         }
         if counts_alone {
             let Some(row) = rows.first() else { return };
@@ -290,6 +291,6 @@ impl Planner {
         }
         let delay_floor = retry_after.unwrap_or_default().min(RETRY_AFTER_MAX);
         let delay = self.park_delay(failures, jitter).max(delay_floor);
-        self.park(rows, batch.origin, now + delay);
+        self.park(rows, batch.origin, batch.seen, now + delay);
     }
 }

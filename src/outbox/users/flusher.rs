@@ -1,4 +1,4 @@
-//! The flusher's handle: claim and fetch batches, settle their outcomes, note a
+//! The flusher's handle: fetch batches, claim a request's rows and let go, settle their outcomes, note a
 //! delivery error, and its own state: published in memory at once (for the readers of
 //! this daemon), written for `tapegate status` only when the flusher says it is due
 //! (`flush/state.rs`). Nothing else.
@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::board::Board;
 use crate::outbox::{
-    AnswerNotes, Fetched, FlusherState, Outbox, OutboxError, Outcome, PendingCapture,
+    AnswerNotes, Fetched, FlusherState, Outbox, OutboxError, Outcome, PendingCapture, RowKey, Seen,
 };
 use crate::record::{EpochMillis, Mac};
 
@@ -24,14 +24,25 @@ impl FlusherOutbox {
         FlusherOutbox { outbox, board }
     }
 
-    /// Claims the rows `ids` still pending (a parked or split part), after letting go of
-    /// `unclaim`; returns those claimed.
-    pub async fn claim(&self, ids: Vec<i64>, unclaim: Vec<i64>) -> Result<Vec<i64>, OutboxError> {
-        self.outbox.call(move |s| s.claim(&ids, &unclaim)).await
+    /// Claims the rows of a request about to go on the wire, read when the outbox was
+    /// at `seen`; returns the ids of those still pending (see [`crate::outbox::Store::claim`]).
+    pub async fn claim(&self, rows: Vec<RowKey>, seen: Seen) -> Result<Vec<i64>, OutboxError> {
+        self.outbox.call(move |s| s.claim(&rows, seen)).await
     }
 
-    /// Fetches and claims the next batch of at most `max` rows, none of a MAC in `busy`,
-    /// looking at most at `scan_limit` rows, after letting go of `unclaim`.
+    /// Lets go of the claims on `ids` (a request that must wait after all, or whose
+    /// answer settles nothing).
+    pub async fn let_go(&self, ids: Vec<i64>) -> Result<(), OutboxError> {
+        self.outbox
+            .call(move |s| {
+                s.unclaim(&ids);
+                Ok(())
+            })
+            .await
+    }
+
+    /// Fetches the next batch of at most `max` rows, none of a MAC in `busy`, looking
+    /// at most at `scan_limit` rows, after taking back `unclaim`. Claims nothing.
     pub async fn fetch(
         &self,
         max: usize,
@@ -40,7 +51,7 @@ impl FlusherOutbox {
         unclaim: Vec<i64>,
     ) -> Result<Fetched, OutboxError> {
         self.outbox
-            .call(move |s| s.claim_next_batch(max, scan_limit, &busy, &unclaim))
+            .call(move |s| s.fetch_next_batch(max, scan_limit, &busy, &unclaim))
             .await
     }
 

@@ -1,5 +1,6 @@
-//! Composition, when a batch goes, and claims: a MAC in one batch at a time, a part-full
-//! batch waits up to `max_delay`, and only rows in flight or unrecorded stay claimed.
+//! Composition, when a batch goes, and what is handed back: a MAC in one batch at a
+//! time, a part-full batch waits up to `max_delay` (its rows handed back meanwhile), and
+//! an answer is held until it is recorded.
 
 use super::*;
 
@@ -71,10 +72,10 @@ fn once_ingest_has_ended_a_part_full_batch_goes_at_once() {
 }
 
 #[test]
-fn rows_found_but_not_sent_are_handed_back_and_only_rows_in_flight_or_unrecorded_stay_claimed() {
+fn rows_found_but_not_sent_are_handed_back_and_an_answer_is_held_until_recorded() {
     let mut p = Planner::new(settings());
     let t = Instant::now();
-    // Two captures of two tapes: part-full, it waits, and lets go of them meanwhile.
+    // Two captures of two tapes: part-full, it waits, and hands them back meanwhile.
     let pending = rows(0..2, 10);
     assert!(matches!(
         fetch_and_offer(&mut p, &pending, t),
@@ -83,15 +84,15 @@ fn rows_found_but_not_sent_are_handed_back_and_only_rows_in_flight_or_unrecorded
     assert_eq!(p.take_unclaimed(), [0, 1]);
     let due = t + Duration::from_secs(5);
     let b = sent(fetch_and_offer(&mut p, &pending, due));
-    assert_eq!(p.claimed_rows(), [0, 1]);
+    assert_eq!(p.in_flight_rows(), [0, 1]);
     let res = p.answered(b.id, all_ok(&b), due, 1.0);
     assert_eq!(
-        p.claimed_rows(),
-        Vec::<i64>::new(),
+        (p.in_flight_rows(), p.unrecorded_rows()),
+        (Vec::<i64>::new(), Vec::<i64>::new()),
         "settled, not yet in flight"
     );
     p.record_failed(res.settle.clone(), "disk full".into(), due, 1.0);
-    assert_eq!(p.claimed_rows(), [0, 1], "kept until recorded");
+    assert_eq!(p.unrecorded_rows(), [0, 1], "kept until recorded");
     p.recorded(&res.settle);
     assert!(
         p.take_unclaimed().is_empty(),

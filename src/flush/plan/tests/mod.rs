@@ -11,7 +11,7 @@ mod window;
 
 use super::*;
 use crate::flush::answer::Action;
-use crate::outbox::Reading;
+use crate::outbox::{Reading, Seen};
 use crate::record::Capture;
 
 fn settings() -> FlushSettings {
@@ -53,6 +53,7 @@ fn fetched(rows: Vec<PendingCapture>, complete: bool, backlog: bool) -> Fetched 
         rows,
         complete,
         backlog,
+        seen: Seen::default(),
     }
 }
 
@@ -85,8 +86,9 @@ fn sent(step: Step) -> Batch {
     }
 }
 
-/// Fetches (as the outbox would) from `pending` and offers what it finds; claims a
-/// queued part's rows that are still in `pending` and launches them.
+/// Fetches (as the outbox would) from `pending` and offers what it finds; a queued
+/// part due is launched, and its rows no longer in `pending` are gone as its request
+/// goes on the wire (a part left with none was not sent).
 fn fetch_and_offer(p: &mut Planner, pending: &[PendingCapture], now: Instant) -> Step {
     loop {
         match p.next(now) {
@@ -94,13 +96,8 @@ fn fetch_and_offer(p: &mut Planner, pending: &[PendingCapture], now: Instant) ->
                 let f = fetch(pending, p.busy(), max);
                 return p.offer(f, false, now);
             }
-            Step::Claim(part) => {
-                let present: Vec<i64> = part
-                    .ids()
-                    .into_iter()
-                    .filter(|id| pending.iter().any(|r| r.id == *id))
-                    .collect();
-                if let Some(b) = p.claimed(part, &present, now) {
+            Step::Send(b) => {
+                if let Some(b) = on_the_wire(p, b, pending) {
                     return Step::Send(b);
                 }
             }
@@ -109,13 +106,26 @@ fn fetch_and_offer(p: &mut Planner, pending: &[PendingCapture], now: Instant) ->
     }
 }
 
+/// `b`'s request goes on the wire: rows no longer in `pending` are gone (as the
+/// outbox's claim finds); the batch as sent, if anything is left.
+fn on_the_wire(p: &mut Planner, b: Batch, pending: &[PendingCapture]) -> Option<Batch> {
+    let (held, gone): (Vec<PendingCapture>, Vec<PendingCapture>) = b
+        .rows
+        .iter()
+        .cloned()
+        .partition(|r| pending.iter().any(|x| x.id == r.id));
+    let gone: Vec<i64> = gone.iter().map(|r| r.id).collect();
+    p.gone(b.id, &gone);
+    (!held.is_empty()).then(|| Batch {
+        rows: Arc::new(held),
+        ..b
+    })
+}
+
 /// The next step, which must be a queued part sent whole.
 fn next_sent(p: &mut Planner, now: Instant) -> Batch {
     match p.next(now) {
-        Step::Claim(part) => {
-            let ids = part.ids();
-            p.claimed(part, &ids, now).expect("a batch to send")
-        }
+        Step::Send(b) => b,
         other => panic!("expected a queued part to send, got {other:?}"),
     }
 }

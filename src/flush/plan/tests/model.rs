@@ -51,7 +51,7 @@ proptest! {
                     }
                     Step::Record(s) => p.recorded(&s),
                     Step::Wait(u) => { t = u.unwrap_or(t).max(t + Duration::from_millis(1)); break; }
-                    Step::Fetch { .. } | Step::Claim(_) => break,
+                    Step::Fetch { .. } => break,
                 }
             }
             if in_flight.is_empty() { continue; }

@@ -104,8 +104,8 @@ fn a_pause_that_begins_while_a_fetch_is_under_way_holds_what_the_fetch_found() {
         Step::Wait(Some(t + Duration::from_secs(2))),
         "nothing is launched inside the pause"
     );
-    assert_eq!(p.take_unclaimed(), found_ids, "its claims are handed back");
-    assert!(p.claimed_rows().is_empty());
+    assert_eq!(p.take_unclaimed(), found_ids, "its rows are handed back");
+    assert!(p.in_flight_rows().is_empty() && p.unrecorded_rows().is_empty());
     assert!(found_ids.iter().all(|&i| !p.busy().contains(&mac(i as u8))));
 }
 
@@ -115,40 +115,39 @@ fn a_part_due_inside_a_pause_waits_and_rows_evicted_while_parked_are_never_sent(
     let pending = rows(0..4, 4);
     let t = Instant::now();
     let b = sent(fetch_and_offer(&mut p, &pending, t));
-    assert_eq!(p.claimed_rows(), [0, 1, 2, 3]);
+    assert_eq!(p.in_flight_rows(), [0, 1, 2, 3]);
     p.answered(b.id, retry("server error 503", None), t, 1.0);
-    // Parked: its MACs held, its rows no longer claimed (the outbox may evict them).
-    assert_eq!(p.take_unclaimed(), [0, 1, 2, 3]);
-    assert!(p.claimed_rows().is_empty());
+    // Parked: its MACs held, nothing handed back (it has no claim: its request let go).
+    assert!(p.take_unclaimed().is_empty());
+    assert!(p.in_flight_rows().is_empty());
     assert_eq!(p.busy().len(), 4);
     let due = t + Duration::from_secs(60);
-    let Step::Claim(part) = p.next(due) else {
-        panic!("the parked part is due")
-    };
-    assert_eq!(part.ids(), [0, 1, 2, 3]);
-    // The outbox evicted rows 0 and 2 meanwhile: they are dropped, their MACs freed.
-    let batch = p.claimed(part, &[1, 3], due).expect("what is left goes");
+    let part = next_sent(&mut p, due);
+    assert_eq!(ids(&part), [0, 1, 2, 3]);
+    // The outbox evicted rows 0 and 2 meanwhile: as its request goes they are dropped,
+    // their MACs freed.
+    let still: Vec<PendingCapture> = pending.iter().filter(|r| r.id % 2 == 1).cloned().collect();
+    let batch = on_the_wire(&mut p, part, &still).expect("what is left goes");
     assert_eq!(ids(&batch), [1, 3]);
-    assert_eq!(p.claimed_rows(), [1, 3]);
+    assert_eq!(p.in_flight_rows(), [1, 3]);
     assert_eq!(p.busy().len(), 2);
     assert!(!p.busy().contains(&mac(0)) && !p.busy().contains(&mac(2)));
 
-    // A part claimed just as a pause began (an answer came in between) waits again.
+    // A part due while a pause holds waits; the pause over, it goes.
     let res = p.answered(batch.id, retry("server error 503", None), due, 1.0);
     assert!(res.backoff().is_some());
-    p.take_unclaimed();
     let later = due + Duration::from_secs(60);
-    let Step::Claim(part) = p.next(later) else {
-        panic!("due again")
-    };
-    assert_eq!(part.ids(), [1], "failed twice: split to isolate");
     p.pause.until = Some(later + Duration::from_secs(2));
-    assert_eq!(p.claimed(part, &[1], later), None);
-    assert_eq!(p.take_unclaimed(), [1]);
     assert_eq!(
         p.next(later),
         Step::Wait(Some(later + Duration::from_secs(2)))
     );
+    let part = next_sent(&mut p, later + Duration::from_secs(2));
+    assert_eq!(ids(&part), [1], "failed twice: split to isolate");
+    // Every row of it evicted: nothing is sent, and its MAC is free.
+    assert_eq!(on_the_wire(&mut p, part, &[]), None);
+    assert_eq!(p.in_flight(), 0);
+    assert!(!p.busy().contains(&mac(1)));
 }
 
 #[test]
