@@ -45,6 +45,8 @@ start=$(date +%s)
 # `mock` feature), as [package.metadata.deb] says for cargo deb's own builds.
 cargo zigbuild --release --locked --target "$triple.$GLIBC" -p tapegate --bin tapegate \
   --no-default-features
+# The man pages and completions, from the command line's definition (arch-independent).
+scripts/package-docs.sh
 # The binary is stripped by the release profile; the .deb's dependencies are fixed in
 # Cargo.toml (cargo-deb's detection would ask this machine's dpkg about the binary).
 cargo deb --no-build --no-strip --target "$triple"

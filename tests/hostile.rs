@@ -230,55 +230,6 @@ fn a_password_override_of_1e3_reaches_the_grant_as_the_string_1e3() {
     assert_eq!(g.stats().delivered, 3);
 }
 
-/// An HTTPS front for the mock: TLS for `localhost` with a certificate signed by a CA
-/// made here (one that expired in 2020 when `expired`), each connection relayed to the
-/// mock's plain port. Returns its port and the CA's PEM.
-fn tls_front(rt: &tokio::runtime::Runtime, mock: &MockHandle, expired: bool) -> (u16, String) {
-    use tokio_rustls::rustls;
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut leaf = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-    if expired {
-        leaf.not_before = rcgen::date_time_ymd(2019, 1, 1);
-        leaf.not_after = rcgen::date_time_ymd(2020, 1, 1);
-    }
-    let leaf = leaf.signed_by(&key, &ca, &ca_key).unwrap();
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![leaf.der().clone()],
-            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-        )
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
-    let backend = mock.addr();
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let port = listener.local_addr().unwrap().port();
-    rt.spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                // A client that refuses the certificate ends the handshake: nothing to relay.
-                let Ok(mut tls) = acceptor.accept(stream).await else {
-                    return;
-                };
-                if let Ok(mut plain) = tokio::net::TcpStream::connect(backend).await {
-                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
-                }
-            });
-        }
-    });
-    (port, ca.pem())
-}
-
 /// A gateway whose service is reached at `base` (the mock's environment "ppe" under it),
 /// replaying one capture.
 fn reaching(mock: &MockHandle, base: &str, service_extra: &str) -> Gateway {
@@ -298,7 +249,7 @@ fn reaching(mock: &MockHandle, base: &str, service_extra: &str) -> Gateway {
 fn tls_to_a_server_of_an_unknown_ca_fails_as_unknown_issuer_works_with_ca_file_and_names_a_name_mismatch(
 ) {
     let (rt, mock) = mock_on_own_runtime();
-    let (port, ca_pem) = tls_front(&rt, &mock, false);
+    let (port, ca_pem) = common::tls::tls_front(&rt, mock.addr(), false);
     let base = format!("https://localhost:{port}");
 
     let g = reaching(&mock, &base, "");
@@ -348,7 +299,7 @@ fn tls_to_a_server_of_an_unknown_ca_fails_as_unknown_issuer_works_with_ca_file_a
 #[test]
 fn a_ca_in_the_systems_trust_store_is_trusted_without_ca_file() {
     let (rt, mock) = mock_on_own_runtime();
-    let (port, ca_pem) = tls_front(&rt, &mock, false);
+    let (port, ca_pem) = common::tls::tls_front(&rt, mock.addr(), false);
     let g = reaching(&mock, &format!("https://localhost:{port}"), "");
     let store = g.path("system-store.pem");
     std::fs::write(&store, ca_pem).unwrap();
@@ -542,7 +493,7 @@ fn a_host_that_does_not_resolve_is_an_unknown_host_not_just_unreachable() {
 #[test]
 fn tls_with_an_expired_certificate_says_certificate_expired() {
     let (rt, mock) = mock_on_own_runtime();
-    let (port, ca_pem) = tls_front(&rt, &mock, true);
+    let (port, ca_pem) = common::tls::tls_front(&rt, mock.addr(), true);
     let g = Gateway::new("");
     let ca = g.path("ca.pem");
     std::fs::write(&ca, ca_pem).unwrap();

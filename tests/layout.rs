@@ -106,7 +106,10 @@ pub const LAYERS: &[(&str, &[&str])] = &[
         "commands: one file per command over the library, and the command line",
         &["cmd", "cli"],
     ),
-    ("the binary", &["main"]),
+    (
+        "the binaries: the daemon's and the one that writes the man pages and completions",
+        &["main", "bin"],
+    ),
 ];
 
 fn root() -> std::path::PathBuf {

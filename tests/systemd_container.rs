@@ -22,12 +22,16 @@ use serde_json::Value;
 use tapegate_mock::{self as mock, Fault, MockConfig, MockHandle, Storm};
 use tokio::time::Instant;
 
-/// Upgrades from a signed apt repository, downgrades refused (issue 24).
+/// What Debian expects of a package: ownership, the drop-in directory, man pages and
+/// completions, the system's trust store, remove and purge.
+#[path = "systemd_container/packaging.rs"]
+mod packaging;
+/// Upgrades from a signed apt repository, downgrades refused.
 #[path = "systemd_container/upgrade.rs"]
 mod upgrade;
 
 /// The bookworm root, as debootstrap made it, kept between runs.
-const ROOT_TARBALL: &str = "bookworm-systemd-dbusmock.tar.zst";
+const ROOT_TARBALL: &str = "bookworm-systemd-dbusmock-ca.tar.zst";
 const MACHINE: &str = "tapegate-ci";
 /// `WatchdogSec=` of the test's drop-in: short, so that a hang is seen quickly.
 const WATCHDOG_SECS: u64 = 3;
@@ -59,7 +63,9 @@ fn the_package_under_a_real_systemd_starts_ready_reloads_truthfully_survives_and
 
     let c = Container::boot(&work, &tarball);
     install(&c, &deb, &service);
+    packaging::installed_as_debian_expects(&c);
     admin_commands_before_the_first_start(&c);
+    packaging::a_ca_added_to_the_system_store_is_trusted(&c, &rt, &service);
     let first_pid = starts_ready_and_reports_status(&c);
     what_the_service_can_write(&c, &first_pid);
     journal_fields_and_priorities(&c, &service);
@@ -145,6 +151,8 @@ fn succeeded(what: &str, out: &Output) {
 /// first).
 fn build_deb(work: &Path) -> PathBuf {
     let deb = work.join("tapegate.deb");
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    run(&mut Command::new(here.join("scripts/package-docs.sh")));
     run(Command::new(cargo())
         .args(["deb", "--output"])
         .arg(&deb)
@@ -166,8 +174,9 @@ fn cached_root(work: &Path) -> PathBuf {
     run(Command::new("debootstrap")
         .args([
             "--variant=minbase",
-            // python3-dbusmock: BlueZ's stand-in, for the BLE source over D-Bus.
-            "--include=systemd,systemd-sysv,dbus,adduser,procps,iproute2,python3-dbusmock",
+            // python3-dbusmock: BlueZ's stand-in, for the BLE source over D-Bus;
+            // ca-certificates: the system's trust store, as on a Pi.
+            "--include=systemd,systemd-sysv,dbus,adduser,procps,iproute2,python3-dbusmock,ca-certificates",
             "bookworm",
         ])
         .arg(root.path())

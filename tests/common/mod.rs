@@ -4,6 +4,7 @@
 
 #[cfg(debug_assertions)]
 pub mod day;
+pub mod tls;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -197,7 +197,7 @@ fn version_n_from_the_signed_repository_piles_up_captures(
 ) -> Vec<Sent> {
     // A clean slate: the package the other checks used, its state and config gone.
     c.ok("systemctl stop tapegate; systemctl reset-failed tapegate || true");
-    c.ok("DEBIAN_FRONTEND=noninteractive apt-get purge -y -q tapegate && rm -rf /var/lib/tapegate /etc/tapegate");
+    super::packaging::remove_keeps_and_purge_removes_what_the_package_made(c);
     publish(c, work, &[previous], true);
     c.ok("DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends tapegate");
     assert_eq!(installed_version(c), PREVIOUS_VERSION);
