@@ -234,7 +234,7 @@ fn dispatch(cli: &Cli) -> Result<(), Failure> {
         }),
         Command::SideChannel => Ok(side_channel::run(out)?),
         #[cfg(feature = "mock")]
-        Command::Mock { listen } => mock(*listen),
+        Command::Mock { listen, record } => mock(*listen, record.as_deref()),
         Command::Operator(op) => operator(path, clock, op, out),
     }
 }
@@ -324,9 +324,9 @@ fn demo(options: tapegate::cmd::demo::DemoOptions) -> Result<(), Failure> {
 
 /// `tapegate mock`: the mock service alone.
 #[cfg(feature = "mock")]
-fn mock(listen: std::net::SocketAddr) -> Result<(), Failure> {
+fn mock(listen: std::net::SocketAddr, record: Option<&Path>) -> Result<(), Failure> {
     init_logging("info");
-    block_on(tapegate::cmd::demo::mock(listen))??;
+    block_on(tapegate::cmd::demo::mock(listen, record))??;
     Ok(())
 }
 
