@@ -302,6 +302,7 @@ fn daemon(path: &Path, clock: &SharedClock, until_drained: bool) -> Result<(), F
             set_log_level: level_setter(level),
         }),
         clock: clock.clone(),
+        mgmt_socket: tapegate::source::ble::mgmt::socket::from_systemd(),
     };
     let report = cmd::run::run(config, path, options)??;
     if report.stopped && until_drained {
