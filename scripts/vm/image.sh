@@ -32,11 +32,20 @@ say() { echo "image.sh: $*" >&2; }
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 
-# The Debian mirror this machine's apt already uses (no host name is written here).
+# The Debian mirror this machine's apt already uses for $SUITE (no host name is written
+# here): a deb822 stanza of /etc/apt/sources.list.d/*.sources whose Suites has it, or a
+# `deb` line of /etc/apt/sources.list.
 mirror() {
-  { grep -hsE '^URIs:' /etc/apt/sources.list.d/*.sources | awk '{print $2}'
-    grep -hsE '^deb ' /etc/apt/sources.list | awk '{print $2}'
-    true; } | grep -v -e security -e '^$' | head -1
+  { awk -v suite="$SUITE" 'BEGIN { RS = "" }
+      { uri = ""; ok = 0; n = split($0, line, "\n")
+        for (i = 1; i <= n; i++) {
+          if (line[i] ~ /^URIs:/) { split(line[i], w, " "); uri = w[2] }
+          if (line[i] ~ /^Suites:/) { m = split(line[i], w, " "); for (j = 2; j <= m; j++) if (w[j] == suite) ok = 1 }
+        }
+        if (ok && uri != "") print uri }' /etc/apt/sources.list.d/*.sources 2>/dev/null
+    awk -v suite="$SUITE" '$1 == "deb" { f = 2; if ($2 ~ /^\[/) while ($f !~ /\]$/) f++; if ($2 ~ /^\[/) f++
+      if ($(f + 1) == suite) print $f }' /etc/apt/sources.list 2>/dev/null
+    true; } | head -1
 }
 
 # The kernel package the metapackage names now (the archive keeps only the current ABI).

@@ -1,12 +1,12 @@
-//! The VM test's cases on a healthy stack: both paths and both scan modes delivering
-//! exactly the tapes' adverts, `tapegate scan` in a passive scan, the start step's
-//! socket under `adverts = "dbus"`, a legacy-only controller, a hundred tapes.
+//! The VM test's cases on a healthy stack: both paths delivering exactly the tapes'
+//! adverts, `tapegate scan` in a passive scan, the start step's socket under
+//! `adverts = "dbus"`, a hundred tapes (the scan modes traced: `modes.rs`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use super::radio::Radio;
-use super::stack::{plain, traced, Gateway, Item};
+use super::stack::{plain, Gateway, Item};
 
 pub const T1: &str = "C0:FF:EE:00:00:01";
 pub const T2: &str = "C0:FF:EE:00:00:02";
@@ -63,7 +63,7 @@ pub fn rssi_of_tapes(g: &Gateway, config: &str) -> BTreeMap<String, i64> {
 
 /// The air of the main case: two tapes (fixed payloads, their counters set by the
 /// test) with their names in the scan response, and a foreign advertiser.
-fn main_air(radio: &Radio) {
+pub fn main_air(radio: &Radio) {
     radio.cmd(&format!(
         "tape {T1} rssi=-61 step=0 counter=1 name=TT-0001 interval=200"
     ));
@@ -166,48 +166,6 @@ pub fn both_paths_active(g: &Gateway, radio: &Radio) {
     );
 }
 
-/// The unit in a passive scan, traced: the monitor added over the side channel, the
-/// controller scanning passively with its duplicate filter off, no scan request on air,
-/// a payload change heard; and no warning about the kernel's duplicate filter (Debian's
-/// 6.1.192 carries the fix although its release reads 6.1.0).
-pub fn passive_through_the_unit(g: &Gateway, radio: &Radio) {
-    g.vm.ok("systemctl stop tapegate");
-    let before = radio.air();
-    let (id, trace) = traced(g.vm, "passive", || {
-        let id = g.start_unit(MGMT_PASSIVE);
-        radio.cmd(&format!("tape {T1} counter=4"));
-        wait_delivered(g, "mock", T1, 4, Duration::from_secs(30));
-        id
-    });
-    let after = radio.air();
-    assert_eq!(
-        after[T1].scan_requests, before[T1].scan_requests,
-        "no scan request in a passive scan"
-    );
-    assert!(
-        trace.contains("Add Advertisement Patterns Monitor"),
-        "the monitor in the trace"
-    );
-    let params: Vec<&str> = trace
-        .lines()
-        .map(str::trim)
-        .filter(|l| *l == "Type: Passive (0x00)" || *l == "Type: Active (0x01)")
-        .collect();
-    assert!(
-        params.iter().any(|l| l.contains("Passive"))
-            && !params.iter().any(|l| l.contains("Active")),
-        "scan parameters: {params:?}"
-    );
-    assert!(!trace.contains("SCAN_RSP"), "no scan response reported");
-    let journal = g.journal(&id);
-    assert!(journal.contains("SCAN=passive"), "{journal}");
-    assert!(!journal.contains("duplicate filter"), "{journal}");
-    assert_eq!(g.monitors().len(), 1, "one monitor");
-    // btmon shortens the event's name in its header line; its code is whole.
-    let found = trace.matches("(0x002f)").count();
-    eprintln!("vm_ble: passive: {found} ADV Monitor Device Found in the trace, scan parameters {params:?}");
-}
-
 /// `tapegate scan` with `scanner.scan = "passive"`: the products' monitor, a passive
 /// scan, the tapes shown and recorded with their RSSI and data.
 pub fn scan_passive(g: &Gateway, radio: &Radio) {
@@ -258,38 +216,6 @@ pub fn dbus_takes_the_stored_socket(g: &Gateway) {
         assert_eq!(g.fd_store(), "0", "the store is empty once the daemon runs");
         assert_eq!(g.status()["scanner_adverts"], "dbus");
     }
-}
-
-/// The main case again on a controller without the Extended Advertising feature (the
-/// controller removed and plugged back as such): legacy scan commands, and the tapes'
-/// adverts delivered in both scan modes.
-pub fn legacy_controller(g: &Gateway, radio: &Radio) {
-    g.vm.ok("systemctl stop tapegate");
-    radio.cmd("unplug");
-    radio.cmd("plug legacy");
-    for (mode, scanner, counter) in [("active", MGMT_ACTIVE, 20), ("passive", MGMT_PASSIVE, 21)] {
-        let (_, trace) = traced(g.vm, &format!("legacy-{mode}"), || {
-            g.start_unit(scanner);
-            radio.cmd(&format!("tape {T1} counter={counter}"));
-            wait_delivered(g, "mock", T1, counter, Duration::from_secs(60));
-        });
-        assert!(
-            trace.contains("LE Set Scan Parameters"),
-            "legacy scan commands ({mode})"
-        );
-        assert!(
-            !trace.contains("LE Set Extended Scan Parameters"),
-            "({mode})"
-        );
-        let reports = trace.matches("LE Advertising Report").count();
-        let found = trace.matches("Device Found").count();
-        eprintln!(
-            "vm_ble: legacy {mode}: {reports} HCI reports, {found} Device Found in the trace"
-        );
-    }
-    g.vm.ok("systemctl stop tapegate");
-    radio.cmd("unplug");
-    radio.cmd("plug extended");
 }
 
 /// A hundred tapes advertising once a second, their data changing with every advert,
