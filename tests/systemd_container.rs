@@ -28,7 +28,6 @@ mod upgrade;
 
 /// The bookworm root, as debootstrap made it, kept between runs.
 const ROOT_TARBALL: &str = "bookworm-systemd-dbusmock.tar.zst";
-const MIRROR: &str = "http://deb.debian.org/debian";
 const MACHINE: &str = "tapegate-ci";
 /// `WatchdogSec=` of the test's drop-in: short, so that a hang is seen quickly.
 const WATCHDOG_SECS: u64 = 3;
@@ -172,7 +171,7 @@ fn cached_root(work: &Path) -> PathBuf {
             "bookworm",
         ])
         .arg(root.path())
-        .arg(MIRROR));
+        .arg(debian_mirror("bookworm")));
     let partial = work.join(format!("{ROOT_TARBALL}.partial"));
     run(Command::new("tar")
         .arg("-C")
@@ -182,6 +181,49 @@ fn cached_root(work: &Path) -> PathBuf {
         .arg("."));
     std::fs::rename(&partial, &tarball).unwrap();
     tarball
+}
+
+/// The Debian mirror this machine's apt already uses for `suite` (no host name is
+/// written in the repository): a deb822 stanza of `/etc/apt/sources.list.d/*.sources`
+/// whose `Suites` has it, or a `deb` line of `/etc/apt/sources.list`.
+fn debian_mirror(suite: &str) -> String {
+    let mut files: Vec<PathBuf> = std::fs::read_dir("/etc/apt/sources.list.d")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sources"))
+        .collect();
+    files.sort();
+    let stanzas = files
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .flat_map(|t| t.split("\n\n").map(str::to_string).collect::<Vec<_>>());
+    for stanza in stanzas {
+        let field = |name: &str| {
+            stanza
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        if field("Suites:").iter().any(|s| s == suite) {
+            if let Some(uri) = field("URIs:").into_iter().next() {
+                return uri;
+            }
+        }
+    }
+    let list = std::fs::read_to_string("/etc/apt/sources.list").unwrap_or_default();
+    list.lines()
+        .filter(|l| l.starts_with("deb "))
+        .map(|l| {
+            l.split_whitespace()
+                .filter(|w| !w.starts_with('[') && !w.ends_with(']'))
+                .collect::<Vec<_>>()
+        })
+        .find(|w| w.get(2) == Some(&suite))
+        .map(|w| w[1].to_string())
+        .expect("a Debian mirror for the suite in this machine's apt sources")
 }
 
 /// Waits until `f` gives a value, or panics with `what` after `limit`.
