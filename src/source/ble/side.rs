@@ -142,7 +142,9 @@ impl Side {
         {
             return Err(Refused::NotPowered);
         }
-        for attempt in 1..=BUSY_TRIES {
+        let mut tries = 0;
+        loop {
+            tries += 1;
             let (status, ret) = self
                 .call(
                     wire::OP_ADD_ADV_PATTERNS_MONITOR,
@@ -159,7 +161,7 @@ impl Side {
                     self.write_record(handle);
                     return Ok(handle);
                 }
-                (wire::STATUS_BUSY, _) if attempt < BUSY_TRIES => {
+                (wire::STATUS_BUSY, _) if tries < BUSY_TRIES => {
                     tokio::time::sleep(BUSY_WAIT).await;
                 }
                 (wire::STATUS_BUSY, _) => {
@@ -169,7 +171,6 @@ impl Side {
                 _ => return Err(Refused::Status(status)),
             }
         }
-        unreachable!("the last attempt returns")
     }
 
     /// Removes the passive scan's monitor, waiting (briefly) for the answer: the
