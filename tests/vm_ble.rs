@@ -82,7 +82,7 @@ fn a_gateway_in_a_vm_hears_tapes_through_a_real_kernel_and_bluez() {
         ),
         (
             "stored socket",
-            Box::new(|| cases::dbus_takes_the_stored_socket(&g)),
+            Box::new(|| cases::dbus_takes_the_stored_socket(&g, &radio)),
         ),
         ("faults", Box::new(|| faults::passive_faults(&g, &radio))),
         ("wedged", Box::new(|| faults::wedged_controller(&g, &radio))),

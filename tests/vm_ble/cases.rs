@@ -206,15 +206,19 @@ pub fn scan_passive(g: &Gateway, radio: &Radio) {
 }
 
 /// `adverts = "dbus"` under the unit: the start step still stores a socket; the daemon
-/// takes it out of the store (and closes it), so the next start step's fits.
-pub fn dbus_takes_the_stored_socket(g: &Gateway) {
-    for _ in 0..2 {
+/// takes it out of the store (and closes it), so the next start step's fits; the tapes
+/// are delivered from BlueZ's signals, read as the service user under the unit's
+/// hardening.
+pub fn dbus_takes_the_stored_socket(g: &Gateway, radio: &Radio) {
+    for counter in [10, 11] {
         let id = g.start_unit(DBUS_ACTIVE);
         assert!(g
             .journal(&id)
             .contains("the kernel's Bluetooth management socket is open for tapegate"));
         assert_eq!(g.fd_store(), "0", "the store is empty once the daemon runs");
         assert_eq!(g.status()["scanner_adverts"], "dbus");
+        radio.cmd(&format!("tape {T1} counter={counter}"));
+        wait_delivered(g, "mock", T1, counter, Duration::from_secs(30));
     }
 }
 
