@@ -122,6 +122,10 @@ pub enum Command {
         /// The address to serve on.
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: std::net::SocketAddr,
+        /// Append each decode item received to this file, one JSON line each (for tests
+        /// that read what a gateway delivered from outside the process).
+        #[arg(long)]
+        record: Option<PathBuf>,
     },
 }
 

@@ -227,7 +227,7 @@ fn dispatch(cli: &Cli) -> Result<(), Failure> {
         }),
         Command::SideChannel => Ok(side_channel::run(out)?),
         #[cfg(feature = "mock")]
-        Command::Mock { listen } => mock(*listen),
+        Command::Mock { listen, record } => mock(*listen, record.as_deref()),
         Command::Operator(op) => operator(path, clock, op, out),
     }
 }
@@ -295,6 +295,7 @@ fn daemon(path: &Path, clock: &SharedClock, until_drained: bool) -> Result<(), F
             set_log_level: level_setter(level),
         }),
         clock: clock.clone(),
+        mgmt_socket: tapegate::source::ble::mgmt::socket::from_systemd(),
     };
     let report = cmd::run::run(config, path, options)??;
     if report.stopped && until_drained {
@@ -317,9 +318,9 @@ fn demo(options: tapegate::cmd::demo::DemoOptions) -> Result<(), Failure> {
 
 /// `tapegate mock`: the mock service alone.
 #[cfg(feature = "mock")]
-fn mock(listen: std::net::SocketAddr) -> Result<(), Failure> {
+fn mock(listen: std::net::SocketAddr, record: Option<&Path>) -> Result<(), Failure> {
     init_logging("info");
-    block_on(tapegate::cmd::demo::mock(listen))??;
+    block_on(tapegate::cmd::demo::mock(listen, record))??;
     Ok(())
 }
 

@@ -207,6 +207,46 @@ fn captured_adverts_of_real_devices_parse_as_bluez_parses_them() {
     });
 }
 
+/// Names as BlueZ keeps them (src/eir.c, src/adapter.c): the NUL bytes some vendors end
+/// a name with are not part of it, and a complete name once heard is not replaced by a
+/// shortened one (the `Name` property the D-Bus path reads).
+#[test]
+fn names_lose_their_trailing_nuls_and_a_complete_name_outlives_a_shortened_one() {
+    runtime().block_on(async {
+        let (kernel, reader) = seqpacket_pair();
+        let mut channel = Channel::new(reader, Reports::new(0, 64)).unwrap();
+        let named = |ad_type: u8, name: &[u8]| {
+            let mut d = tape_ad();
+            d.extend(ad(ad_type, name));
+            d
+        };
+        for data in [named(0x09, b"TT-0001\0\0"), named(0x08, b"TT"), tape_ad()] {
+            send(&kernel, &device_found(0, TAPE, -60, &data));
+        }
+        for data in [
+            named(0x08, b"PH"),
+            named(0x09, b"PHONE-1\0"),
+            named(0x08, b"PH"),
+        ] {
+            send(&kernel, &device_found(0, PHONE, -70, &data));
+        }
+        let (adverts, _, _) = read_all(&mut channel, 6, false).await;
+        let names: Vec<(Mac, Option<&str>)> =
+            adverts.iter().map(|a| (a.mac, a.name.as_deref())).collect();
+        assert_eq!(
+            names,
+            vec![
+                (Mac::new(TAPE), Some("TT-0001")),
+                (Mac::new(TAPE), Some("TT-0001")),
+                (Mac::new(TAPE), Some("TT-0001")),
+                (Mac::new(PHONE), Some("PH")),
+                (Mac::new(PHONE), Some("PHONE-1")),
+                (Mac::new(PHONE), Some("PHONE-1")),
+            ]
+        );
+    });
+}
+
 #[test]
 fn bad_frames_other_adapters_and_unknown_events_are_counted_and_skipped() {
     runtime().block_on(async {

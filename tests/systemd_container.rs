@@ -180,7 +180,7 @@ fn cached_root(work: &Path) -> PathBuf {
             "bookworm",
         ])
         .arg(root.path())
-        .arg(mirror()));
+        .arg(debian_mirror("bookworm")));
     let partial = work.join(format!("{ROOT_TARBALL}.partial"));
     run(Command::new("tar")
         .arg("-C")
@@ -192,37 +192,47 @@ fn cached_root(work: &Path) -> PathBuf {
     tarball
 }
 
-/// The Debian mirror this machine's apt uses (its one-line or deb822 sources): the
-/// first source whose URL ends in `/debian`.
-fn mirror() -> String {
-    let mut files = vec![PathBuf::from("/etc/apt/sources.list")];
-    if let Ok(dir) = std::fs::read_dir("/etc/apt/sources.list.d") {
-        let mut more: Vec<PathBuf> = dir.filter_map(|e| e.ok().map(|e| e.path())).collect();
-        more.sort();
-        files.extend(more);
+/// The Debian mirror this machine's apt already uses for `suite` (no host name is
+/// written in the repository): a deb822 stanza of `/etc/apt/sources.list.d/*.sources`
+/// whose `Suites` has it, or a `deb` line of `/etc/apt/sources.list`.
+fn debian_mirror(suite: &str) -> String {
+    let mut files: Vec<PathBuf> = std::fs::read_dir("/etc/apt/sources.list.d")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sources"))
+        .collect();
+    files.sort();
+    let stanzas = files
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .flat_map(|t| t.split("\n\n").map(str::to_string).collect::<Vec<_>>());
+    for stanza in stanzas {
+        let field = |name: &str| {
+            stanza
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        if field("Suites:").iter().any(|s| s == suite) {
+            if let Some(uri) = field("URIs:").into_iter().next() {
+                return uri;
+            }
+        }
     }
-    let urls = files.iter().flat_map(|f| {
-        let text = std::fs::read_to_string(f).unwrap_or_default();
-        let ext = f.extension().and_then(|e| e.to_str()).unwrap_or("");
-        let deb822 = ext == "sources";
-        let one_line = ext == "list" || f.ends_with("sources.list");
-        text.lines()
-            .filter_map(|l| {
-                let words: Vec<&str> = l.split_whitespace().collect();
-                match words.as_slice() {
-                    ["URIs:", url, ..] if deb822 => Some(url.to_string()),
-                    ["deb", rest @ ..] if one_line => rest
-                        .iter()
-                        .find(|w| w.contains("://"))
-                        .map(|u| u.to_string()),
-                    _ => None,
-                }
-            })
-            .collect::<Vec<_>>()
-    });
-    urls.into_iter()
-        .find(|u| u.trim_end_matches('/').ends_with("/debian"))
-        .expect("a Debian mirror in this machine's apt sources")
+    let list = std::fs::read_to_string("/etc/apt/sources.list").unwrap_or_default();
+    list.lines()
+        .filter(|l| l.starts_with("deb "))
+        .map(|l| {
+            l.split_whitespace()
+                .filter(|w| !w.starts_with('[') && !w.ends_with(']'))
+                .collect::<Vec<_>>()
+        })
+        .find(|w| w.get(2) == Some(&suite))
+        .map(|w| w[1].to_string())
+        .expect("a Debian mirror for the suite in this machine's apt sources")
 }
 
 /// Waits until `f` gives a value, or panics with `what` after `limit`.

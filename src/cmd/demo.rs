@@ -15,6 +15,7 @@ them. The demo gives the mock its fleet's MACs ([`mock_config`]) and writes the 
 */
 
 mod dock;
+mod recorded;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -331,9 +332,13 @@ pub fn mock_config() -> MockConfig {
     }
 }
 
-/// `tapegate mock`: the demo's mock on `listen` until Ctrl-C.
-pub async fn mock(listen: std::net::SocketAddr) -> std::io::Result<()> {
-    mock::serve_forever(listen, mock_config()).await
+/// `tapegate mock`: the demo's mock on `listen` until Ctrl-C; with `record`, every
+/// decode item it receives is written to that file as it comes (`recorded.rs`).
+pub async fn mock(listen: std::net::SocketAddr, record: Option<&Path>) -> std::io::Result<()> {
+    match record {
+        Some(path) => recorded::serve(listen, mock_config(), path).await,
+        None => mock::serve_forever(listen, mock_config()).await,
+    }
 }
 
 /// The `[service]` section of a gateway that delivers to environment `env` of

@@ -128,7 +128,7 @@ pub async fn run(
     };
     let (tx, mut rx) = mpsc::channel(CHANNEL);
     let stop = CancellationToken::new();
-    let source = spawn_source(config, clock.clone(), tx, stop.clone());
+    let source = spawn_source(config, clock.clone(), options.all, tx, stop.clone());
     let deadline = async {
         match options.duration {
             Some(d) => tokio::time::sleep(d).await,
@@ -186,15 +186,24 @@ pub async fn run(
     Ok(report)
 }
 
-/// The configured source without a filter: the view shows (with `--all`) and counts
-/// every advert.
+/// The configured source, given the products as the daemon gives them (a passive scan's
+/// monitor is made of them); with `--all` it sends on what matches none too, for the
+/// view to show and count.
 fn spawn_source(
     config: &Config,
     clock: SharedClock,
+    all: bool,
     tx: mpsc::Sender<Heard>,
     stop: CancellationToken,
 ) -> tokio::task::JoinHandle<Result<SourceReport, SourceError>> {
-    tokio::spawn(source::from_settings(&config.scanner, clock).run(tx, stop))
+    let source =
+        source::from_settings(&config.scanner, clock).with_filter(config.products.clone(), None);
+    let source = if all {
+        source.keeping_unmatched()
+    } else {
+        source
+    };
+    tokio::spawn(source.run(tx, stop))
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -37,6 +37,7 @@ pub(super) async fn start(
     reloaded: &Reloaded,
     stops: &Stops,
     stages: &mut Stages,
+    mgmt_socket: Option<std::os::fd::OwnedFd>,
 ) -> Started {
     let (adverts_tx, adverts_rx) = mpsc::channel(ADVERT_CHANNEL);
     let (committed_tx, committed_rx) = watch::channel(0u64);
@@ -44,7 +45,9 @@ pub(super) async fn start(
     // The BLE source drops what no product matches; SIGHUP's products reach it too.
     let source = source::from_settings(&config.scanner, parts.clock.clone())
         .with_filter(config.products.clone(), Some(reloaded.products.clone()))
-        .with_health(parts.source_health.clone());
+        .with_health(parts.source_health.clone())
+        .with_stored_socket(mgmt_socket)
+        .with_state_dir(&config.gateway.state_dir);
     let live = source.is_live();
     let announces_start = source.announces_start();
     let clock = start_clock(

@@ -106,7 +106,7 @@ pub async fn run(
 async fn run_in(
     config: Config,
     shutdown: impl Future<Output = ()> + Send,
-    options: RunOptions,
+    mut options: RunOptions,
 ) -> Result<RunReport, RunError> {
     // Held until this function returns: after the outbox has closed.
     let _owner_of_state_dir = StateLock::acquire(&config.gateway.state_dir)?;
@@ -122,7 +122,8 @@ async fn run_in(
     let stops = parts::Stops::default();
 
     let mut stages = supervise::Stages::default();
-    let capture = capture::start(&config, &mut parts, &reloaded, &stops, &mut stages).await;
+    let stored = options.mgmt_socket.take();
+    let capture = capture::start(&config, &mut parts, &reloaded, &stops, &mut stages, stored).await;
     let control = stops.flush_control(capture.committed, options.until_drained);
     let client = outward.client.take();
     delivery::start(

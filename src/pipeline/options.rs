@@ -14,6 +14,11 @@ pub struct RunOptions {
     /// The clock every stage reads (the machine's by default; the binary's entry point
     /// may hand in the test clock of a debug build).
     pub clock: SharedClock,
+    /// The kernel's management socket the unit's start step stored in systemd's file
+    /// descriptor store, taken by the daemon's entry point whatever the source (one
+    /// left in the store would refuse the next start step's); the BLE source reads the
+    /// side channel from it, any other closes it.
+    pub mgmt_socket: Option<std::os::fd::OwnedFd>,
 }
 
 impl Default for RunOptions {
@@ -22,6 +27,7 @@ impl Default for RunOptions {
             until_drained: false,
             reload: None,
             clock: crate::clock::system(),
+            mgmt_socket: None,
         }
     }
 }

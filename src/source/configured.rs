@@ -1,6 +1,8 @@
 //! The one source `[scanner]` names, built by [`from_settings`] and run as a [`Source`]
 //! whatever it is. Touches the config, the clock it hands them and the three sources.
 
+use std::os::fd::OwnedFd;
+use std::path::Path;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
@@ -56,6 +58,40 @@ impl Configured {
     ) -> Configured {
         match self {
             Configured::Ble(b) => Configured::Ble(b.with_filter(products, reload)),
+            other => other,
+        }
+    }
+
+    /// Hands the BLE source the management socket the unit's start step stored; any
+    /// other source closes it (taken from systemd's store all the same: a socket left
+    /// there would refuse the next start step's).
+    pub fn with_stored_socket(self, socket: Option<OwnedFd>) -> Configured {
+        match self {
+            Configured::Ble(b) => Configured::Ble(b.with_stored_socket(socket)),
+            other => {
+                if socket.is_some() {
+                    tracing::debug!("the management socket from the unit's start step is closed: the source is not BLE");
+                }
+                other
+            }
+        }
+    }
+
+    /// Lets the BLE source record its passive scan's monitor in `state_dir`.
+    pub fn with_state_dir(self, state_dir: &Path) -> Configured {
+        match self {
+            Configured::Ble(b) => {
+                Configured::Ble(b.with_monitor_record(state_dir.join("ble-monitor")))
+            }
+            other => other,
+        }
+    }
+
+    /// Lets a source that filters by products send on what matches none too (the BLE
+    /// source, whose passive scan still needs the products).
+    pub fn keeping_unmatched(self) -> Configured {
+        match self {
+            Configured::Ble(b) => Configured::Ble(b.keeping_unmatched()),
             other => other,
         }
     }

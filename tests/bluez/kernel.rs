@@ -12,6 +12,13 @@ use std::time::Duration;
 
 use tapegate::source::ble::mgmt::wire::{self, build};
 
+/// Set Powered, Read Advertisement Monitor Features and the Busy status, as
+/// doc/mgmt-api.txt numbers them (written here again, not taken from the code under
+/// test).
+pub const OP_SET_POWERED: u16 = 0x0005;
+pub const OP_READ_ADV_MONITOR_FEATURES: u16 = 0x0051;
+pub const STATUS_BUSY: u8 = 0x0a;
+
 /// The answers the fake kernel gives.
 #[derive(Debug, Clone, Copy)]
 pub struct Answers {
@@ -21,6 +28,13 @@ pub struct Answers {
     /// The handle Add Advertisement Patterns Monitor returns (status 0), or `None` to
     /// refuse it (Failed).
     pub monitor: Option<u16>,
+    /// Remove Advertisement Monitor is answered this long after it came, and an Add
+    /// that comes meanwhile is answered Busy, as the kernel does while a monitor
+    /// command is pending.
+    pub remove_takes: Duration,
+    /// Every Add is answered Busy until the adapter is powered off and on again (a
+    /// kernel left with a command pending for good).
+    pub busy_until_power_cycle: bool,
 }
 
 impl Default for Answers {
@@ -28,8 +42,23 @@ impl Default for Answers {
         Answers {
             probe: wire::STATUS_SUCCESS,
             monitor: Some(1),
+            remove_takes: Duration::ZERO,
+            busy_until_power_cycle: false,
         }
     }
+}
+
+/// What the fake kernel holds between commands.
+#[derive(Debug, Default)]
+pub struct KernelState {
+    /// The monitors added and not removed.
+    pub monitors: Vec<u16>,
+    /// A Remove is pending.
+    removing: bool,
+    /// Adds are answered Busy until a power cycle.
+    busy: bool,
+    /// The adapter was powered off since `busy` was set.
+    powered_off: bool,
 }
 
 /// A fake kernel listening at `path`.
@@ -37,6 +66,7 @@ pub struct FakeKernel {
     pub path: PathBuf,
     conn: Arc<Mutex<Option<Arc<OwnedFd>>>>,
     commands: Arc<Mutex<Vec<Vec<u8>>>>,
+    pub state: Arc<Mutex<KernelState>>,
 }
 
 impl FakeKernel {
@@ -46,7 +76,11 @@ impl FakeKernel {
         let listener = listen(&path);
         let conn: Arc<Mutex<Option<Arc<OwnedFd>>>> = Arc::default();
         let commands: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
-        let (c, cmds) = (conn.clone(), commands.clone());
+        let state = Arc::new(Mutex::new(KernelState {
+            busy: answers.busy_until_power_cycle,
+            ..KernelState::default()
+        }));
+        let (c, cmds, st) = (conn.clone(), commands.clone(), state.clone());
         std::thread::spawn(move || loop {
             // SAFETY: accept on a listening descriptor owned by this thread.
             let fd = unsafe {
@@ -62,13 +96,14 @@ impl FakeKernel {
             // SAFETY: a new descriptor, owned from here.
             let fd = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
             *c.lock().unwrap() = Some(fd.clone());
-            let cmds = cmds.clone();
-            std::thread::spawn(move || serve(&fd, answers, &cmds));
+            let (cmds, st) = (cmds.clone(), st.clone());
+            std::thread::spawn(move || serve(&fd, answers, &cmds, &st));
         });
         FakeKernel {
             path,
             conn,
             commands,
+            state,
         }
     }
 
@@ -97,6 +132,14 @@ impl FakeKernel {
         self.commands.lock().unwrap().clone()
     }
 
+    /// The commands received so far with `opcode`.
+    pub fn commands_of(&self, opcode: u16) -> Vec<Vec<u8>> {
+        self.commands()
+            .into_iter()
+            .filter(|c| c[..2] == opcode.to_le_bytes())
+            .collect()
+    }
+
     /// The opcodes of the commands received so far.
     pub fn opcodes(&self) -> Vec<u16> {
         self.commands()
@@ -106,7 +149,12 @@ impl FakeKernel {
     }
 }
 
-fn serve(fd: &OwnedFd, answers: Answers, commands: &Mutex<Vec<Vec<u8>>>) {
+fn serve(
+    fd: &Arc<OwnedFd>,
+    answers: Answers,
+    commands: &Mutex<Vec<Vec<u8>>>,
+    state: &Arc<Mutex<KernelState>>,
+) {
     let mut buf = vec![0u8; 70_000];
     loop {
         // SAFETY: recv into a buffer of the given length.
@@ -120,17 +168,63 @@ fn serve(fd: &OwnedFd, answers: Answers, commands: &Mutex<Vec<Vec<u8>>>) {
         }
         let opcode = u16::from_le_bytes([frame[0], frame[1]]);
         let index = u16::from_le_bytes([frame[2], frame[3]]);
+        let params = &frame[wire::HEADER_LEN..];
         commands.lock().unwrap().push(frame.clone());
+        let done = |status: u8, ret: &[u8]| build::command_complete(index, opcode, status, ret);
+        let mut st = state.lock().unwrap();
         let answer = match opcode {
-            wire::OP_GET_CONNECTIONS => {
-                build::command_complete(index, opcode, answers.probe, &[0, 0])
-            }
+            wire::OP_GET_CONNECTIONS => done(answers.probe, &[0, 0]),
+            wire::OP_ADD_ADV_PATTERNS_MONITOR if st.removing || st.busy => done(STATUS_BUSY, &[]),
             wire::OP_ADD_ADV_PATTERNS_MONITOR => match answers.monitor {
-                Some(h) => build::command_complete(index, opcode, 0, &h.to_le_bytes()),
-                None => build::command_complete(index, opcode, 0x03, &[]),
+                Some(h) => {
+                    if !st.monitors.contains(&h) {
+                        st.monitors.push(h);
+                    }
+                    done(0, &h.to_le_bytes())
+                }
+                None => done(0x03, &[]),
             },
-            _ => build::command_complete(index, opcode, 0, &frame[wire::HEADER_LEN..]),
+            wire::OP_REMOVE_ADV_MONITOR => {
+                let h = u16::from_le_bytes([params[0], params[1]]);
+                st.monitors.retain(|m| h != 0 && *m != h);
+                let answer = done(0, params);
+                if answers.remove_takes > Duration::ZERO {
+                    st.removing = true;
+                    let (fd, state) = (fd.clone(), state.clone());
+                    let takes = answers.remove_takes;
+                    std::thread::spawn(move || {
+                        std::thread::sleep(takes);
+                        state.lock().unwrap().removing = false;
+                        send(&fd, &answer);
+                    });
+                    continue;
+                }
+                answer
+            }
+            OP_READ_ADV_MONITOR_FEATURES => {
+                let mut ret = vec![0u8; 8];
+                ret.extend(32u16.to_le_bytes());
+                ret.push(16);
+                ret.extend((st.monitors.len() as u16).to_le_bytes());
+                for h in &st.monitors {
+                    ret.extend(h.to_le_bytes());
+                }
+                done(0, &ret)
+            }
+            OP_SET_POWERED => {
+                match params.first() {
+                    Some(0) => st.powered_off = true,
+                    _ if st.powered_off => {
+                        st.busy = false;
+                        st.powered_off = false;
+                    }
+                    _ => {}
+                }
+                done(0, &[0, 0, 0, 0])
+            }
+            _ => done(0, params),
         };
+        drop(st);
         send(fd, &answer);
     }
 }

@@ -86,7 +86,10 @@ impl Scanner {
                 Some(capture) => Some(Box::new(capture)),
                 None => {
                     self.stats.not_matching += 1;
-                    return true;
+                    if !f.keep_unmatched {
+                        return true;
+                    }
+                    None
                 }
             },
             None => None,

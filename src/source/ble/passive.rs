@@ -8,15 +8,17 @@ kernel scans passively and sends `Advertisement Monitor Device Found` for the re
 each with its RSSI: with the controller's pattern offload (MSFT extension) only the
 matching ones; without it (the Raspberry Pi's Broadcom/Cypress parts) every report,
 with handle 0, and the products filter does the rest.
-It touches the products and the kernel's release.
+It touches the products and what the kernel says of its version.
 
 What the research behind this found (README, "Passive scanning"):
 - the kernel disables the controller's duplicate filter for passive scans of an
-  advertisement monitor (`hci_passive_scan_sync`, net/bluetooth/hci_sync.c) only since
-  b5431dc2803a ("avoid dup filtering when passive scanning with adv monitor", v6.11,
-  backported to 6.10.5, 6.6.46 and 6.1.105); before it, the controller reports a tape
-  once per scan and its changed data goes unheard. [`duplicate_filter_kept`] tells such
-  kernels by their release, and the source warns.
+  advertisement monitor only in some releases: since c32d624640fd ("disable filter dup
+  when scan for adv monitor", 5.14); the move of scanning to hci_sync (abfeea476c68,
+  5.16) lost it, and b5431dc2803a ("avoid dup filtering when passive scanning with adv
+  monitor", 6.11, backported to 6.10.5, 6.6.46 and 6.1.105) restored it. On the others
+  the controller reports a tape once per scan and its changed data goes unheard.
+  [`duplicate_filter_kept`] tells them by their upstream version ([`kernel_version`]:
+  distributions name their kernels by ABI, `6.1.0-56-amd64`), and the source warns.
 - a passive scan sends no scan request, so data a tape puts only in its scan response
   is never heard.
 */
@@ -49,11 +51,11 @@ pub(super) fn patterns(products: &Products) -> Option<Vec<Pattern>> {
     )
 }
 
-/// Whether a kernel of this release (`uname -r`, e.g. `6.6.31+rpt-rpi-v8`) may keep the
-/// controller's duplicate filter on in passive monitor scans (see the module doc):
-/// `false` only for releases known to carry the fix.
-pub(super) fn duplicate_filter_kept(release: &str) -> bool {
-    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+/// Whether a kernel of this upstream version (`6.1.192`; see [`kernel_version`]) may
+/// keep the controller's duplicate filter on in passive monitor scans (see the module
+/// doc): `false` only for versions known to turn it off.
+pub(super) fn duplicate_filter_kept(version: &str) -> bool {
+    let mut parts = version.split(|c: char| !c.is_ascii_digit());
     let mut next = || parts.next().and_then(|p| p.parse::<u32>().ok());
     let (Some(major), Some(minor)) = (next(), next()) else {
         return true;
@@ -65,16 +67,51 @@ pub(super) fn duplicate_filter_kept(release: &str) -> bool {
         (6, 10) => 5,
         (6, 6) => 46,
         (6, 1) => 105,
+        (5, 14 | 15) => return false,
         _ => return true,
     };
     patch < fixed_from
 }
 
-/// The running kernel's release, if it can be read.
-pub(super) fn kernel_release() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .ok()
-        .map(|s| s.trim().to_string())
+/// The running kernel's upstream version, if it can be told (see [`version_from`]).
+pub(super) fn kernel_version() -> Option<String> {
+    let read = |path: &str| std::fs::read_to_string(path).ok();
+    version_from(
+        read("/proc/version_signature").as_deref(),
+        read("/proc/sys/kernel/version").as_deref(),
+        read("/proc/sys/kernel/osrelease").as_deref(),
+    )
+}
+
+/// A kernel's upstream version from what it says of itself. The release (`uname -r`)
+/// is an ABI name on Debian and Ubuntu (`6.1.0-56-amd64`, `6.8.0-45-generic`, whose
+/// third number is not the patch level), so first: Ubuntu's `/proc/version_signature`
+/// (`Ubuntu 6.8.0-45.45-generic 6.8.12`: its last word); then the package version a
+/// Debian kernel puts in `/proc/sys/kernel/version` (`#1 SMP PREEMPT_DYNAMIC Debian
+/// 6.1.192-2 (2025-11-16)`; Raspberry Pi OS: `Debian 1:6.6.51-1+rpt3`); then the
+/// release, which is the version elsewhere (`6.6.51+rpt-rpi-v8`, `6.12.1-arch1-1`).
+pub(super) fn version_from(
+    signature: Option<&str>,
+    version: Option<&str>,
+    release: Option<&str>,
+) -> Option<String> {
+    let upstream = |s: &str| {
+        let s = s.split_once(':').map_or(s, |(_, v)| v);
+        let end = s
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(s.len());
+        let v = &s[..end];
+        (v.split('.').filter(|p| !p.is_empty()).count() >= 2).then(|| v.to_string())
+    };
+    signature
+        .and_then(|s| s.split_whitespace().last())
+        .and_then(upstream)
+        .or_else(|| {
+            let words: Vec<&str> = version?.split_whitespace().collect();
+            let at = words.iter().position(|w| *w == "Debian")?;
+            upstream(words.get(at + 1)?)
+        })
+        .or_else(|| release.map(|r| r.trim().to_string()))
 }
 
 #[cfg(test)]
@@ -108,22 +145,77 @@ mod tests {
     }
 
     #[test]
-    fn kernels_without_the_duplicate_filter_fix_are_told_by_their_release() {
-        for (release, kept) in [
-            ("6.12.25+rpt-rpi-v8", false),
+    fn kernels_that_keep_the_duplicate_filter_are_told_by_their_upstream_version() {
+        for (version, kept) in [
+            ("6.12.25", false),
             ("6.11.0", false),
             ("7.0.1", false),
             ("6.10.5", false),
             ("6.10.4", true),
-            ("6.6.46-v8+", false),
-            ("6.6.31+rpt-rpi-v8", true),
+            ("6.6.46", false),
+            ("6.6.31", true),
             ("6.1.105", false),
-            ("6.1.21-v8+", true),
-            ("5.15.0-1034-raspi", true),
-            ("6.8.0-45-generic", true),
+            ("6.1.192", false),
+            ("6.1.21", true),
+            ("6.8.12", true),
+            ("5.16.0", true),
+            ("5.15.167", false),
+            ("5.14.21", false),
+            ("5.13.19", true),
+            ("5.10.226", true),
             ("garbage", true),
         ] {
-            assert_eq!(duplicate_filter_kept(release), kept, "{release}");
+            assert_eq!(duplicate_filter_kept(version), kept, "{version}");
         }
+    }
+
+    #[test]
+    fn a_distributions_kernel_is_told_by_its_package_version_not_its_abi_name() {
+        let v = |sig, version, release| version_from(sig, version, release);
+        // Debian: the release is the ABI; the package version is in `version`.
+        assert_eq!(
+            v(
+                None,
+                Some("#1 SMP PREEMPT_DYNAMIC Debian 6.1.192-2 (2025-11-16)\n"),
+                Some("6.1.0-56-amd64\n")
+            )
+            .as_deref(),
+            Some("6.1.192")
+        );
+        // Raspberry Pi OS: an epoch, a suffix.
+        assert_eq!(
+            v(
+                None,
+                Some("#1 SMP PREEMPT Debian 1:6.6.51-1+rpt3 (2024-10-08)"),
+                Some("6.6.51+rpt-rpi-v8")
+            )
+            .as_deref(),
+            Some("6.6.51")
+        );
+        // Ubuntu: the signature's last word.
+        assert_eq!(
+            v(
+                Some("Ubuntu 6.8.0-45.45-generic 6.8.12\n"),
+                Some("#45-Ubuntu SMP PREEMPT_DYNAMIC Fri Aug 30 12:02:04 UTC 2024"),
+                Some("6.8.0-45-generic")
+            )
+            .as_deref(),
+            Some("6.8.12")
+        );
+        // Elsewhere the release is the version.
+        assert_eq!(
+            v(
+                None,
+                Some("#1642 SMP PREEMPT Mon Apr  3 17:24:16 BST 2023"),
+                Some("6.1.21-v8+")
+            )
+            .as_deref(),
+            Some("6.1.21-v8+")
+        );
+        assert_eq!(v(None, None, None), None);
+        // What the warning is about: Debian's 6.1.192 carries the fix, although its
+        // release reads 6.1.0.
+        assert!(!duplicate_filter_kept("6.1.192"));
+        assert!(duplicate_filter_kept("6.1.0-56-amd64"));
     }
 }

@@ -118,7 +118,6 @@ impl Scanner {
         }
         match self.side.as_ref().and_then(|side| side.monitor) {
             Some(Monitor::Missing) => Scan::MonitorGone,
-            Some(Monitor::Adding(at)) => Scan::Since(at.max(s.started)),
             _ => Scan::Since(s.started),
         }
     }
@@ -276,7 +275,7 @@ impl Scanner {
             return Err("the kernel's management socket closed".into());
         }
         if let Some(side) = &mut self.side {
-            for c in controls {
+            for c in &controls {
                 side.control(c);
             }
         }

@@ -46,6 +46,10 @@ impl Adapter {
     pub(super) async fn power_on(&self) -> Result<(), BluetoothError> {
         self.session.set_powered(&self.id, true).await
     }
+
+    pub(super) async fn power_off(&self) -> Result<(), BluetoothError> {
+        self.session.set_powered(&self.id, false).await
+    }
 }
 
 /// How a session scans.

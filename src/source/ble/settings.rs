@@ -49,6 +49,8 @@ impl BleSettings {
 pub(super) struct Filter {
     pub(super) products: Products,
     pub(super) reload: Option<watch::Receiver<Products>>,
+    /// Adverts matching no product are sent on too (without a capture).
+    pub(super) keep_unmatched: bool,
 }
 
 impl Filter {

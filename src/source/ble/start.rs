@@ -3,6 +3,8 @@
 //! found, the path chosen, the scan started, the loop run, the scan stopped and what it
 //! did reported. Touches the source's own rooms.
 
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
@@ -31,6 +33,10 @@ pub struct Ble {
     health: Arc<SourceHealth>,
     /// Stamps each advert heard.
     clock: SharedClock,
+    /// The management socket the unit's start step stored, taken from systemd.
+    stored: Option<OwnedFd>,
+    /// Where a passive scan's monitor is recorded (see `side.rs`).
+    monitor_record: Option<PathBuf>,
 }
 
 impl Ble {
@@ -40,7 +46,32 @@ impl Ble {
             filter: None,
             health: Arc::default(),
             clock,
+            stored: None,
+            monitor_record: None,
         }
+    }
+
+    /// Reads the side channel from `socket` (the one the unit's start step stored)
+    /// rather than opening one.
+    pub fn with_stored_socket(mut self, socket: Option<OwnedFd>) -> Ble {
+        self.stored = socket;
+        self
+    }
+
+    /// Records the handle of a passive scan's monitor in `path`, so that the next
+    /// start removes one this process could not (killed) from the kernel.
+    pub fn with_monitor_record(mut self, path: PathBuf) -> Ble {
+        self.monitor_record = Some(path);
+        self
+    }
+
+    /// Sends on the adverts that match no product too (without a capture), while the
+    /// products still make a passive scan's monitor (`tapegate scan --all`).
+    pub fn keeping_unmatched(mut self) -> Ble {
+        if let Some(f) = &mut self.filter {
+            f.keep_unmatched = true;
+        }
+        self
     }
 
     /// Shares the ladder's counts (for `tapegate status`).
@@ -56,16 +87,23 @@ impl Ble {
         products: Products,
         reload: Option<watch::Receiver<Products>>,
     ) -> Ble {
-        self.filter = Some(Filter { products, reload });
+        self.filter = Some(Filter {
+            products,
+            reload,
+            keep_unmatched: false,
+        });
         self
     }
 
     /// The side channel for `adapter`, as `scanner.adverts` asks; `None`: D-Bus.
-    async fn side_channel(&self, adapter: &str) -> Result<Option<Side>, SourceError> {
+    async fn side_channel(&mut self, adapter: &str) -> Result<Option<Side>, SourceError> {
         if self.settings.adverts == AdvertsPath::Dbus {
+            if self.stored.take().is_some() {
+                tracing::debug!("the management socket from the unit's start step is closed: adverts are read over D-Bus");
+            }
             return Ok(None);
         }
-        let origin = mgmt::Origin::from_env();
+        let origin = mgmt::Origin::from_env(self.stored.take());
         match &origin {
             mgmt::Origin::Unix(path) => {
                 tracing::warn!(path = %path.display(), "reading management frames from {} instead of the kernel", mgmt::SOCKET_ENV)
@@ -84,6 +122,9 @@ impl Ble {
                         channel,
                         index,
                         monitor: None,
+                        record: self.monitor_record.clone(),
+                        busy: false,
+                        record_read: false,
                     })
             }
             Err(e) => Err(e),
@@ -123,9 +164,9 @@ impl Ble {
         };
         if let (Some(s), Some(_)) = (side.as_mut(), &patterns) {
             s.monitor = Some(Monitor::Missing);
-            if let Some(release) = passive::kernel_release() {
-                if passive::duplicate_filter_kept(&release) {
-                    tracing::warn!(kernel = %release, "this kernel may keep the controller's duplicate filter on in passive scans (fixed in 6.11, 6.10.5, 6.6.46, 6.1.105): a tape's changed data may go unheard until the scan restarts; use scanner.scan = \"active\" if captures stall");
+            if let Some(version) = passive::kernel_version() {
+                if passive::duplicate_filter_kept(&version) {
+                    tracing::warn!(kernel = %version, "this kernel may keep the controller's duplicate filter on in passive scans (kernels before 5.14, and from 5.16 until 6.11, 6.10.5, 6.6.46, 6.1.105): a tape's changed data may go unheard until the scan restarts; use scanner.scan = \"active\" if captures stall");
                 }
             }
         }
@@ -135,7 +176,7 @@ impl Ble {
 
 impl Source for Ble {
     async fn run(
-        self,
+        mut self,
         out: mpsc::Sender<Heard>,
         stop: CancellationToken,
     ) -> Result<SourceReport, SourceError> {

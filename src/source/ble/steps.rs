@@ -10,10 +10,11 @@ use tokio::time::Instant;
 use super::bluez;
 use super::ladder::Step;
 use super::mgmt;
+use super::mgmt::Meanwhile;
 use super::scanner::Scanner;
 use super::session::{connect, open, How};
 use super::settings::STOP_SCAN_WAIT;
-use super::side::Monitor;
+use super::side::{Monitor, Refused};
 use super::signals::Signals;
 use crate::source::{SourceError, SourceHealth};
 
@@ -69,8 +70,9 @@ impl Scanner {
                 if let Err(e) = adapter.power_on().await {
                     tracing::debug!(error = %e, "powering the adapter on failed");
                 }
-                self.remove_monitor();
-                self.add_monitor();
+                if let Err(e) = self.register_monitor().await {
+                    tracing::warn!(error = %e, "the advertisement monitor could not be registered again");
+                }
             } else {
                 let _ = adapter.stop_scan().await;
                 if let Err(e) = adapter.start_scan().await {
@@ -92,6 +94,12 @@ impl Scanner {
         first: bool,
     ) -> Result<(), SourceError> {
         self.reconnect(manager, now, reason, first).await?;
+        // A controller that stopped reporting, or a kernel that answers Busy to every
+        // monitor, needs the adapter powered off and on (as Home Assistant's recovery
+        // does): once per trouble, and again while the kernel answers Busy.
+        if first || self.side.as_ref().is_some_and(|s| s.busy) {
+            self.power_cycle().await;
+        }
         let how = match self.session.take() {
             Some(old) => {
                 if old.how.discovery {
@@ -109,7 +117,11 @@ impl Scanner {
             Ok((s, known)) => {
                 self.devices.clear();
                 self.session = Some(s);
-                self.add_monitor();
+                if self.side.as_ref().and_then(|s| s.monitor) == Some(Monitor::Missing) {
+                    if let Err(e) = self.register_monitor().await {
+                        tracing::debug!(error = %e, "the advertisement monitor could not be registered yet");
+                    }
+                }
                 for info in known {
                     if !self.known(info) {
                         break;
@@ -198,7 +210,13 @@ impl Scanner {
     /// Stops the scan when the source ends: discovery, or the passive scan's monitor
     /// (which the kernel would otherwise keep scanning with).
     pub(super) async fn stop_scan(&mut self) {
-        self.remove_monitor();
+        if let Some(side) = &mut self.side {
+            let clock = self.clock.clone();
+            let now = move || clock.wall_ms();
+            let mut meanwhile = Meanwhile::default();
+            let removed = side.unregister(&now, &mut meanwhile);
+            let _ = tokio::time::timeout(STOP_SCAN_WAIT, removed).await;
+        }
         if let Some(s) = &self.session {
             if s.how.discovery {
                 let _ = tokio::time::timeout(STOP_SCAN_WAIT, s.adapter.stop_scan()).await;
@@ -251,27 +269,74 @@ impl Scanner {
         }
     }
 
-    /// Adds the passive scan's monitor when the scan starts (see [`Side::start_monitor`](super::side::Side::start_monitor)).
+    /// Registers the passive scan's monitor when the scan starts; a kernel that answers
+    /// Busy to every try gets the adapter power-cycled, and one more try.
     pub(super) async fn start_monitor(&mut self) -> Result<(), String> {
-        match (&mut self.side, &self.patterns) {
-            (Some(side), Some(patterns)) => side.start_monitor(patterns).await,
-            _ => Ok(()),
+        match self.register_monitor().await {
+            Err(Refused::Busy) => {
+                tracing::warn!("the kernel answers Busy to the advertisement monitor");
+                self.power_cycle().await;
+                self.register_monitor().await.map_err(|e| e.to_string())
+            }
+            r => r.map_err(|e| e.to_string()),
         }
     }
 
-    /// Adds the passive scan's monitor, if this scan has one and it is missing; `false`
-    /// when it could not even be asked for.
-    fn add_monitor(&mut self) -> bool {
-        match (&mut self.side, &self.patterns) {
-            (Some(side), Some(patterns)) => side.add_monitor(patterns),
-            _ => true,
+    /// Registers the passive scan's monitor, if this scan has one (see
+    /// [`Side::register`](super::side::Side::register)), and handles what the socket
+    /// brought meanwhile.
+    pub(super) async fn register_monitor(&mut self) -> Result<(), Refused> {
+        let (Some(side), Some(patterns)) = (&mut self.side, &self.patterns) else {
+            return Ok(());
+        };
+        let clock = self.clock.clone();
+        let now = move || clock.wall_ms();
+        let mut meanwhile = Meanwhile::default();
+        let registered = side.register(patterns, &now, &mut meanwhile).await;
+        self.meanwhile(meanwhile);
+        let handle = registered?;
+        tracing::debug!(handle, "advertisement monitor registered");
+        Ok(())
+    }
+
+    /// Powers the adapter off and on: through the management socket when there is
+    /// one, else through BlueZ (its `Powered` property).
+    pub(super) async fn power_cycle(&mut self) {
+        tracing::warn!(adapter = %self.adapter_name, "power-cycling the adapter (off, then on)");
+        let cycled = if let Some(side) = &mut self.side {
+            let clock = self.clock.clone();
+            let now = move || clock.wall_ms();
+            let mut meanwhile = Meanwhile::default();
+            let cycled = side.power_cycle(&now, &mut meanwhile).await;
+            self.meanwhile(meanwhile);
+            cycled
+        } else if let Some(adapter) = self.adapter() {
+            let off = adapter.power_off().await.map_err(|e| e.to_string());
+            let on = adapter.power_on().await.map_err(|e| e.to_string());
+            off.and(on)
+        } else {
+            Ok(())
+        };
+        if let Err(e) = cycled {
+            tracing::warn!(error = %e, "power-cycling the adapter failed");
         }
     }
 
-    /// Removes the passive scan's monitor (without waiting for the answer).
-    fn remove_monitor(&mut self) {
+    /// Handles what the side channel brought while the source waited for an answer.
+    fn meanwhile(&mut self, m: Meanwhile) {
         if let Some(side) = &mut self.side {
-            side.remove_monitor();
+            for c in &m.controls {
+                side.control(c);
+            }
+        }
+        let now = Instant::now();
+        if !m.adverts.is_empty() {
+            self.ladder.heard(now);
+        }
+        for advert in m.adverts {
+            if !self.emit(advert, now) {
+                break;
+            }
         }
     }
 }

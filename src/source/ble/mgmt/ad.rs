@@ -11,8 +11,9 @@ came before it is kept. Pure: it touches the records only.
   BlueZ's `ManufacturerData` map does. Sorted by company identifier, as the D-Bus path.
 - Service Data, 16-, 32- and 128-bit UUID (0x16, 0x20, 0x21): keyed by the UUID in its
   128-bit lower-case form (`0000feaa-0000-1000-8000-00805f9b34fb`), sorted.
-- Complete or Shortened Local Name (0x09, 0x08): the complete name wins; invalid UTF-8
-  is replaced, as BlueZ does.
+- Complete or Shortened Local Name (0x09, 0x08): the complete name wins; trailing NUL
+  bytes (some vendors end the name with one) are dropped and invalid UTF-8 is replaced,
+  as BlueZ does (`eir_parse`, src/eir.c).
 - Everything else (flags, UUID lists, TX power...) is skipped: no product criterion or
   record field reads it.
 */
@@ -31,7 +32,7 @@ const MANUFACTURER_DATA: u8 = 0xFF;
 pub struct Fields {
     pub name: Option<String>,
     /// Whether `name` is the complete name (a shortened one gives way to it).
-    complete_name: bool,
+    pub complete_name: bool,
     pub manufacturer_data: Vec<(u16, Vec<u8>)>,
     pub service_data: Vec<(String, Vec<u8>)>,
     /// A structure ran past the end of the data.
@@ -89,16 +90,20 @@ pub fn parse(data: &[u8]) -> Fields {
                 put(&mut f.service_data, long_uuid(&body[..16]), &body[16..]);
             }
             COMPLETE_NAME => {
-                f.name = Some(String::from_utf8_lossy(body).into_owned());
+                f.name = Some(name(body));
                 f.complete_name = true;
             }
-            SHORT_NAME if !f.complete_name => {
-                f.name = Some(String::from_utf8_lossy(body).into_owned());
-            }
+            SHORT_NAME if !f.complete_name => f.name = Some(name(body)),
             _ => {}
         }
     }
     f
+}
+
+/// A name's text without the NUL bytes that end it.
+fn name(body: &[u8]) -> String {
+    let end = body.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1);
+    String::from_utf8_lossy(&body[..end]).into_owned()
 }
 
 /// Puts `data` under `key`, replacing what an earlier structure put there, keeping

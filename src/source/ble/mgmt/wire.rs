@@ -35,9 +35,15 @@ pub const EV_ADV_MONITOR_REMOVED: u16 = 0x002c;
 /// Advertisement Monitor Device Found: `Monitor_Handle`, then as Device Found.
 pub const EV_ADV_MONITOR_DEVICE_FOUND: u16 = 0x002f;
 
+/// Read Controller Information: its address, version, settings, class and names.
+pub const OP_READ_INFO: u16 = 0x0004;
+/// Set Powered (`Powered`: 0 or 1).
+pub const OP_SET_POWERED: u16 = 0x0005;
 /// Get Connections: refused with Permission Denied on a socket without `CAP_NET_ADMIN`,
 /// which the kernel binds all the same but never sends a Device Found.
 pub const OP_GET_CONNECTIONS: u16 = 0x0015;
+/// Read Advertisement Monitor Features: the handles of the monitors registered.
+pub const OP_READ_ADV_MONITOR_FEATURES: u16 = 0x0051;
 /// Add Advertisement Patterns Monitor.
 pub const OP_ADD_ADV_PATTERNS_MONITOR: u16 = 0x0052;
 /// Remove Advertisement Monitor.
@@ -45,6 +51,8 @@ pub const OP_REMOVE_ADV_MONITOR: u16 = 0x0053;
 
 /// Command status: success.
 pub const STATUS_SUCCESS: u8 = 0x00;
+/// Command status: another command of its kind is pending.
+pub const STATUS_BUSY: u8 = 0x0a;
 /// Command status: the socket is not trusted (no `CAP_NET_ADMIN`).
 pub const STATUS_PERMISSION_DENIED: u8 = 0x14;
 
@@ -264,65 +272,35 @@ pub fn monitor_patterns(patterns: &[Pattern]) -> Option<Vec<u8>> {
     Some(params)
 }
 
-/// Frames the way the kernel writes them, for tests here and in `tests/`, `benches/`.
-pub mod build {
-    use super::*;
-
-    /// A frame: header, then `params`.
-    pub fn frame(code: u16, index: u16, params: &[u8]) -> Vec<u8> {
-        command(code, index, params)
-    }
-
-    /// Device Found parameters for `address` (as written, `AA:..` first), `rssi` and
-    /// advertising `data`.
-    pub fn found_params(address: [u8; 6], address_type: u8, rssi: i8, data: &[u8]) -> Vec<u8> {
-        let mut p = Vec::with_capacity(FOUND_FIXED + data.len());
-        let a = address;
-        p.extend_from_slice(&[a[5], a[4], a[3], a[2], a[1], a[0], address_type]);
-        p.push(rssi as u8);
-        p.extend_from_slice(&0u32.to_le_bytes());
-        p.extend_from_slice(&(data.len() as u16).to_le_bytes());
-        p.extend_from_slice(data);
-        p
-    }
-
-    /// A Device Found frame on controller `index`.
-    pub fn device_found(index: u16, address: [u8; 6], rssi: i8, data: &[u8]) -> Vec<u8> {
-        frame(
-            EV_DEVICE_FOUND,
-            index,
-            &found_params(address, 2, rssi, data),
-        )
-    }
-
-    /// An Advertisement Monitor Device Found frame on controller `index`.
-    pub fn monitor_found(
-        index: u16,
-        handle: u16,
-        address: [u8; 6],
-        rssi: i8,
-        data: &[u8],
-    ) -> Vec<u8> {
-        let mut p = handle.to_le_bytes().to_vec();
-        p.extend_from_slice(&found_params(address, 2, rssi, data));
-        frame(EV_ADV_MONITOR_DEVICE_FOUND, index, &p)
-    }
-
-    /// The kernel's Command Complete for `opcode` with `status` and return parameters.
-    pub fn command_complete(index: u16, opcode: u16, status: u8, ret: &[u8]) -> Vec<u8> {
-        let mut p = opcode.to_le_bytes().to_vec();
-        p.push(status);
-        p.extend_from_slice(ret);
-        frame(EV_CMD_COMPLETE, index, &p)
-    }
-
-    /// One AD structure: length, type, data.
-    pub fn ad(ad_type: u8, data: &[u8]) -> Vec<u8> {
-        let mut s = vec![data.len() as u8 + 1, ad_type];
-        s.extend_from_slice(data);
-        s
-    }
+/// The current settings in the return parameters of Read Controller Information
+/// (after the address (6 octets), version (1), manufacturer (2) and supported
+/// settings (4)); bit 0 is Powered.
+pub fn current_settings(info: &[u8]) -> Option<u32> {
+    let s = info.get(13..17)?;
+    Some(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
 }
+
+/// The Powered bit of the settings.
+pub const SETTING_POWERED: u32 = 1;
+
+/// The monitor handles in the return parameters of Read Advertisement Monitor
+/// Features: supported and enabled features (4 octets each), the maximum handles (2)
+/// and patterns (1), the number of handles (2), the handles (2 each). Short parameters
+/// give what they hold.
+pub fn monitor_handles(ret: &[u8]) -> Vec<u16> {
+    let Some(&[lo, hi]) = ret.get(11..13) else {
+        return Vec::new();
+    };
+    let n = usize::from(u16::from_le_bytes([lo, hi]));
+    ret.get(13..)
+        .unwrap_or_default()
+        .chunks_exact(2)
+        .take(n)
+        .map(|h| u16::from_le_bytes([h[0], h[1]]))
+        .collect()
+}
+
+pub mod build;
 
 #[cfg(test)]
 mod tests {
@@ -494,5 +472,21 @@ mod tests {
             value: vec![1, 2],
         };
         assert_eq!(monitor_patterns(&[too_long]), None);
+    }
+    #[test]
+    fn the_monitor_handles_are_read_from_the_features_answer() {
+        let mut ret = vec![0u8; 8];
+        ret.extend(32u16.to_le_bytes());
+        ret.push(16);
+        ret.extend(2u16.to_le_bytes());
+        ret.extend(3u16.to_le_bytes());
+        ret.extend(9u16.to_le_bytes());
+        assert_eq!(monitor_handles(&ret), vec![3, 9]);
+        assert_eq!(
+            monitor_handles(&ret[..15]),
+            vec![3],
+            "a short answer gives what it holds"
+        );
+        assert_eq!(monitor_handles(&ret[..5]), Vec::<u16>::new());
     }
 }

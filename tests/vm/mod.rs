@@ -1,0 +1,258 @@
+//! Virtual machines for tests on the real stack: Debian's kernel and a Debian root with
+//! systemd as PID 1, booted in QEMU, driven through a 9p share.
+//!
+//! - [`Arch`]: what differs between the machines a gateway runs on (the Debian
+//!   architecture and kernel package, the QEMU system and its console). x86_64 is what
+//!   the tests boot; the Arm ones say how an Arm boot would be set up.
+//! - [`Image`]: the kernel, the initramfs and the root's disk image, built by
+//!   `scripts/vm/image.sh` from this machine's apt mirror and PyPI and cached under
+//!   `target/vm/<arch>/` (a cold build is a debootstrap: a few minutes).
+//! - [`Disk`]: a writable copy of the image; it outlives the VM, so a test can cut the
+//!   power (kill QEMU) and boot again on the same disk.
+//! - [`Vm`] (`machine.rs`): a booted machine, with commands run by the guest's agent
+//!   (`guest/agent.py`) and results read from the share, which the host sees at once.
+//!
+//! TCG (software emulation) by default: `/dev/kvm` on the project's build machines runs
+//! no stock kernel. `TAPEGATE_VM_ACCEL=kvm` asks for KVM where it works.
+#![allow(dead_code)]
+
+mod machine;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+pub use machine::Vm;
+
+/// A machine architecture as the VM tests boot it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arch {
+    /// Our name for it, and the directory under `target/vm/`.
+    pub name: &'static str,
+    /// Debian's architecture.
+    pub deb_arch: &'static str,
+    /// The metapackage whose dependency is the current kernel.
+    pub kernel_package: &'static str,
+    /// The platform tag of the Python wheels the guest installs (manylinux_2_N_<this>).
+    pub wheel_platform: &'static str,
+    pub qemu: &'static str,
+    /// QEMU's machine and CPU arguments under TCG.
+    pub machine: &'static [&'static str],
+    /// The kernel's serial console.
+    pub console: &'static str,
+}
+
+pub const X86_64: Arch = Arch {
+    name: "x86_64",
+    deb_arch: "amd64",
+    kernel_package: "linux-image-amd64",
+    wheel_platform: "x86_64",
+    qemu: "qemu-system-x86_64",
+    machine: &["-cpu", "max"],
+    console: "ttyS0",
+};
+
+/// Not booted by any test yet: a Raspberry Pi 3/4-class 64-bit gateway (Debian's arm64
+/// kernel on QEMU's `virt` board). The image needs a foreign-architecture debootstrap
+/// (qemu-user-static) and the initramfs an Arm busybox.
+pub const AARCH64: Arch = Arch {
+    name: "aarch64",
+    deb_arch: "arm64",
+    kernel_package: "linux-image-arm64",
+    wheel_platform: "aarch64",
+    qemu: "qemu-system-aarch64",
+    machine: &["-M", "virt", "-cpu", "cortex-a72"],
+    console: "ttyAMA0",
+};
+
+/// Not booted by any test yet: a 32-bit Pi OS-class gateway (Debian's armmp kernel).
+pub const ARMHF: Arch = Arch {
+    name: "armhf",
+    deb_arch: "armhf",
+    kernel_package: "linux-image-armmp-lpae",
+    wheel_platform: "armv7l",
+    qemu: "qemu-system-arm",
+    machine: &["-M", "virt", "-cpu", "cortex-a15"],
+    console: "ttyAMA0",
+};
+
+/// How QEMU runs the guest's instructions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accel {
+    Tcg,
+    Kvm,
+}
+
+impl Accel {
+    /// TCG unless `TAPEGATE_VM_ACCEL=kvm`.
+    pub fn from_env() -> Accel {
+        match std::env::var("TAPEGATE_VM_ACCEL").as_deref() {
+            Ok("kvm") => Accel::Kvm,
+            _ => Accel::Tcg,
+        }
+    }
+}
+
+/// What a VM is booted with.
+#[derive(Debug, Clone, Copy)]
+pub struct Machine {
+    pub arch: Arch,
+    pub accel: Accel,
+    pub memory_mb: u32,
+    pub cpus: u32,
+}
+
+impl Machine {
+    /// One CPU (the build machines' two cores are shared) and 1 GiB.
+    pub fn new(arch: Arch) -> Machine {
+        Machine {
+            arch,
+            accel: Accel::from_env(),
+            memory_mb: 1024,
+            cpus: 1,
+        }
+    }
+}
+
+/// The cached parts a VM boots from.
+#[derive(Debug, Clone)]
+pub struct Image {
+    pub kernel: PathBuf,
+    pub initrd: PathBuf,
+    /// The root's ext4 image, zstd-compressed.
+    pub disk: PathBuf,
+    /// The kernel's ABI name (`6.1.0-56-amd64`).
+    pub kernel_abi: String,
+}
+
+impl Image {
+    /// Builds (or finds cached) the image of `arch` under `work`.
+    pub fn build(arch: &Arch, work: &Path) -> Result<Image, String> {
+        let script = repo().join("scripts/vm/image.sh");
+        let out = Command::new(&script)
+            .arg(work)
+            .env("DEB_ARCH", arch.deb_arch)
+            .env("KERNEL_PACKAGE", arch.kernel_package)
+            .env("WHEEL_PLATFORM", arch.wheel_platform)
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+        if !out.status.success() {
+            return Err(format!("{} failed ({})", script.display(), out.status));
+        }
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let get = |key: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{key}=")))
+                .map(str::to_string)
+                .ok_or_else(|| format!("image.sh said no {key}: {text}"))
+        };
+        Ok(Image {
+            kernel: get("KERNEL")?.into(),
+            initrd: get("INITRD")?.into(),
+            disk: get("IMAGE")?.into(),
+            kernel_abi: get("KERNEL_ABI")?,
+        })
+    }
+}
+
+/// A writable disk made from an image: booted again after a power cut, it holds what
+/// the last boot wrote.
+#[derive(Debug)]
+pub struct Disk {
+    pub path: PathBuf,
+}
+
+impl Disk {
+    /// A fresh copy of `image`'s disk at `path` (sparse; a few seconds).
+    pub fn fresh(image: &Image, path: &Path) -> Result<Disk, String> {
+        let _ = std::fs::remove_file(path);
+        let status = Command::new("zstd")
+            .args(["-q", "-d", "-f"])
+            .arg(&image.disk)
+            .arg("-o")
+            .arg(path)
+            .status()
+            .map_err(|e| format!("cannot run zstd: {e}"))?;
+        if !status.success() {
+            return Err(format!("zstd -d {} failed", image.disk.display()));
+        }
+        Ok(Disk {
+            path: path.to_path_buf(),
+        })
+    }
+}
+
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target"))
+}
+
+/// Why a VM of `arch` cannot be booted here, if it cannot: root, QEMU, and what
+/// `scripts/vm/image.sh` needs (debootstrap only until the base is cached).
+pub fn prerequisites(arch: &Arch) -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("not root (debootstrap, mkfs.ext4 -d and chroot need root)".into());
+    }
+    let has = |cmd: &str| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {cmd}")])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let needs = [
+        (arch.qemu, "qemu-system-x86 (or -arm)"),
+        ("debootstrap", "debootstrap"),
+        ("cpio", "cpio"),
+        ("zstd", "zstd"),
+        ("mkfs.ext4", "e2fsprogs"),
+        ("dpkg-deb", "dpkg"),
+        ("apt-get", "apt"),
+    ];
+    for (cmd, package) in needs {
+        if !has(cmd) {
+            return Err(format!("no {cmd} (apt-get install {package})"));
+        }
+    }
+    let static_busybox = Command::new("ldd")
+        .arg("/bin/busybox")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| !s.success());
+    if !Path::new("/bin/busybox").exists() || !static_busybox {
+        return Err("no static /bin/busybox (apt-get install busybox-static)".into());
+    }
+    let pip = Command::new("python3")
+        .args(["-m", "pip", "--version"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !pip {
+        return Err("no pip for python3 (apt-get install python3-pip)".into());
+    }
+    Ok(())
+}
+
+/// Skips the test (returns `true`) when `why` is `Some`, loudly; under CI (`CI` set)
+/// panics instead.
+pub fn skip(test: &str, why: Option<String>) -> bool {
+    let Some(why) = why else {
+        return false;
+    };
+    if std::env::var_os("CI").is_some() {
+        panic!("{test} cannot run here: {why}");
+    }
+    eprintln!(
+        "\n*** SKIPPED {test}: {why} ***\n*** (it runs under CI, `CI` set, where this is a failure) ***\n"
+    );
+    true
+}
