@@ -251,20 +251,19 @@ pub enum Handed {
 /// binds it has `CAP_NET_ADMIN`, and keeps trusting it in whichever process holds it,
 /// so the daemon itself needs neither the capability nor `AF_BLUETOOTH`.
 pub fn hand_to_systemd() -> io::Result<Handed> {
-    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+    if std::env::var_os("NOTIFY_SOCKET").is_none() {
         return Ok(Handed::NoManager);
-    };
-    hand_over(Path::new(&path), &open_kernel()?)?;
+    }
+    hand_over(&open_kernel()?)?;
     Ok(Handed::Stored)
 }
 
-/// Sends `socket` to the service manager listening at `notify` for the unit's file
-/// descriptor store, named [`FD_NAME`].
-pub fn hand_over(notify: &Path, socket: &OwnedFd) -> io::Result<()> {
-    let to = std::os::unix::net::UnixDatagram::unbound()?;
-    to.connect(notify)?;
-    let state = format!("FDSTORE=1\nFDNAME={FD_NAME}\n");
-    send_with_fd(&to, state.as_bytes(), socket.as_raw_fd())
+/// Sends `socket` to the service manager named by `NOTIFY_SOCKET` for the unit's file
+/// descriptor store, named [`FD_NAME`] (sd-notify's `notify_with_fds`).
+pub fn hand_over(socket: &OwnedFd) -> io::Result<()> {
+    use sd_notify::NotifyState::{FdName, FdStore};
+    use std::os::fd::AsFd;
+    sd_notify::notify_with_fds(false, &[FdStore, FdName(FD_NAME)], &[socket.as_fd()])
 }
 
 /// The management socket systemd passed from its file descriptor store, if any
@@ -284,43 +283,10 @@ pub fn from_systemd() -> Option<OwnedFd> {
         let _ = sd_notify::notify(
             false,
             &[
-                sd_notify::NotifyState::Custom("FDSTOREREMOVE=1"),
-                sd_notify::NotifyState::Custom(&format!("FDNAME={FD_NAME}")),
+                sd_notify::NotifyState::FdStoreRemove,
+                sd_notify::NotifyState::FdName(FD_NAME),
             ],
         );
     }
     found
-}
-
-/// Sends `data` with one descriptor (`SCM_RIGHTS`).
-fn send_with_fd(
-    socket: &std::os::unix::net::UnixDatagram,
-    data: &[u8],
-    fd: std::os::fd::RawFd,
-) -> io::Result<()> {
-    // SAFETY: CMSG_SPACE is arithmetic.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) } as usize;
-    let mut control = vec![0u8; space];
-    let mut iov = libc::iovec {
-        iov_base: data.as_ptr() as *mut libc::c_void,
-        iov_len: data.len(),
-    };
-    // SAFETY: a msghdr over a live buffer, iovec and control buffer sized by
-    // CMSG_SPACE for one descriptor; the CMSG macros stay within it.
-    unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = space as _;
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), fd);
-        if libc::sendmsg(socket.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
 }
