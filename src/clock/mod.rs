@@ -1,9 +1,8 @@
 //! Time: the clock as a value handed to what reads it ([`SharedClock`]: the machine's
-//! [`SystemClock`] in `source.rs`, and in debug builds only the test clock in `fake.rs`,
-//! which the binary's entry point may choose); formatting for operators (RFC 3339 UTC and
-//! short ages); the pure hold policy and repair arithmetic of a gateway without a
-//! real-time clock (`policy.rs`); and the keeper that applies them to the outbox
-//! (`keeper.rs`).
+//! [`SystemClock`], and in debug builds only a test clock, which the binary's entry
+//! point may choose); formatting for operators (RFC 3339 UTC and short ages); the pure
+//! hold policy and repair arithmetic of a gateway without a real-time clock; and the
+//! keeper that applies them to the outbox.
 
 #[cfg(any(test, debug_assertions))]
 pub mod fake;

@@ -1,4 +1,4 @@
-//! `[readings]`: deprecated (issue 22: the gateway keeps no history of readings);
+//! `[readings]`: deprecated (the gateway keeps no history of readings since catch-up);
 //! its one key is still read and checked, and warned of. Raw to typed; touches its raw
 //! section only.
 
@@ -10,7 +10,7 @@ use super::DEFAULTS;
 
 #[derive(Debug, Clone)]
 pub struct ReadingsSettings {
-    /// Deprecated (issue 22): no reading history is kept, so nothing is pruned by it.
+    /// Deprecated: no reading history is kept, so nothing is pruned by it.
     /// Still read and checked, so that a config that sets it keeps working.
     pub retention: Duration,
     /// `readings.retention_hours` was set (in the file or the environment): warned of.

@@ -32,9 +32,9 @@ use super::{Heard, Source, SourceError, SourceReport};
 
 /// Read buffer. Large enough that a recording is read in few blocking calls (a read of a
 /// file is one on tokio's blocking pool, through a buffer of the same size inside
-/// `tokio::fs::File`, so the daemon holds this twice): 128 KiB takes a recording of
-/// 500,000 captures in about 500 reads, at the same CPU as 1 MiB and 1.8 MB less
-/// resident memory (`benches/footprint.rs`, ingest).
+/// `tokio::fs::File`, so the daemon holds this twice): a larger one costs memory and
+/// saves no CPU (measured in `benches/footprint.rs`; the figures are in
+/// `docs/benchmarks.md`).
 const BUFFER: usize = 128 << 10;
 
 /// A capture time before this (2015-01-01 UTC) is refused: no tape of this kind

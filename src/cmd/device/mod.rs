@@ -5,12 +5,9 @@
 //! failed, 2 usage or config). It may touch the operator's client (`cmd::client`) and,
 //! for `add`, the state database.
 //!
-//! `add.rs` and `nearest.rs` are `device add`; `many.rs` the multi-device calls;
-//! `input.rs` the checks of what a person typed, before anything is sent, over
-//! `manifest.rs`, the strict CSV; `shared.rs` what they all print with (the report row of
-//! an add, the table's cells, one JSON document). This file only declares them and
-//! dispatches the command line to them. Every text that came from elsewhere (the service, the
-//! CSV file) goes through [`crate::text`] before it is printed.
+//! What a person typed is checked before anything is sent. This file dispatches the
+//! command line to the files under it. Every text that came from elsewhere (the service,
+//! the CSV file) goes through [`crate::text`] before it is printed.
 
 mod add;
 mod input;

@@ -20,9 +20,8 @@ const SLOW_ANSWER: Duration = Duration::from_millis(50);
 /// usual`, `least` the quickest answer to a full batch). A slow link adds latency
 /// whatever the window, and a wider window carries more; a busy gateway (a Pi's CPU,
 /// answers parsed and settled one after another) or a busy service adds latency in
-/// proportion to the window, and a wider one only queues more batches in memory. (Seen
-/// on a daemon slowed to a quarter of a core: the old rule, latency alone, took the
-/// window from 8 to 32 with answers 5 ms away, and its peak memory by 1.6 MB.)
+/// proportion to the window, and a wider one only queues more batches in memory (seen on
+/// a daemon slowed to a quarter of a core; `docs/benchmarks.md`).
 const QUEUED_MAX: f64 = 2.0;
 
 #[derive(Debug)]

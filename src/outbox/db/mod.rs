@@ -1,6 +1,6 @@
-//! The outbox's database: the connection and its pragmas, the schema and its migrations
-//! (`schema.rs`), the counters' and meta rows (`counters.rs`), how a MAC and a packet
-//! are kept in columns (`codec.rs`) and the outbox's error (`error.rs`). Every other
+//! The outbox's database: the connection and its pragmas, the schema and its migrations,
+//! the counters' and meta rows, how a MAC and a packet are kept in columns and the
+//! outbox's error. Every other
 //! outbox file stands on it; it imports none of them (only config's `Durability` and the
 //! domain's words).
 
@@ -34,8 +34,8 @@ pub const MAX_DEAD_LETTERS: u64 = 100_000;
 /// it from a cursor and deletes what it read, and the tapes' latest readings are written
 /// together, in MAC order (`latest.rs`). A larger cache saves none of that work but is
 /// filled all the same (by `quick_check` at open, by a long ingest), and was the largest
-/// part of the daemon's heap: draining 200,000 captures took the same CPU with 512 KiB
-/// as with 2000 (0.90 s), and 1.4 MB less resident memory (`benches/footprint.rs`).
+/// part of the daemon's heap: a drain takes the same CPU with this one and less
+/// resident memory (`docs/benchmarks.md`).
 /// A page the cache does not hold is read from the operating system's cache.
 const CACHE_KIB: u32 = 512;
 
@@ -126,7 +126,7 @@ pub(super) fn write_tx(conn: &mut Connection) -> rusqlite::Result<Transaction<'_
 mod tests {
     use super::*;
 
-    /// SQLite's default page cache (2 MB) was the largest part of the daemon's heap,
+    /// SQLite's default page cache was the largest part of the daemon's heap,
     /// filled by the check at open: the daemon's connection has the small one from the
     /// start.
     #[test]

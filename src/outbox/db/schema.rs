@@ -72,7 +72,7 @@ INSERT INTO counters(name, value) VALUES
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 ";
 
-/// Clock repair (issue 13): the boots seen, and beside each live capture its boot, its
+/// Clock repair: the boots seen, and beside each live capture its boot, its
 /// boot-relative time and whether it is held from delivery (see `clock.rs`).
 const MIGRATION_CLOCK: &str = "
 CREATE TABLE boots (
@@ -87,7 +87,7 @@ CREATE INDEX pending_held ON pending(id) WHERE held = 1;
 INSERT INTO counters(name, value) VALUES ('clock_repaired', 0), ('clock_estimated', 0);
 ";
 
-/// The operator interface (issue 11): the service's shared rate window, kept here so
+/// The operator interface: the service's shared rate window, kept here so
 /// that separate CLI runs share it, and the tapes heard lately, written by the daemon for
 /// `device add --nearest`.
 const MIGRATION_OPERATOR: &str = "
@@ -106,7 +106,7 @@ CREATE TABLE heard (
 CREATE INDEX heard_by_last_at ON heard(last_at);
 ";
 
-/// Issue 21: the rate window becomes a sliding one (never more than 10 requests in any
+/// The rate window becomes a sliding one (never more than 10 requests in any
 /// window's length, whatever the service's alignment), so it keeps the time of each of
 /// the last requests instead of a window's start and count.
 const MIGRATION_RATE_SENDS: &str = "
@@ -118,7 +118,7 @@ CREATE TABLE rate_sends (
 CREATE INDEX rate_sends_by_identity ON rate_sends(identity);
 ";
 
-/// Retention by age and size (issue 24): evictions are counted by the bound that made
+/// Retention by age and size: evictions are counted by the bound that made
 /// them as well as in `evicted`; every eviction before this step was for `max_pending`.
 const MIGRATION_RETENTION: &str = "
 INSERT INTO counters(name, value)
@@ -126,7 +126,7 @@ INSERT INTO counters(name, value)
 INSERT INTO counters(name, value) VALUES ('evicted_max_age', 0), ('evicted_max_bytes', 0);
 ";
 
-/// Issue 22: no reading history. Nothing read it (the service keeps the readings); each
+/// No reading history. Nothing read it (the service keeps the readings); each
 /// tape's latest stays in `tapes`, written behind (`latest.rs`).
 const MIGRATION_NO_READINGS: &str = "
 DROP INDEX readings_by_decoded_at;

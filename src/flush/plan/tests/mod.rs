@@ -1,6 +1,6 @@
 //! One test per rule of the planner's module doc, time passed in, one file per subject;
 //! and a property test of per-MAC order under any interleaving of answers, against a
-//! simple model (`model.rs`). This file holds what they share: rows, answers, a fetch.
+//! simple model. This file holds what they share: rows, answers, a fetch.
 
 mod batching;
 mod isolation;

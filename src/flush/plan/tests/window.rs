@@ -38,7 +38,7 @@ fn at_shipped_max() -> (Planner, usize) {
     (p, max)
 }
 
-/// Catch-up over a slow uplink (issue 22): with the shipped settings, answers that take
+/// Catch-up over a slow uplink: with the shipped settings, answers that take
 /// 200 ms every time but are clean grow the window past 8 (8 x 250 captures per 0.2 s is
 /// 10,000/s; 15,000/s needs 12) up to `flush.max_in_flight`, never a MAC in two batches
 /// at once; one round of 503s still halves it.
