@@ -1,7 +1,8 @@
 //! BLE benchmark: the daemon's own CPU per advert on each path to the radio's reports, in
 //! one run, on the same machine.
 //!
-//! `cargo bench --bench ble -- [--secs N] [--only dbus|mgmt|idle]`
+//! `cargo bench --bench ble --features test-hooks -- [--secs N] [--only dbus|mgmt|idle]`
+//! (the feature lets the release binary read `TAPEGATE_MGMT_SOCKET`, as a debug build does)
 //!
 //! - **dbus**: the release binary scans the BlueZ stand-in (tests/bluez/stand_in.rs)
 //!   with `adverts = "dbus"`; 1,000 tapes, then N seconds of manufacturer-data updates

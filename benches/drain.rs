@@ -62,6 +62,7 @@ fn args() -> Args {
 
 fn fill_outbox(state: &std::path::Path, captures: u64) {
     let options = StoreOptions {
+        latest_every: tapegate::outbox::LATEST_EVERY,
         durability: Durability::Normal,
         max_pending: captures,
         max_page_count: None,

@@ -16,6 +16,7 @@ use tapegate::clock::SharedClock;
 use tapegate::cmd::{self, block_on, check, decode, device, history, locate, message, scan, state};
 use tapegate::cmd::{side_channel, support_bundle, CmdError};
 use tapegate::config::{self, Config, ConfigError, Password};
+use tapegate::debug_hooks::DebugHooks;
 use tapegate::pipeline::{
     Reload, RunError, RunOptions, SetLogLevel, EXIT_DATABASE_TOO_NEW, EXIT_SOURCE_UNUSABLE,
     EXIT_STATE_NOT_WRITABLE, EXIT_UNDRAINED,
@@ -151,15 +152,25 @@ fn the_clock() -> SharedClock {
     tapegate::clock::system()
 }
 
+/// What a test asks of a debug build, made once from the environment; a release build
+/// reads no test variable and has none.
+fn the_hooks() -> DebugHooks {
+    #[cfg(any(debug_assertions, feature = "test-hooks"))]
+    return DebugHooks::from_env();
+    #[cfg(not(any(debug_assertions, feature = "test-hooks")))]
+    DebugHooks::default()
+}
+
 /// One arm a command, each calling into `tapegate::cmd`; what the arm loads first says
 /// what the command needs: the config with the password ([`service`]), without it
 /// ([`local`]), and logging at which level.
 fn dispatch(cli: &Cli) -> Result<(), Failure> {
     let path = cli.config.as_path();
     let clock = &the_clock();
+    let hooks = the_hooks();
     let out = &mut std::io::stdout().lock();
     match &cli.command {
-        Command::Run { until_drained } => daemon(path, clock, *until_drained),
+        Command::Run { until_drained } => daemon(path, clock, hooks, *until_drained),
         Command::Status { json } => Ok(state::status(&local(path)?, &**clock, *json, out)?),
         Command::Tapes { json, limit } => {
             Ok(state::tapes(&local(path)?, &**clock, *json, *limit, out)?)
@@ -194,7 +205,10 @@ fn dispatch(cli: &Cli) -> Result<(), Failure> {
         } => Ok(scan::watch(
             &logged(local(path)?, "warn"),
             clock,
-            scan::ScanOptions::new(record.clone(), *duration, *all)?,
+            scan::ScanOptions {
+                hooks,
+                ..scan::ScanOptions::new(record.clone(), *duration, *all)?
+            },
         )
         .map(drop)?),
         Command::Decode {
@@ -285,7 +299,12 @@ fn operator(
 }
 
 /// `tapegate run`: the daemon, logging at `log.level` (which a reload may change).
-fn daemon(path: &Path, clock: &SharedClock, until_drained: bool) -> Result<(), Failure> {
+fn daemon(
+    path: &Path,
+    clock: &SharedClock,
+    hooks: DebugHooks,
+    until_drained: bool,
+) -> Result<(), Failure> {
     let config = load(path)?;
     let level = init_logging(&config.log.level);
     let options = RunOptions {
@@ -296,6 +315,7 @@ fn daemon(path: &Path, clock: &SharedClock, until_drained: bool) -> Result<(), F
         }),
         clock: clock.clone(),
         mgmt_socket: tapegate::source::ble::mgmt::socket::from_systemd(),
+        hooks,
     };
     let report = cmd::run::run(config, path, options)??;
     if report.stopped && until_drained {

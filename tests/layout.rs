@@ -60,6 +60,7 @@ pub const LAYERS: &[(&str, &[&str])] = &[
             "backoff",
             "tape",
             "systemd",
+            "debug_hooks",
             "clock",
             "clock::source",
             "clock::fake",

@@ -98,6 +98,7 @@ const MAX_PENDING: u64 = 20;
 
 fn open(dir: &std::path::Path) -> Store {
     let options = StoreOptions {
+        latest_every: tapegate::outbox::LATEST_EVERY,
         durability: Durability::Normal,
         max_pending: MAX_PENDING,
         max_page_count: None,
@@ -335,6 +336,7 @@ fn world_settings() -> FlushSettings {
 
 fn world_open(dir: &std::path::Path) -> Store {
     let options = StoreOptions {
+        latest_every: tapegate::outbox::LATEST_EVERY,
         durability: Durability::Normal,
         max_pending: WORLD_MAX_PENDING,
         max_page_count: None,

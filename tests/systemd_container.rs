@@ -890,8 +890,29 @@ fn without_bluetooth_in_the_kernel_adverts_come_from_bluez_over_dbus(c: &Contain
     assert_eq!(field(scanning, "ADVERTS"), "dbus", "{scanning}");
     assert_eq!(c.status()["scanner_adverts"], "dbus");
     c.ok("systemctl stop tapegate");
+    the_package_binary_reads_no_test_hook(c);
     c.ok("systemctl stop bluez-stand-in");
     c.write("/etc/tapegate/config.toml", &text);
+}
+
+/// The package's release binary reads no test variable: pointed at a stand-in for the
+/// kernel's management socket, as a debug build would follow, it asks the kernel (and
+/// is told there is no Bluetooth here).
+fn the_package_binary_reads_no_test_hook(c: &Container) {
+    let out = c.sh(
+        "RUST_LOG=info TAPEGATE_MGMT_SOCKET=/run/peer.sock \\
+         tapegate scan --duration 2 2>&1",
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("the kernel's management socket cannot be used here"),
+        "the kernel asked:\n{said}"
+    );
+    assert!(
+        !said.contains("instead of the kernel") && !said.contains("/run/peer.sock"),
+        "a release binary followed TAPEGATE_MGMT_SOCKET:\n{said}"
+    );
 }
 
 fn hardening_exposure_is_at_most_1_5(c: &Container) {

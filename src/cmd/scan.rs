@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
 use crate::config::Config;
+use crate::debug_hooks::DebugHooks;
 use crate::products::Products;
 use crate::record::{hex_upper, Advertisement, EpochMillis, Mac};
 use crate::source::{self, Heard, Source, SourceError, SourceReport};
@@ -37,6 +38,8 @@ pub struct ScanOptions {
     pub duration: Option<Duration>,
     /// Show (and record) every advert, not only those matching a product.
     pub all: bool,
+    /// What a test asks of a debug build (the management socket's stand-in).
+    pub hooks: DebugHooks,
 }
 
 impl ScanOptions {
@@ -53,6 +56,7 @@ impl ScanOptions {
             record,
             duration,
             all,
+            hooks: DebugHooks::default(),
         })
     }
 }
@@ -128,7 +132,7 @@ pub async fn run(
     };
     let (tx, mut rx) = mpsc::channel(CHANNEL);
     let stop = CancellationToken::new();
-    let source = spawn_source(config, clock.clone(), options.all, tx, stop.clone());
+    let source = spawn_source(config, clock.clone(), &options, tx, stop.clone());
     let deadline = async {
         match options.duration {
             Some(d) => tokio::time::sleep(d).await,
@@ -192,13 +196,14 @@ pub async fn run(
 fn spawn_source(
     config: &Config,
     clock: SharedClock,
-    all: bool,
+    options: &ScanOptions,
     tx: mpsc::Sender<Heard>,
     stop: CancellationToken,
 ) -> tokio::task::JoinHandle<Result<SourceReport, SourceError>> {
-    let source =
-        source::from_settings(&config.scanner, clock).with_filter(config.products.clone(), None);
-    let source = if all {
+    let source = source::from_settings(&config.scanner, clock)
+        .with_filter(config.products.clone(), None)
+        .with_debug_hooks(&options.hooks);
+    let source = if options.all {
         source.keeping_unmatched()
     } else {
         source

@@ -35,38 +35,23 @@ pub const LATEST_EVERY: Duration = Duration::from_secs(60);
 
 /// In a debug build, milliseconds to use instead of [`LATEST_EVERY`] (0: written with
 /// every answer), for tests that read `tapes` from another process while the daemon
-/// runs. A release build never reads it.
-pub const LATEST_EVERY_ENV: &str = "TAPEGATE_LATEST_EVERY_MS";
-
-fn every() -> Duration {
-    #[cfg(debug_assertions)]
-    {
-        static EVERY: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-        *EVERY.get_or_init(|| {
-            std::env::var(LATEST_EVERY_ENV)
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .map_or(LATEST_EVERY, Duration::from_millis)
-        })
-    }
-    #[cfg(not(debug_assertions))]
-    LATEST_EVERY
-}
+/// runs ([`crate::debug_hooks::DebugHooks::latest_every`]).
+pub const LATEST_EVERY_ENV: &str = crate::debug_hooks::LATEST_EVERY_ENV;
 
 /// Tapes with an unwritten reading at most (memory; then they are written sooner).
 /// A backlog of more tapes than this writes them more often, not more of them: each
-/// write holds every tape once. Draining 500,000 captures of 10,000 tapes wrote as
-/// many bytes per capture with 4,096 as with 8,192 (408 against 406-408) at the same
-/// CPU, and held 0.7 MB less (`benches/footprint.rs`).
+/// write holds every tape once. A larger bound writes no fewer bytes per capture for a
+/// drain of many tapes and holds more memory (`docs/benchmarks.md`).
 pub const LATEST_MAX: usize = 4096;
 
 /// The readings not yet written, newest per tape. In a B-tree, not a hash table: it
 /// grows a node at a time where a hash table doubles (holding both tables for the
-/// moment of the move: 2.4 MB at 8,192 tapes, the daemon's largest allocation draining
-/// a backlog; the B-tree took 1.4 MB less at the drain's peak), and it is in MAC order,
-/// the order they are written in.
-#[derive(Debug, Default)]
+/// moment of the move, which was the daemon's largest allocation draining a backlog;
+/// `docs/benchmarks.md`), and it is in MAC order, the order they are written in.
+#[derive(Debug)]
 pub(super) struct Latest {
+    /// How long unwritten readings wait ([`LATEST_EVERY`] unless a test asks less).
+    every: Duration,
     unwritten: BTreeMap<Mac, TapeRow>,
     /// When the oldest unwritten reading came.
     since: Option<Instant>,
@@ -81,6 +66,16 @@ pub(super) struct Latest {
 const KNOWN_MAX: usize = 65_536;
 
 impl Latest {
+    pub(super) fn new(every: Duration) -> Latest {
+        Latest {
+            every,
+            unwritten: BTreeMap::new(),
+            since: None,
+            known: HashSet::new(),
+            first: Vec::new(),
+        }
+    }
+
     /// A tape's reading: kept unless an unwritten one of a later capture is held.
     pub(super) fn note(&mut self, row: TapeRow) {
         self.since.get_or_insert_with(Instant::now);
@@ -98,7 +93,7 @@ impl Latest {
 
     /// Whether the unwritten readings are due to be written.
     pub(super) fn due(&self) -> bool {
-        self.unwritten.len() >= LATEST_MAX || self.since.is_some_and(|s| s.elapsed() >= every())
+        self.unwritten.len() >= LATEST_MAX || self.since.is_some_and(|s| s.elapsed() >= self.every)
     }
 
     pub(super) fn is_empty(&self) -> bool {

@@ -32,6 +32,9 @@ pub struct StoreOptions {
     pub max_page_count: Option<u32>,
     /// The clock the age bound is measured by (the daemon's, handed in).
     pub clock: SharedClock,
+    /// How long the tapes' unwritten readings wait ([`super::LATEST_EVERY`]; a debug
+    /// build's test may ask for less).
+    pub latest_every: std::time::Duration,
 }
 
 impl Default for StoreOptions {
@@ -41,6 +44,7 @@ impl Default for StoreOptions {
             max_pending: 1_000_000,
             max_page_count: None,
             clock: crate::clock::system(),
+            latest_every: super::LATEST_EVERY,
         }
     }
 }
@@ -164,6 +168,7 @@ impl Store {
         path: PathBuf,
         identity: Option<(u64, u64)>,
     ) -> Store {
+        let latest = Latest::new(options.latest_every);
         Store {
             conn,
             options,
@@ -175,7 +180,7 @@ impl Store {
             id_floor: 0,
             claimed: HashSet::new(),
             seen: Seen::default(),
-            latest: Latest::default(),
+            latest,
             cursor: Cursor::default(),
         }
     }

@@ -47,6 +47,7 @@ pub(super) async fn start(
         .with_filter(config.products.clone(), Some(reloaded.products.clone()))
         .with_health(parts.source_health.clone())
         .with_stored_socket(mgmt_socket)
+        .with_debug_hooks(&parts.hooks)
         .with_state_dir(&config.gateway.state_dir);
     let live = source.is_live();
     let announces_start = source.announces_start();

@@ -110,18 +110,19 @@ async fn run_in(
 ) -> Result<RunReport, RunError> {
     // Held until this function returns: after the outbox has closed.
     let _owner_of_state_dir = StateLock::acquire(&config.gateway.state_dir)?;
-    let (outbox, owner) = open::outbox(&config, &options.clock).await?;
+    let (outbox, owner) = open::outbox(&config, &options.clock, &options.hooks).await?;
     let mut parts = parts::Parts::new(
         &config,
         crate::outbox::Handles::new(&outbox),
         options.clock.clone(),
+        options.hooks.clone(),
     )
     .await;
     let mut outward = open::Outward::open(&config, &parts.metrics, &options.clock).await?;
     let (reloads, reloaded) = parts::reload_channels(&config);
     let stops = parts::Stops::default();
 
-    let mut stages = supervise::Stages::default();
+    let mut stages = supervise::Stages::new(options.hooks.clone());
     let stored = options.mgmt_socket.take();
     let capture = capture::start(&config, &mut parts, &reloaded, &stops, &mut stages, stored).await;
     let control = stops.flush_control(capture.committed, options.until_drained);

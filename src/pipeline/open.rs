@@ -11,6 +11,7 @@ use super::error::RunError;
 use crate::api::ServiceClient;
 use crate::clock::{ClockKeeper, SharedClock};
 use crate::config::Config;
+use crate::debug_hooks::DebugHooks;
 use crate::http;
 use crate::inventory::Inventory;
 use crate::metrics::Metrics;
@@ -23,6 +24,7 @@ use crate::telemetry::Pusher;
 pub(super) async fn outbox(
     config: &Config,
     clock: &SharedClock,
+    hooks: &DebugHooks,
 ) -> Result<(Outbox, std::thread::JoinHandle<()>), RunError> {
     let state_dir = config.gateway.state_dir.clone();
     let store_options = StoreOptions {
@@ -30,6 +32,7 @@ pub(super) async fn outbox(
         max_pending: config.outbox.max_pending,
         max_page_count: None,
         clock: clock.clone(),
+        latest_every: hooks.latest_every.unwrap_or(crate::outbox::LATEST_EVERY),
     };
     let (store, opened) =
         tokio::task::spawn_blocking(move || Store::open(&state_dir, store_options))

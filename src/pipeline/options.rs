@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use crate::clock::SharedClock;
+use crate::debug_hooks::DebugHooks;
 
 /// How `run` behaves beyond the config.
 pub struct RunOptions {
@@ -19,6 +20,9 @@ pub struct RunOptions {
     /// left in the store would refuse the next start step's); the BLE source reads the
     /// side channel from it, any other closes it.
     pub mgmt_socket: Option<std::os::fd::OwnedFd>,
+    /// What a test asks of a debug build (none by default, and always none in a release
+    /// build): made by the binary's entry point, like the clock.
+    pub hooks: DebugHooks,
 }
 
 impl Default for RunOptions {
@@ -28,6 +32,7 @@ impl Default for RunOptions {
             reload: None,
             clock: crate::clock::system(),
             mgmt_socket: None,
+            hooks: DebugHooks::default(),
         }
     }
 }

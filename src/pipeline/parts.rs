@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
 use crate::config::Config;
+use crate::debug_hooks::DebugHooks;
 use crate::dedup::DedupSettings;
 use crate::flush::FlushControl;
 use crate::health::Admission;
@@ -39,12 +40,19 @@ pub(super) struct Parts {
     pub admission: Arc<Admission>,
     /// The daemon's clock, handed to every stage and service.
     pub clock: SharedClock,
+    /// What a test asks of a debug build.
+    pub hooks: DebugHooks,
 }
 
 impl Parts {
     /// Makes the shared handles over an open `outbox`, gathering and recording the
     /// inventory on the way.
-    pub(super) async fn new(config: &Config, outbox: Handles, clock: SharedClock) -> Parts {
+    pub(super) async fn new(
+        config: &Config,
+        outbox: Handles,
+        clock: SharedClock,
+        hooks: DebugHooks,
+    ) -> Parts {
         let metrics = Arc::new(Metrics::new());
         let started_at = clock.wall_ms();
         let inventory =
@@ -59,6 +67,7 @@ impl Parts {
             tapes_heard: Arc::new(HeardNow::default()),
             admission: Arc::new(Admission::watching(&config.gateway.state_dir)),
             clock,
+            hooks,
         }
     }
 }

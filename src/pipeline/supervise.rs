@@ -13,6 +13,7 @@ use tracing::Instrument;
 
 use super::error::RunError;
 use super::parts::Stops;
+use crate::debug_hooks::DebugHooks;
 use crate::flush::FlushReport;
 use crate::ingest::IngestReport;
 use crate::source::SourceReport;
@@ -124,9 +125,19 @@ type StageEnd = (&'static str, Result<Ended, tokio::task::JoinError>);
 #[derive(Default)]
 pub(super) struct Stages {
     running: FuturesUnordered<BoxFuture<'static, StageEnd>>,
+    /// A debug build's hooks: a stage a test asks to panic at its start, as a real bug
+    /// would.
+    hooks: DebugHooks,
 }
 
 impl Stages {
+    pub(super) fn new(hooks: DebugHooks) -> Stages {
+        Stages {
+            running: FuturesUnordered::new(),
+            hooks,
+        }
+    }
+
     /// Spawns `stage` as a task named `name`; its end is reported as `ended` of its
     /// output. A stage that ends normally marks its `beat` done: a finished stage (the
     /// ingest after a replay reached its end) is not a stuck one, and the watchdog goes
@@ -138,9 +149,10 @@ impl Stages {
         ended: fn(T) -> Ended,
         beat: Option<Beat>,
     ) {
+        let hooks = self.hooks.clone();
         let task = tokio::spawn(
             async move {
-                debug_hook::panic_if_asked(name);
+                hooks.panic_if_asked(name);
                 let out = stage.await;
                 if let Some(beat) = beat {
                     beat.done();
@@ -188,20 +200,6 @@ impl Stopper {
         self.stop_flush.cancel();
         self.deadline = Some(tokio::time::Instant::now() + self.grace);
     }
-}
-
-/// A way for the end-to-end tests to make a stage die as a real bug would (debug
-/// builds only): `TAPEGATE_DEBUG_PANIC_STAGE=flush` panics the flush stage at its start.
-mod debug_hook {
-    #[cfg(debug_assertions)]
-    pub fn panic_if_asked(stage: &str) {
-        if std::env::var("TAPEGATE_DEBUG_PANIC_STAGE").is_ok_and(|s| s == stage) {
-            panic!("TAPEGATE_DEBUG_PANIC_STAGE asked the {stage} stage to panic");
-        }
-    }
-
-    #[cfg(not(debug_assertions))]
-    pub fn panic_if_asked(_stage: &str) {}
 }
 
 #[cfg(test)]

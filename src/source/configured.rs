@@ -12,6 +12,7 @@ use super::{ble, replay, sim};
 use super::{Heard, Source, SourceError, SourceHealth, SourceReport};
 use crate::clock::SharedClock;
 use crate::config::{ScannerSettings, SourceKind};
+use crate::debug_hooks::DebugHooks;
 use crate::products::Products;
 
 /// The source `[scanner]` names, reading the time from `clock`.
@@ -58,6 +59,14 @@ impl Configured {
     ) -> Configured {
         match self {
             Configured::Ble(b) => Configured::Ble(b.with_filter(products, reload)),
+            other => other,
+        }
+    }
+
+    /// Applies a debug build's hooks (the BLE source's stand-in for the kernel).
+    pub fn with_debug_hooks(self, hooks: &DebugHooks) -> Configured {
+        match self {
+            Configured::Ble(b) => Configured::Ble(b.with_mgmt_peer(hooks.mgmt_socket.clone())),
             other => other,
         }
     }

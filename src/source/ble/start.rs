@@ -35,6 +35,8 @@ pub struct Ble {
     clock: SharedClock,
     /// The management socket the unit's start step stored, taken from systemd.
     stored: Option<OwnedFd>,
+    /// A debug build's stand-in for the kernel's management socket.
+    mgmt_peer: Option<PathBuf>,
     /// Where a passive scan's monitor is recorded (see `side.rs`).
     monitor_record: Option<PathBuf>,
 }
@@ -47,8 +49,15 @@ impl Ble {
             health: Arc::default(),
             clock,
             stored: None,
+            mgmt_peer: None,
             monitor_record: None,
         }
+    }
+
+    /// Reads management frames from `peer` instead of the kernel (a debug build's hook).
+    pub fn with_mgmt_peer(mut self, peer: Option<PathBuf>) -> Ble {
+        self.mgmt_peer = peer;
+        self
     }
 
     /// Reads the side channel from `socket` (the one the unit's start step stored)
@@ -103,7 +112,7 @@ impl Ble {
             }
             return Ok(None);
         }
-        let origin = mgmt::Origin::from_env(self.stored.take());
+        let origin = mgmt::Origin::choose(self.mgmt_peer.clone(), self.stored.take());
         match &origin {
             mgmt::Origin::Unix(path) => {
                 tracing::warn!(path = %path.display(), "reading management frames from {} instead of the kernel", mgmt::SOCKET_ENV)

@@ -39,9 +39,9 @@ pub mod wire;
 pub use reports::{Control, Counts, Reports};
 use wire::Frames;
 
-/// Set to a Unix seqpacket socket's path, management frames are read from the peer
-/// listening there instead of the kernel (tests and benchmarks; logged at WARN).
-pub const SOCKET_ENV: &str = "TAPEGATE_MGMT_SOCKET";
+/// Set to a Unix seqpacket socket's path, a debug build reads management frames from
+/// the peer listening there instead of the kernel (tests and benchmarks; logged at WARN).
+pub const SOCKET_ENV: &str = crate::debug_hooks::MGMT_SOCKET_ENV;
 
 /// How long opening waits for the kernel's answer to the trust probe.
 const PROBE_WAIT: Duration = Duration::from_secs(2);
@@ -78,18 +78,19 @@ pub enum Origin {
     /// A socket of the kernel's opened by the unit's privileged start step and passed
     /// by systemd ([`socket::hand_to_systemd`]).
     Systemd(OwnedFd),
-    /// A peer playing the kernel ([`SOCKET_ENV`]).
+    /// A peer playing the kernel (a debug build's test hook).
     Unix(PathBuf),
 }
 
 impl Origin {
-    /// A peer named by [`SOCKET_ENV`]; else `stored`, the socket the unit's start step
-    /// stored (which the daemon took from systemd: [`socket::from_systemd`]); else the
-    /// kernel's, opened here.
-    pub fn from_env(stored: Option<OwnedFd>) -> Origin {
-        match std::env::var_os(SOCKET_ENV) {
-            Some(p) if !p.is_empty() => Origin::Unix(PathBuf::from(p)),
-            _ => stored.map_or(Origin::Kernel, Origin::Systemd),
+    /// `peer`, a debug build's stand-in for the kernel
+    /// ([`crate::debug_hooks::DebugHooks::mgmt_socket`]); else `stored`, the socket the
+    /// unit's start step stored (which the daemon took from systemd:
+    /// [`socket::from_systemd`]); else the kernel's, opened here.
+    pub fn choose(peer: Option<PathBuf>, stored: Option<OwnedFd>) -> Origin {
+        match peer {
+            Some(p) => Origin::Unix(p),
+            None => stored.map_or(Origin::Kernel, Origin::Systemd),
         }
     }
 }
