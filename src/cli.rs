@@ -112,7 +112,7 @@ pub enum Command {
         http: Option<std::net::SocketAddr>,
     },
     /// The unit's privileged start step (`ExecStartPre=+`): opens the kernel's Bluetooth
-    /// management socket and hands it to systemd for the daemon (README, "The side
+    /// management socket and hands it to systemd for the daemon (docs/ble.md, "The side
     /// channel"). Always exits 0: without Bluetooth the daemon reads adverts over D-Bus.
     #[command(hide = true)]
     SideChannel,

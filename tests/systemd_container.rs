@@ -899,10 +899,8 @@ fn without_bluetooth_in_the_kernel_adverts_come_from_bluez_over_dbus(c: &Contain
 /// kernel's management socket, as a debug build would follow, it asks the kernel (and
 /// is told there is no Bluetooth here).
 fn the_package_binary_reads_no_test_hook(c: &Container) {
-    let out = c.sh(
-        "RUST_LOG=info TAPEGATE_MGMT_SOCKET=/run/peer.sock \\
-         tapegate scan --duration 2 2>&1",
-    );
+    let out = c.sh("RUST_LOG=info TAPEGATE_MGMT_SOCKET=/run/peer.sock \\
+         tapegate scan --duration 2 2>&1");
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{said}");
     assert!(

@@ -3,8 +3,8 @@ The label calls of spec 4.7 on `/external/v1/devices/label`: label (`POST`, 1-20
 devices, the transition of spec 3 for a new label; every device unknown is the 400 that
 carries the 207 body), relabel (`PUT`, edits a label in place) and the lookup (`GET`,
 its entry in the shape the reading says). The shapes are the project's choice
-(README, "Request shapes that are assumptions"). It touches the devices, the
-multi-device rules and the request.
+(docs/service.md, "Request shapes that are assumptions"; the README lists them). It
+touches the devices, the multi-device rules and the request.
 */
 
 use serde_json::{json, Map, Value};

@@ -12,7 +12,7 @@ message Sample       { double value = 1; int64 timestamp = 2; }   // ms since th
 ```
 
 Hand-written because no remote-write client crate fits this stack (they read the
-`prometheus` crate's registry, or want reqwest 0.13; README, "Dependencies"), and for
+`prometheus` crate's registry, or want reqwest 0.13; docs/design.md, "Dependencies"), and for
 five fields `prost`'s derive (which needs no `protoc`) is more dependency than code.
 The body is then compressed with snappy's block format (`snap::raw`), as the protocol
 requires.

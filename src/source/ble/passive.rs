@@ -10,7 +10,7 @@ matching ones; without it (the Raspberry Pi's Broadcom/Cypress parts) every repo
 with handle 0, and the products filter does the rest.
 It touches the products and what the kernel says of its version.
 
-What the research behind this found (README, "Passive scanning"):
+What the research behind this found (docs/ble.md, "Passive scanning"):
 - the kernel disables the controller's duplicate filter for passive scans of an
   advertisement monitor only in some releases: since c32d624640fd ("disable filter dup
   when scan for adv monitor", 5.14); the move of scanning to hci_sync (abfeea476c68,
