@@ -241,20 +241,27 @@ pub fn a_hundred_tapes(g: &Gateway, radio: &Radio) {
         .map(|i| format!("C0:FF:EE:10:00:{i:02X}"))
         .collect();
     // Dedup holds the newest state of each tape and admits it when the interval ends.
-    g.wait(
-        "the newest state of every tape delivered",
-        Duration::from_secs(30),
-        || {
-            let items = g.delivered("mock");
-            fleet
-                .iter()
-                .all(|m| {
-                    let last = air[m].last_counter.map(|c| c as u16);
-                    counters(&items[mark..], m).last().copied() == last
-                })
-                .then_some(())
-        },
-    );
+    let behind = || {
+        let items = g.delivered("mock");
+        fleet
+            .iter()
+            .filter_map(|m| {
+                let last = air[m].last_counter.map(|c| c as u16);
+                let got = counters(&items[mark..], m).last().copied();
+                (got != last).then(|| format!("{m}: on air {last:?}, delivered {got:?}"))
+            })
+            .collect::<Vec<_>>()
+    };
+    if g
+        .try_wait(Duration::from_secs(60), || behind().is_empty().then_some(()))
+        .is_none()
+    {
+        panic!(
+            "the newest state of these tapes was not delivered: {:?}\n{}",
+            behind(),
+            g.unit_log()
+        );
+    }
     let items = g.delivered("mock")[mark..].to_vec();
     let (mut worst_gap, mut sent, mut reported) = (0, 0, 0);
     for mac in &fleet {
