@@ -167,10 +167,9 @@ fn the_hooks() -> DebugHooks {
 fn dispatch(cli: &Cli) -> Result<(), Failure> {
     let path = cli.config.as_path();
     let clock = &the_clock();
-    let hooks = the_hooks();
     let out = &mut std::io::stdout().lock();
     match &cli.command {
-        Command::Run { until_drained } => daemon(path, clock, hooks, *until_drained),
+        Command::Run { until_drained } => daemon(path, clock, the_hooks(), *until_drained),
         Command::Status { json } => Ok(state::status(&local(path)?, &**clock, *json, out)?),
         Command::Tapes { json, limit } => {
             Ok(state::tapes(&local(path)?, &**clock, *json, *limit, out)?)
@@ -206,7 +205,7 @@ fn dispatch(cli: &Cli) -> Result<(), Failure> {
             &logged(local(path)?, "warn"),
             clock,
             scan::ScanOptions {
-                hooks,
+                hooks: the_hooks(),
                 ..scan::ScanOptions::new(record.clone(), *duration, *all)?
             },
         )
