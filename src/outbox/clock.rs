@@ -6,7 +6,7 @@
 //! how a capture committed now is timed) is `hold.rs`; this room records boots, applies
 //! the clock keeper's verdicts to the rows and reads the clock's state for `status`.
 //!
-//! It touches `db`, `hold.rs` and the [`Store`] it writes; `operator.rs` reads
+//! It touches `db`, `hold.rs` and the [`Store`] it writes; `status.rs` reads
 //! [`ClockStatus`] from it.
 
 use rusqlite::{params, OptionalExtension};

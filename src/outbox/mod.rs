@@ -103,7 +103,7 @@ readings written behind), `cursor.rs` (where the flusher's fetches resume). Then
 `reopen.rs`, a database replaced under the daemon). Over it, the daemon's path:
 `enqueue.rs` (admitting groups), `scan.rs` and `fetch.rs` (the next batch, the claims),
 `settle.rs` (recording answers), `retention.rs` (the bounds); `clock.rs` records boots
-and applies the clock keeper's verdicts; `operator.rs` is what `status`, `tapes` and
+and applies the clock keeper's verdicts; `status.rs` is what `status`, `tapes` and
 `dead-letters` read and change, `fleet.rs` what the fleet's tools read; `dock.rs` the
 rate window and the tapes heard for the operator commands of the service interface.
 `handle.rs` is the owner thread and `users/` the one small handle each user gets over
@@ -129,11 +129,11 @@ mod handle;
 mod hold;
 mod latest;
 mod lock;
-mod operator;
 mod reopen;
 mod retention;
 mod scan;
 mod settle;
+mod status;
 mod storage;
 mod store;
 mod users;
@@ -148,9 +148,9 @@ pub use fleet::{BootRecord, DeadLetterSummary};
 pub use handle::Outbox;
 pub use latest::{LATEST_EVERY, LATEST_EVERY_ENV, LATEST_MAX};
 pub use lock::{LockError, StateLock, LOCK_FILE};
-pub use operator::{DeadLetter, FlusherState, ScannerCounts, Stats, TapeKnown};
 pub use retention::{keep_bounds, Evictions};
 pub use settle::AnswerNotes;
+pub use status::{DeadLetter, FlusherState, ScannerCounts, Stats, TapeKnown};
 pub use storage::why_read_only;
 pub use store::{OpenReport, Store, StoreOptions};
 pub use words::{HeardChanges, HeardTape, Outcome, PendingCapture, Reading, RowKey, Seen, TapeRow};

@@ -11,7 +11,7 @@ use super::db::{
     MAX_DEAD_LETTERS,
 };
 use super::dock::record_heard;
-use super::operator::FlusherState;
+use super::status::FlusherState;
 use super::store::Store;
 use super::words::{HeardChanges, Outcome, PendingCapture, TapeRow};
 use crate::record::EpochMillis;
