@@ -51,23 +51,30 @@ Shutdown: `stop` ends new sends and waits for the answers of the batches in flig
 
 pub mod answer;
 mod claims;
+mod control;
 mod deadlog;
-mod inputs;
 mod notes;
 pub mod plan;
 mod send;
 mod shell;
 mod state;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::outbox::{AnswerNotes, OutboxError, Outcome, PendingCapture};
+use crate::api::ServiceClient;
+use crate::clock::SharedClock;
+use crate::config::{FlushSettings, MacFormat};
+use crate::heard_now::HeardNow;
+use crate::metrics::Metrics;
+use crate::outbox::{AnswerNotes, FlusherOutbox, OutboxError, Outcome, PendingCapture};
+use crate::systemd::Beat;
 
 pub use answer::{classify, Action};
+pub use control::{FlushControl, FlushReport};
 pub use deadlog::{DeadLetterLog, DEAD_LETTER_LOG_EVERY};
-pub use inputs::{FlushControl, FlushReport, Flusher};
 pub use plan::{Batch, BatchId, Note, Planner, Resolution, Step};
 pub use state::STATE_EVERY;
 
@@ -88,6 +95,23 @@ enum Turn {
     Wait(Option<Instant>),
     /// The flusher ends.
     End,
+}
+
+/// The flusher: its inputs, and the loop in `run`.
+pub struct Flusher {
+    pub client: ServiceClient,
+    pub outbox: FlusherOutbox,
+    pub settings: FlushSettings,
+    pub mac_format: MacFormat,
+    pub gateway_id: String,
+    /// The tapes heard: told what the service said of each (for `device add --nearest`).
+    pub heard: Arc<HeardNow>,
+    /// Touched on every turn, for the watchdog.
+    pub beat: Beat,
+    /// Request latency, batch sizes, failures by cause, for `/metrics` and `/healthz`.
+    pub metrics: Arc<Metrics>,
+    /// The daemon's clock (correlation ids, the times `status` shows, pruning).
+    pub clock: SharedClock,
 }
 
 impl Flusher {

@@ -4,9 +4,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::inputs::Flusher;
 use super::plan::Note;
 use super::shell::Shell;
+use super::Flusher;
 use crate::clock::rfc3339;
 use crate::outbox::OutboxError;
 

@@ -7,9 +7,9 @@ use tracing::Instrument;
 
 use super::answer::{classify, Action};
 use super::claims::Claims;
-use super::inputs::Flusher;
 use super::plan::Batch;
 use super::shell::{Answered, Shell};
+use super::Flusher;
 
 impl Flusher {
     /// Sends `batch` as a task of its own. The task claims the batch's rows as its

@@ -7,8 +7,8 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 
 use super::answer::Action;
+use super::control::FlushReport;
 use super::deadlog::DeadLetterLog;
-use super::inputs::FlushReport;
 use super::plan::{BatchId, Planner};
 use super::state::StateNotes;
 use crate::config::FlushSettings;
