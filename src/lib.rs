@@ -13,7 +13,6 @@ below, never in a circle).
 
 - [`config`]: the file, its drop-ins and the environment, validated in one step.
 - [`source`]: where adverts come from: BlueZ or the kernel's management socket, replay, sim.
-- [`tape`]: the simulated tape's packet layout, written by the `sim` source.
 - [`products`]: which adverts are tapes, and the packet sent for them.
 - [`dedup`]: per-MAC deduplication on capture time (pure, time passed in).
 - [`ingest`]: adverts to captures committed in the outbox.
@@ -58,6 +57,5 @@ pub mod reload;
 pub mod secret;
 pub mod source;
 pub mod systemd;
-pub mod tape;
 pub mod telemetry;
 pub mod text;

@@ -10,7 +10,7 @@ use tapegate::api::{ApiError, BulkItem, BulkRequest, Outgoing, ServiceClient, Tr
 use tapegate::config::ServiceSettings;
 use tapegate::record::hex_upper;
 use tapegate::secret::Secret;
-use tapegate::tape::TapeReading;
+use tapegate::source::sim::tape::TapeReading;
 use tapegate_mock::{
     self as mock, Fault, MacFormat, MockConfig, MockEnvironment, MockHandle, Registry, Storm,
     WireRules,
@@ -801,7 +801,7 @@ async fn talking_tls_to_a_plain_http_port_is_a_tls_failure() {
 }
 
 /// The mock reads the simulated tapes' packets with a decoder of its own (a second
-/// implementation of the layout in `tapegate::tape`, so that a slip in the gateway's
+/// implementation of the layout in `tapegate::source::sim::tape`, so that a slip in the gateway's
 /// encoder cannot be read back by the same code): the two agree on every field, in
 /// every encoding, and on which tapes the simulated fleet leaves unregistered.
 #[test]
@@ -849,7 +849,7 @@ fn the_mock_reads_the_simulated_tapes_packets_with_a_decoder_of_its_own() {
     }
     assert_eq!(
         mock::UNREGISTERED_PREFIX,
-        hex_upper(&tapegate::tape::UNREGISTERED_PREFIX)
+        hex_upper(&tapegate::source::sim::tape::UNREGISTERED_PREFIX)
     );
 }
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 use common::day::{write_atomically, Day};
 use common::{mock_with as mock_on_own_runtime, text, wait_for, Gateway};
 use tapegate::outbox::Stats;
-use tapegate::tape::TapeReading;
+use tapegate::source::sim::tape::TapeReading;
 use tapegate_mock::{MockConfig, MockHandle, ReceivedItem};
 
 const WEEK_MS: i64 = 7 * 24 * 3_600_000;

@@ -22,7 +22,7 @@ use tapegate::config::{self, Config};
 use tapegate::outbox::{Stats, Store, StoreOptions};
 use tapegate::pipeline::{self, RunOptions, RunReport};
 use tapegate::record::{hex_upper, Advertisement, Capture, Mac};
-use tapegate::tape::UNREGISTERED_PREFIX;
+use tapegate::source::sim::tape::UNREGISTERED_PREFIX;
 use tapegate_mock::{
     self as mock, DecodeKind, Fault, MacFault, MockConfig, MockEnvironment, MockHandle, Received,
     ReceivedItem, Storm,

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use common::{other_advert, stdin_replay_config, tape_advert, tape_mac, Daemon, Gateway};
 use tapegate::record::{Advertisement, Mac};
-use tapegate::tape::UNREGISTERED_PREFIX;
+use tapegate::source::sim::tape::UNREGISTERED_PREFIX;
 use tapegate_mock::{self as mock, Fault, MockConfig, MockHandle, Storm};
 
 /// Longest wait for a condition (generous: the machine may be busy; a pass costs no more).

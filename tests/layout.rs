@@ -58,7 +58,6 @@ pub const LAYERS: &[(&str, &[&str])] = &[
             "text",
             "secret",
             "backoff",
-            "tape",
             "systemd",
             "debug_hooks",
             "clock",

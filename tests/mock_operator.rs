@@ -15,7 +15,7 @@ use common::day::Day;
 use reqwest::Method;
 use serde_json::{json, Value};
 use tapegate::record::hex_upper;
-use tapegate::tape::TapeReading;
+use tapegate::source::sim::tape::TapeReading;
 use tapegate_mock::{
     self as mock, seed, Device, DeviceStatus, Endpoint, Fault, HistoryKeeps, HistoryOrder,
     LookupShape, MockConfig, MockHandle, QrEcho, Readings, HISTORY_OPERATION_ID, LOCATION_UUID,

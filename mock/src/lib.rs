@@ -79,7 +79,7 @@ silent on what a service does, the mock plays each reading, chosen per test
 case or base64) of either the 13-byte manufacturer data
 (`F7 0E`, company identifier 0x0EF7 little-endian, then the payload) or the 11-byte
 payload alone. The layout is the one the gateway's simulated fleet writes
-(`tapegate::tape`), read by the mock's own code (`packet.rs`); the mock answers:
+(`tapegate::source::sim::tape`), read by the mock's own code (`packet.rs`); the mock answers:
 
 | payload field | answer field |
 |---|---|

@@ -1,7 +1,7 @@
 /*!
 The simulated tape's packet as the service reads it: `ble_packet` text (hex or base64)
 to bytes, and the bytes to a [`Packet`]. The layout is the one the gateway's simulated
-fleet writes (`tapegate::tape`), read here by code of the mock's own: a second
+fleet writes (`tapegate::source::sim::tape`), read here by code of the mock's own: a second
 implementation, so that a slip in the gateway's encoder shows as a test failure
 instead of being read back by the same code. A leaf: it touches only `mac.rs`.
 

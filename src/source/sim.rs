@@ -5,7 +5,7 @@ It touches the tape's packet layout, the records and the clock.
 The fleet is a pure function of the seed: the same settings give the same MACs, the same
 schedule and the same packets, so a non-real-time run is a deterministic input for the
 whole pipeline. Each tape adverts every `interval_ms` at its own phase, under company
-0x0EF7 with the payload of [`crate::tape`], which the mock service decodes.
+0x0EF7 with the payload of [`tape`], which the mock service decodes.
 
 A tape's payload changes every `change_every` adverts: the counter goes up by one, the
 temperature takes a step of a slow random walk around the tape's own level (4–25 °C),
@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::config::SimSettings;
 use crate::record::{Advertisement, EpochMillis, Mac};
-use crate::tape::{TapeReading, TAPE_COMPANY_ID, UNREGISTERED_PREFIX};
+use tape::{TapeReading, TAPE_COMPANY_ID, UNREGISTERED_PREFIX};
 
 use super::{Heard, Source, SourceError, SourceReport};
 
@@ -286,3 +286,5 @@ impl Fleet {
 
 #[cfg(test)]
 mod tests;
+
+pub mod tape;

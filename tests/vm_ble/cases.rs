@@ -252,9 +252,10 @@ pub fn a_hundred_tapes(g: &Gateway, radio: &Radio) {
             })
             .collect::<Vec<_>>()
     };
-    if g
-        .try_wait(Duration::from_secs(60), || behind().is_empty().then_some(()))
-        .is_none()
+    if g.try_wait(Duration::from_secs(60), || {
+        behind().is_empty().then_some(())
+    })
+    .is_none()
     {
         panic!(
             "the newest state of these tapes was not delivered: {:?}\n{}",
