@@ -13,7 +13,10 @@ use std::path::Path;
 use clap::Parser;
 use tapegate::cli::{Cli, Command, DeadLetters, Operator};
 use tapegate::clock::SharedClock;
-use tapegate::cmd::{self, block_on, check, decode, device, history, locate, message, scan, state};
+use tapegate::cmd::{
+    self, block_on, check, dead_letters, decode, device, history, locate, message, scan, status,
+    tapes,
+};
 use tapegate::cmd::{side_channel, support_bundle, CmdError};
 use tapegate::config::{self, Config, ConfigError, Password};
 use tapegate::debug_hooks::DebugHooks;
@@ -170,22 +173,22 @@ fn dispatch(cli: &Cli) -> Result<(), Failure> {
     let out = &mut std::io::stdout().lock();
     match &cli.command {
         Command::Run { until_drained } => daemon(path, clock, the_hooks(), *until_drained),
-        Command::Status { json } => Ok(state::status(&local(path)?, &**clock, *json, out)?),
+        Command::Status { json } => Ok(status::status(&local(path)?, &**clock, *json, out)?),
         Command::Tapes { json, limit } => {
-            Ok(state::tapes(&local(path)?, &**clock, *json, *limit, out)?)
+            Ok(tapes::tapes(&local(path)?, &**clock, *json, *limit, out)?)
         }
         Command::DeadLetters(DeadLetters::List { json, limit }) => {
-            Ok(state::dead_letters_list(&local(path)?, *json, *limit, out)?)
+            Ok(dead_letters::list(&local(path)?, *json, *limit, out)?)
         }
         Command::DeadLetters(DeadLetters::Retry(which)) => Ok(writeln!(
             out,
             "re-queued {} dead letter(s)",
-            state::dead_letters_change(&local(path)?, true, which.mac)?
+            dead_letters::change(&local(path)?, true, which.mac)?
         )?),
         Command::DeadLetters(DeadLetters::Purge(which)) => Ok(writeln!(
             out,
             "purged {} dead letter(s)",
-            state::dead_letters_change(&local(path)?, false, which.mac)?
+            dead_letters::change(&local(path)?, false, which.mac)?
         )?),
         Command::SupportBundle { output } => {
             Ok(support_bundle::run(path, &**clock, output.as_deref(), out).map(drop)?)

@@ -363,7 +363,7 @@ impl Running {
     /// `tapegate status` (text or JSON) as it reads now.
     fn status(&self, json: bool) -> String {
         let mut out = Vec::new();
-        tapegate::cmd::state::status(&self.config, &tapegate::clock::SystemClock, json, &mut out)
+        tapegate::cmd::status::status(&self.config, &tapegate::clock::SystemClock, json, &mut out)
             .unwrap();
         String::from_utf8(out).unwrap()
     }
@@ -1237,7 +1237,7 @@ async fn a_fresh_token_refused_too_is_reported_as_credentials_or_permission_and_
         .expect("the daemon runs");
 
     let mut out = Vec::new();
-    tapegate::cmd::state::status(&config, &tapegate::clock::SystemClock, true, &mut out).unwrap();
+    tapegate::cmd::status::status(&config, &tapegate::clock::SystemClock, true, &mut out).unwrap();
     let status: serde_json::Value = serde_json::from_slice(&out).unwrap();
     let last_error = status["last_error"].as_str().unwrap_or_default();
     assert!(last_error.contains("credentials or permission"), "{status}");

@@ -7,6 +7,7 @@
 mod archive;
 pub mod check;
 pub mod client;
+pub mod dead_letters;
 pub mod decode;
 #[cfg(feature = "mock")]
 pub mod demo;
@@ -17,8 +18,9 @@ pub mod message;
 pub mod run;
 pub mod scan;
 pub mod side_channel;
-pub mod state;
+pub mod status;
 pub mod support_bundle;
+pub mod tapes;
 
 use std::future::Future;
 use std::pin::Pin;

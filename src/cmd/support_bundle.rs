@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 
 use super::archive::write_tar_gz;
-use super::state::{InventoryStatus, StatusJson};
+use super::status::{InventoryStatus, StatusJson};
 use super::CmdError;
 use crate::clock::{rfc3339, Clock};
 use crate::config::{self, effective, Config, Password, DEFAULTS};

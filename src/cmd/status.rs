@@ -1,7 +1,6 @@
-//! The operator commands that read or change the state database while the daemon
-//! runs: `status`, `tapes` and `dead-letters`. Each opens its own short-lived
-//! connection (WAL lets it read beside the daemon) and prints for a person or as JSON.
-//! They touch the state database and the config.
+//! `tapegate status`: the gateway's state for a person or as one JSON document, read
+//! from the state database beside the running daemon (WAL lets it read on its own short
+//! connection). It touches the state database and the config.
 
 use std::io::Write;
 
@@ -10,9 +9,9 @@ use serde::Serialize;
 use super::CmdError;
 use crate::clock::{age, rfc3339, Clock};
 use crate::config::Config;
-use crate::outbox::{OutboxError, ScannerCounts, Stats, Store};
-use crate::record::{EpochMillis, Mac};
-use crate::text::{inert, shown, SHOWN_MAX_CHARS};
+use crate::outbox::{ScannerCounts, Stats, Store};
+use crate::record::EpochMillis;
+use crate::text::{inert, SHOWN_MAX_CHARS};
 
 /// `tapegate status --json`: the contract fields of DESIGN.md and a few more.
 #[derive(Debug, Serialize)]
@@ -134,7 +133,7 @@ fn bounded(s: &str) -> String {
     crate::text::bounded(s, SHOWN_MAX_CHARS)
 }
 
-fn ago(at: EpochMillis, now: EpochMillis) -> String {
+pub(super) fn ago(at: EpochMillis, now: EpochMillis) -> String {
     format!(
         "{} ({} ago)",
         rfc3339(at),
@@ -294,113 +293,4 @@ fn daemon_lines(s: &StatusJson, st: Stats, now: EpochMillis) -> Vec<(&'static st
         ));
     }
     lines
-}
-
-/// Reads rows from the state database. Prints them as JSON, or `empty` when there are
-/// none, and returns `None` then; otherwise returns them for a table.
-fn rows<T: Serialize>(
-    config: &Config,
-    json: bool,
-    empty: &str,
-    out: &mut dyn Write,
-    read: impl FnOnce(&Store) -> Result<Vec<T>, OutboxError>,
-) -> Result<Option<Vec<T>>, CmdError> {
-    let rows = match Store::open_existing_read_only(&config.gateway.state_dir)? {
-        Some(store) => read(&store)?,
-        None => Vec::new(),
-    };
-    if json {
-        let text = serde_json::to_string_pretty(&rows).unwrap_or_default();
-        writeln!(out, "{text}")?;
-        return Ok(None);
-    }
-    if rows.is_empty() {
-        writeln!(out, "{empty}")?;
-        return Ok(None);
-    }
-    Ok(Some(rows))
-}
-
-/// Prints `tapegate dead-letters list`.
-pub fn dead_letters_list(
-    config: &Config,
-    json: bool,
-    limit: usize,
-    out: &mut dyn Write,
-) -> Result<(), CmdError> {
-    let Some(rows) = rows(config, json, "no dead letters", out, |s| {
-        s.dead_letters(limit)
-    })?
-    else {
-        return Ok(());
-    };
-    writeln!(
-        out,
-        "{:<8} {:<17} {:<20} {:<20} error",
-        "id", "mac", "captured", "refused"
-    )?;
-    for r in rows {
-        writeln!(
-            out,
-            "{:<8} {:<17} {:<20} {:<20} {}",
-            r.id,
-            r.mac,
-            rfc3339(r.captured_at),
-            rfc3339(r.dead_at),
-            shown(&r.error, SHOWN_MAX_CHARS)
-        )?;
-    }
-    Ok(())
-}
-
-/// `tapegate dead-letters retry | purge`: returns how many rows were affected.
-pub fn dead_letters_change(
-    config: &Config,
-    retry: bool,
-    mac: Option<Mac>,
-) -> Result<u64, OutboxError> {
-    match Store::open_existing(&config.gateway.state_dir)? {
-        Some(mut store) if retry => store.retry_dead_letters(mac),
-        Some(mut store) => store.purge_dead_letters(mac),
-        None => Ok(0),
-    }
-}
-
-/// Prints `tapegate tapes`: the latest reading of each tape, most recently captured first.
-pub fn tapes(
-    config: &Config,
-    clock: &dyn Clock,
-    json: bool,
-    limit: usize,
-    out: &mut dyn Write,
-) -> Result<(), CmdError> {
-    let Some(rows) = rows(config, json, "no decoded tapes yet", out, |s| {
-        s.tapes(limit)
-    })?
-    else {
-        return Ok(());
-    };
-    let now = clock.wall_ms();
-    writeln!(
-        out,
-        "{:<16} {:<17} {:>8} {:>8} {:>5}  last seen",
-        "qr code", "mac", "temp °C", "battery", "rssi"
-    )?;
-    for t in rows {
-        let num = |v: Option<f64>, digits: usize| {
-            v.map(|x| format!("{x:.digits$}"))
-                .unwrap_or_else(|| "-".into())
-        };
-        writeln!(
-            out,
-            "{:<16} {:<17} {:>8} {:>8} {:>5}  {}",
-            shown(t.qr_code.as_deref().unwrap_or("-"), SHOWN_MAX_CHARS),
-            t.mac,
-            num(t.temp, 2),
-            num(t.bat, 0),
-            t.rssi.map(|r| r.to_string()).unwrap_or_else(|| "-".into()),
-            ago(t.captured_at, now)
-        )?;
-    }
-    Ok(())
 }
