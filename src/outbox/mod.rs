@@ -104,8 +104,9 @@ readings written behind), `cursor.rs` (where the flusher's fetches resume). Then
 `enqueue.rs` (admitting groups), `scan.rs` and `fetch.rs` (the next batch, the claims),
 `settle.rs` (recording answers), `retention.rs` (the bounds); `clock.rs` records boots
 and applies the clock keeper's verdicts; `status.rs` is what `status`, `tapes` and
-`dead-letters` read and change, `fleet.rs` what the fleet's tools read; `dock.rs` the
-rate window and the tapes heard for the operator commands of the service interface.
+`dead-letters` read and change, `fleet.rs` what the fleet's tools read;
+`rate_window.rs` and `heard.rs` the rate window and the tapes heard for the operator
+commands of the service interface.
 `handle.rs` is the owner thread and `users/` the one small handle each user gets over
 it ([`Handles`]: the ingest writer, the flusher's, the clock keeper's, the readers', the
 scanner notes, the stages'), so that no stage can do to the database more than its few
@@ -120,15 +121,16 @@ mod access;
 mod clock;
 mod cursor;
 mod db;
-mod dock;
 mod enqueue;
 mod existing;
 mod fetch;
 mod fleet;
 mod handle;
+mod heard;
 mod hold;
 mod latest;
 mod lock;
+mod rate_window;
 mod reopen;
 mod retention;
 mod scan;
@@ -142,10 +144,10 @@ mod words;
 pub use access::why_unwritable;
 pub use clock::{BootStart, ClockChange, ClockStatus, Released};
 pub use db::{OutboxError, DB_FILE, GROUP_MAX, MAX_DEAD_LETTERS};
-pub use dock::HEARD_KEEP_MS;
 pub use fetch::Fetched;
 pub use fleet::{BootRecord, DeadLetterSummary};
 pub use handle::Outbox;
+pub use heard::HEARD_KEEP_MS;
 pub use latest::{LATEST_EVERY, LATEST_EVERY_ENV, LATEST_MAX};
 pub use lock::{LockError, StateLock, LOCK_FILE};
 pub use retention::{keep_bounds, Evictions};

@@ -1,7 +1,7 @@
 //! Settling what the service answered: in one transaction a row leaves `pending` with
 //! its count (delivered) or its dead letter, beside the notes the answer carries (the
 //! flusher's state, the tapes heard refused as unknown) and, when due, the tapes'
-//! latest readings. It touches `db`, `dock.rs`, `latest.rs`, the outbox's words and the
+//! latest readings. It touches `db`, `heard.rs`, `latest.rs`, the outbox's words and the
 //! [`Store`] it writes.
 
 use rusqlite::{params, Transaction};
@@ -10,7 +10,7 @@ use super::db::{
     mac_to_int, packet_value, read_counters, write_counters, write_tx, Counters, OutboxError,
     MAX_DEAD_LETTERS,
 };
-use super::dock::record_heard;
+use super::heard::record_heard;
 use super::status::FlusherState;
 use super::store::Store;
 use super::words::{HeardChanges, Outcome, PendingCapture, TapeRow};

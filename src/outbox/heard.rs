@@ -1,16 +1,14 @@
-//! What the operator commands keep in the state database besides the outbox: the times
-//! of the last requests in the service's shared rate window (spec 8), so that separate
-//! CLI runs share it, and the tapes heard lately that the service refused as unknown,
-//! which `device add --nearest` chooses from. The daemon keeps the tapes it hears in
-//! memory ([`crate::heard_now`]) and writes here only those refusals (and their end),
-//! inside the transaction that records them.
+//! The tapes heard lately that the service refused as unknown, kept in the state
+//! database for `device add --nearest` to choose from. The daemon keeps the tapes it
+//! hears in memory ([`crate::heard_now`]) and writes here only those refusals (and their
+//! end), inside the transaction that records them.
 //!
 //! It touches `db`, the outbox's words and the [`Store`] it reads and writes;
 //! `settle.rs` calls [`record_heard`].
 
 use rusqlite::{params, Transaction};
 
-use super::db::{int_to_mac, mac_to_int, write_tx, OutboxError};
+use super::db::{int_to_mac, mac_to_int, OutboxError};
 use super::store::Store;
 use super::words::{HeardChanges, HeardTape};
 use crate::record::EpochMillis;
@@ -19,33 +17,6 @@ use crate::record::EpochMillis;
 pub const HEARD_KEEP_MS: EpochMillis = 10 * 60_000;
 
 impl Store {
-    /// Reads and replaces the times of an identity's last rate-limited requests in one
-    /// write transaction, so two CLI runs cannot both take the last slot. `decide` gets
-    /// the stored times and returns the times to store (or `None` to leave them) and its
-    /// answer.
-    pub fn rate_sends<R>(
-        &mut self,
-        identity: &str,
-        decide: impl FnOnce(Vec<EpochMillis>) -> (Option<Vec<EpochMillis>>, R),
-    ) -> Result<R, OutboxError> {
-        let tx = write_tx(&mut self.conn)?;
-        let stored: Vec<EpochMillis> = tx
-            .prepare_cached("SELECT sent_at FROM rate_sends WHERE identity = ?1 ORDER BY sent_at")?
-            .query_map([identity], |r| r.get(0))?
-            .collect::<Result<_, _>>()?;
-        let (next, answer) = decide(stored.clone());
-        if let Some(next) = next.filter(|n| *n != stored) {
-            tx.execute("DELETE FROM rate_sends WHERE identity = ?1", [identity])?;
-            let mut insert =
-                tx.prepare_cached("INSERT INTO rate_sends(identity, sent_at) VALUES (?1, ?2)")?;
-            for at in next {
-                insert.execute(params![identity, at])?;
-            }
-        }
-        tx.commit()?;
-        Ok(answer)
-    }
-
     /// Tapes heard at or after `since` (capture time), loudest first.
     pub fn heard_since(&self, since: EpochMillis) -> Result<Vec<HeardTape>, OutboxError> {
         let mut stmt = self.conn.prepare(
@@ -235,17 +206,5 @@ mod tests {
             .map(|h| h.mac.to_string())
             .collect();
         assert_eq!(macs, ["C0:00:00:00:00:02"]);
-    }
-
-    #[test]
-    fn the_rate_sends_are_read_and_written_in_one_transaction() {
-        let (_dir, mut store) = store();
-        let seen = store.rate_sends("id", |s| (Some(vec![7, 5]), s)).unwrap();
-        assert!(seen.is_empty());
-        let seen = store.rate_sends("id", |s| (None, s)).unwrap();
-        assert_eq!(seen, [5, 7]);
-        assert!(store.rate_sends("other", |s| (None, s)).unwrap().is_empty());
-        store.rate_sends("id", |_| (Some(vec![9]), ())).unwrap();
-        assert_eq!(store.rate_sends("id", |s| (None, s)).unwrap(), [9]);
     }
 }

@@ -1,0 +1,62 @@
+//! The times of the last requests in the service's shared rate window (spec 8), kept in
+//! the state database so that separate CLI runs share it. It touches `db` and the
+//! [`Store`] it reads and writes.
+
+use rusqlite::params;
+
+use super::db::{write_tx, OutboxError};
+use super::store::Store;
+use crate::record::EpochMillis;
+
+impl Store {
+    /// Reads and replaces the times of an identity's last rate-limited requests in one
+    /// write transaction, so two CLI runs cannot both take the last slot. `decide` gets
+    /// the stored times and returns the times to store (or `None` to leave them) and its
+    /// answer.
+    pub fn rate_sends<R>(
+        &mut self,
+        identity: &str,
+        decide: impl FnOnce(Vec<EpochMillis>) -> (Option<Vec<EpochMillis>>, R),
+    ) -> Result<R, OutboxError> {
+        let tx = write_tx(&mut self.conn)?;
+        let stored: Vec<EpochMillis> = tx
+            .prepare_cached("SELECT sent_at FROM rate_sends WHERE identity = ?1 ORDER BY sent_at")?
+            .query_map([identity], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        let (next, answer) = decide(stored.clone());
+        if let Some(next) = next.filter(|n| *n != stored) {
+            tx.execute("DELETE FROM rate_sends WHERE identity = ?1", [identity])?;
+            let mut insert =
+                tx.prepare_cached("INSERT INTO rate_sends(identity, sent_at) VALUES (?1, ?2)")?;
+            for at in next {
+                insert.execute(params![identity, at])?;
+            }
+        }
+        tx.commit()?;
+        Ok(answer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outbox::StoreOptions;
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        (dir, store)
+    }
+
+    #[test]
+    fn the_rate_sends_are_read_and_written_in_one_transaction() {
+        let (_dir, mut store) = store();
+        let seen = store.rate_sends("id", |s| (Some(vec![7, 5]), s)).unwrap();
+        assert!(seen.is_empty());
+        let seen = store.rate_sends("id", |s| (None, s)).unwrap();
+        assert_eq!(seen, [5, 7]);
+        assert!(store.rate_sends("other", |s| (None, s)).unwrap().is_empty());
+        store.rate_sends("id", |_| (Some(vec![9]), ())).unwrap();
+        assert_eq!(store.rate_sends("id", |s| (None, s)).unwrap(), [9]);
+    }
+}
