@@ -1,8 +1,9 @@
 //! What may break the layout rules, each entry with why. Every entry names exactly what
 //! it excuses, and an entry that no longer matches fails the guard: the list only
-//! shrinks. It is empty: no import circle, no arrow up the floors, no file in `src/` or
-//! `mock/src/` over 500 lines and no function over 80. A new exception is argued here,
-//! next to its entry, or the code is split instead.
+//! shrinks. No import circle, no arrow up the floors, no file in `src/` or `mock/src/`
+//! over 500 lines (a warning now) and no function over 80 are excused; the public
+//! methods away from their type are, each named. A new exception is argued here, next to
+//! its entry, or the code is mended instead.
 
 /// Files over 500 lines.
 pub const LONG_FILES: &[(&str, &str)] = &[];
@@ -21,3 +22,68 @@ pub const UPWARD: &[(&str, &str, &str)] = &[];
 pub const MOCK_LONG_FILES: &[(&str, &str)] = &[];
 pub const MOCK_LONG_FUNCTIONS: &[(&str, &str, &str)] = &[];
 pub const MOCK_CIRCLES: &[(&[&str], &str)] = &[];
+
+/// Public methods of a type in a file other than the one that defines it: (type, file,
+/// why). Each is to be mended: the outbox's `Store` goes behind narrow handles named for
+/// the commands' roles (as the daemon's stages already are), and the operator's
+/// capabilities gather their public entry points in `operator/client.rs`.
+pub const METHODS_AWAY: &[(&str, &str, &str)] = &[
+    ("Store", "src/outbox/clock.rs", STORE),
+    ("Store", "src/outbox/enqueue.rs", STORE),
+    ("Store", "src/outbox/existing.rs", STORE),
+    ("Store", "src/outbox/fetch.rs", STORE),
+    ("Store", "src/outbox/fleet.rs", STORE),
+    ("Store", "src/outbox/heard.rs", STORE),
+    ("Store", "src/outbox/rate_window.rs", STORE),
+    ("Store", "src/outbox/reopen.rs", STORE),
+    ("Store", "src/outbox/retention.rs", STORE),
+    ("Store", "src/outbox/settle.rs", STORE),
+    ("Store", "src/outbox/status.rs", STORE),
+    ("Operator", "src/operator/add.rs", OPERATOR),
+    ("Operator", "src/operator/devices.rs", OPERATOR),
+    ("Operator", "src/operator/history.rs", OPERATOR),
+    ("Operator", "src/operator/locate.rs", OPERATOR),
+    ("Operator", "src/operator/messages.rs", OPERATOR),
+    ("ServiceClient", "src/api/decode.rs", "the decode calls beside their request and answer types; to move with the operator's gathering"),
+    ("Planner", "src/flush/plan/verdict.rs", "what an answer does to its batch, the planner's largest step, kept with its verdict types"),
+    ("Metrics", "src/metrics/render.rs", "the exposition beside the registries it writes"),
+];
+
+const STORE: &str =
+    "the commands and the model tests still call Store directly; to go behind role handles";
+const OPERATOR: &str = "one capability a file; its entry point to move beside the type";
+
+/// The `pub` items (not `pub(crate)` or `pub(super)`, not fields) each top-level module
+/// of `src/` may have: what it has today. A module over its budget fails; a new public
+/// item is argued here, or made `pub(crate)` / `pub(super)`.
+pub const PUB_BUDGETS: &[(&str, usize)] = &[
+    ("api", 47),
+    ("backoff", 6),
+    ("bin", 0),
+    ("cli", 12),
+    ("clock", 40),
+    ("cmd", 87),
+    ("config", 117),
+    ("debug_hooks", 7),
+    ("dedup", 11),
+    ("flush", 46),
+    ("health", 11),
+    ("heard_now", 11),
+    ("http", 13),
+    ("ingest", 4),
+    ("inventory", 6),
+    ("lib", 26),
+    ("main", 0),
+    ("metrics", 23),
+    ("operator", 92),
+    ("outbox", 173),
+    ("pipeline", 15),
+    ("products", 11),
+    ("record", 19),
+    ("reload", 17),
+    ("secret", 7),
+    ("source", 179),
+    ("systemd", 20),
+    ("telemetry", 13),
+    ("text", 5),
+];
