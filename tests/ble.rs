@@ -71,7 +71,7 @@ const SENTINEL: Mac = Mac::new([0xC0, 0xFF, 0xEE, 0x00, 0x00, 0x99]);
 /// after 30 s, an upper bound for a loaded machine).
 fn wait_sentinel(counter: u16, d: &Tapegate, heard: impl Fn() -> Vec<(Mac, String)>) {
     let packet = tape_packet(counter);
-    let seen = wait_for(Duration::from_secs(30), || {
+    let seen = eventually(Duration::from_secs(30), || {
         of(&heard(), SENTINEL).contains(&packet).then_some(())
     });
     if seen.is_none() {
@@ -393,7 +393,7 @@ fn one_reacquisition_mends(
     s.wait_scanning();
     again(&mut s);
     let next = tape_packet(1);
-    if wait_for(Duration::from_secs(30), || {
+    if eventually(Duration::from_secs(30), || {
         of(&captured_so_far(&g), tape_mac(1))
             .contains(&next)
             .then_some(())
@@ -558,7 +558,7 @@ fn five_thousand_rotating_macs_keep_devices_and_memory_bounded() {
     }
     wait_admitted(&g, 5000, &d);
     // Removal requests are processed by the watcher thread as they come.
-    let devices = wait_for(Duration::from_secs(10), || {
+    let devices = eventually(Duration::from_secs(10), || {
         let n: u64 = s.call(&format!("devices {HCI}")).parse().unwrap();
         (n <= 500).then_some(n)
     });
@@ -877,7 +877,7 @@ fn passive_scanning_is_the_kernels_monitor_for_the_products_and_no_discovery() {
             .filter(|c| c[..2] == wire::OP_ADD_ADV_PATTERNS_MONITOR.to_le_bytes())
             .collect::<Vec<_>>()
     };
-    if wait_for(Duration::from_secs(10), || {
+    if eventually(Duration::from_secs(10), || {
         (!added(&k).is_empty()).then_some(())
     })
     .is_none()

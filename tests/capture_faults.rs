@@ -129,7 +129,7 @@ fn a_full_disk_holds_the_group_loses_nothing_committed_and_recovers_when_space_r
     let first: Vec<_> = (0..200).map(nth_advert).collect();
     daemon.send(&first);
     sent += 200;
-    let committed = wait_for(Duration::from_secs(30), || {
+    let committed = eventually(Duration::from_secs(30), || {
         let s = g.try_stats()?;
         (s.pending == 200).then_some(s)
     });
@@ -179,7 +179,7 @@ fn a_full_disk_holds_the_group_loses_nothing_committed_and_recovers_when_space_r
     // The disk stays full while several retries fail (100, 200, 400 ms apart): the
     // daemon stays up and the held group is neither committed nor dropped.
     const AGAIN: &str = "outbox write failed again";
-    let retried = wait_for(Duration::from_secs(30), || {
+    let retried = eventually(Duration::from_secs(30), || {
         (daemon.stderr().matches(AGAIN).count() >= 3).then_some(())
     });
     assert!(retried.is_some(), "no retries:\n{}", daemon.stderr());
@@ -193,7 +193,7 @@ fn a_full_disk_holds_the_group_loses_nothing_committed_and_recovers_when_space_r
 
     // Space returns: every capture sent ends up pending, in order.
     std::fs::remove_file(&filler).unwrap();
-    let recovered = wait_for(Duration::from_secs(30), || {
+    let recovered = eventually(Duration::from_secs(30), || {
         let s = g.try_stats()?;
         (s.pending == u64::from(sent)).then_some(s)
     });
@@ -764,7 +764,7 @@ fn healthz_is_503_naming_the_outbox_from_the_first_failed_commit_until_one_succe
     };
     let mut daemon = Daemon::start(&g);
     let healthz = || http_get(port, "/healthz");
-    wait_for(Duration::from_secs(30), || {
+    eventually(Duration::from_secs(30), || {
         healthz().filter(|(s, _)| *s == 200)
     })
     .unwrap_or_else(|| panic!("not serving:\n{}", daemon.stderr()));
@@ -786,7 +786,7 @@ fn healthz_is_503_naming_the_outbox_from_the_first_failed_commit_until_one_succe
         sent += 25;
         std::thread::sleep(Duration::from_millis(30));
     }
-    let unhealthy = wait_for(Duration::from_secs(30), || {
+    let unhealthy = eventually(Duration::from_secs(30), || {
         healthz().filter(|(s, _)| *s == 503)
     })
     .unwrap_or_else(|| {
@@ -807,11 +807,11 @@ fn healthz_is_503_naming_the_outbox_from_the_first_failed_commit_until_one_succe
     assert!(page.contains("Not healthy: outbox: "), "{page}");
 
     std::fs::remove_file(&filler).unwrap();
-    wait_for(Duration::from_secs(30), || {
+    eventually(Duration::from_secs(30), || {
         healthz().filter(|(s, _)| *s == 200)
     })
     .unwrap_or_else(|| panic!("not healthy again:\n{}", daemon.stderr()));
-    let s = wait_for(Duration::from_secs(30), || {
+    let s = eventually(Duration::from_secs(30), || {
         g.try_stats().filter(|s| s.pending == u64::from(sent))
     });
     assert!(s.is_some(), "nothing lost: {:?}", g.try_stats());
@@ -878,7 +878,7 @@ fn an_operator_command_run_as_root_creates_the_database_for_the_daemons_user() {
         c.uid(NOBODY).gid(NOBODY);
     });
     daemon.send(&(0..5).map(nth_advert).collect::<Vec<_>>());
-    let admitted = wait_for(Duration::from_secs(30), || {
+    let admitted = eventually(Duration::from_secs(30), || {
         g.try_stats().filter(|s| s.admitted == 5)
     });
     assert!(
@@ -974,7 +974,7 @@ fn status_tapes_and_dead_letters_work_for_a_user_who_may_read_the_state_but_not_
     // The daemon running (as the owner).
     let mut daemon = Daemon::start(&g);
     daemon.send(&(0..3).map(nth_advert).collect::<Vec<_>>());
-    wait_for(Duration::from_secs(30), || {
+    eventually(Duration::from_secs(30), || {
         g.try_stats().filter(|s| s.pending == 3)
     })
     .unwrap_or_else(|| panic!("not committed:\n{}", daemon.stderr()));

@@ -14,7 +14,7 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use common::day::{write_atomically, Day};
-use common::{mock_with as mock_on_own_runtime, text, wait_for, Gateway};
+use common::{eventually, mock_with as mock_on_own_runtime, text, Gateway};
 use tapegate::outbox::Stats;
 use tapegate::tape::TapeReading;
 use tapegate_mock::{MockConfig, MockHandle, ReceivedItem};
@@ -85,7 +85,7 @@ fn spawn_daemon(g: &Gateway, clock_file: &Path) -> Child {
 /// Waits (at most 30 s: the machine may be loaded) for the daemon's stats to satisfy
 /// `done`; fails with its log.
 fn stats_when(g: &Gateway, what: &str, done: impl Fn(&Stats) -> bool) -> Stats {
-    wait_for(Duration::from_secs(30), || {
+    eventually(Duration::from_secs(30), || {
         g.try_stats().filter(|s| done(s))
     })
     .unwrap_or_else(|| panic!("{what}: not within 30 s; log:\n{}", log(g)))
@@ -103,7 +103,7 @@ fn assert_clock_says(s: &Stats, words: &str) {
 fn stop(child: &mut Child, g: &Gateway) {
     // SAFETY: kill(2) on the pid of a child we spawned and have not reaped.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
-    let status = wait_for(Duration::from_secs(20), || child.try_wait().unwrap())
+    let status = eventually(Duration::from_secs(20), || child.try_wait().unwrap())
         .unwrap_or_else(|| panic!("no exit after SIGTERM; log:\n{}", log(g)));
     assert!(status.success(), "exit {status}; log:\n{}", log(g));
 }
@@ -203,7 +203,7 @@ fn an_unsynced_boot_holds_captures_a_sync_repairs_them_and_a_backward_step_loses
         let delivered_at_step = repaired.delivered;
         let step_at = now_secs(&day);
         set_clock(&clock_file, &day, -600_000, true, true);
-        wait_for(Duration::from_secs(30), || {
+        eventually(Duration::from_secs(30), || {
             let items = delivered_items(&mock);
             items
                 .iter()
@@ -367,7 +367,7 @@ fn the_clock_state_metric_follows_the_clock_from_holding_to_synchronised() {
     let mut child = Running(spawn_daemon(&g, &clock_file));
 
     stats_when(&g, "captures held", |s| s.clock.held >= 3);
-    let holding = wait_for(Duration::from_secs(30), || {
+    let holding = eventually(Duration::from_secs(30), || {
         clock_state_metric(port, "holding").filter(|v| v == "1")
     });
     assert!(
@@ -380,7 +380,7 @@ fn the_clock_state_metric_follows_the_clock_from_holding_to_synchronised() {
 
     set_clock(&clock_file, &day, 0, true, true);
     stats_when(&g, "held captures released", |s| s.clock.held == 0);
-    let synced = wait_for(Duration::from_secs(30), || {
+    let synced = eventually(Duration::from_secs(30), || {
         clock_state_metric(port, "synchronised").filter(|v| v == "1")
     });
     assert!(synced.is_some(), "{}", log(&g));
@@ -408,7 +408,7 @@ fn captures_of_a_group_still_open_when_the_clock_is_repaired_are_never_sent_with
     // The first group commits (held) and the next one opens. Once it holds 20 captures
     // stamped with the wrong clock (heard, not committed), the clock syncs.
     let held = stats_when(&g, "a group committed and held", |s| s.clock.held > 0);
-    wait_for(Duration::from_secs(30), || {
+    eventually(Duration::from_secs(30), || {
         let heard: u64 = metric(port, "tapegate_adverts_total")?.parse().ok()?;
         (heard >= held.admitted + 20).then_some(())
     })

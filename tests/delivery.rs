@@ -17,7 +17,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use common::{mock_with as mock_on_own_runtime, text, write_records, Gateway};
+use common::{
+    eventually, eventually_async, mock_with as mock_on_own_runtime, text, write_records, Gateway,
+};
 use tapegate::config::{self, Config};
 use tapegate::outbox::{Stats, Store, StoreOptions};
 use tapegate::pipeline::{self, RunOptions, RunReport};
@@ -422,22 +424,6 @@ fn assert_drained(s: &Stats, admitted: usize, delivered: usize, dead_letters: us
 
 async fn start_mock() -> MockHandle {
     mock::start(MockConfig::demo()).await.expect("mock starts")
-}
-
-async fn until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -891,31 +877,38 @@ async fn expired_and_revoked_tokens_are_replaced_between_batches_without_a_storm
 
     // 1. The first batch gets a token.
     live.send(rounds[0]);
-    until("round 0 delivered", limit, || mock.decoded_items() == 40).await;
+    eventually_async(limit, async || mock.decoded_items() == 40)
+        .await
+        .expect("timed out waiting for round 0 delivered");
     assert_eq!((mock.token_grants(), refused(&mock)), (1, 0));
 
     // 2. The service forgets every token between batches: one 401, one new token, and
     // the same batch goes through.
     mock.revoke_all_tokens();
     live.send(rounds[1]);
-    until("round 1 delivered", limit, || mock.decoded_items() == 80).await;
+    eventually_async(limit, async || mock.decoded_items() == 80)
+        .await
+        .expect("timed out waiting for round 1 delivered");
     assert_eq!((mock.token_grants(), refused(&mock)), (2, 1));
 
     // 3. Again, and tokens granted from now on live 2 s.
     assert!(mock.set_expires_in("ppe", 2));
     mock.revoke_all_tokens();
     live.send(rounds[2]);
-    until("round 2 delivered", limit, || mock.decoded_items() == 120).await;
+    eventually_async(limit, async || mock.decoded_items() == 120)
+        .await
+        .expect("timed out waiting for round 2 delivered");
     assert_eq!((mock.token_grants(), refused(&mock)), (3, 2));
 
     // 4. Once that lifetime has passed (the service says so), the next batch gets a new
     // token before it is sent, not after a 401.
-    until("the token to expire", limit, || {
-        mock.live_tokens("ppe") == 0
-    })
-    .await;
+    eventually_async(limit, async || mock.live_tokens("ppe") == 0)
+        .await
+        .expect("timed out waiting for the token to expire");
     live.send(rounds[3]);
-    until("round 3 delivered", limit, || mock.decoded_items() == 160).await;
+    eventually_async(limit, async || mock.decoded_items() == 160)
+        .await
+        .expect("timed out waiting for round 3 delivered");
     assert_eq!((mock.token_grants(), refused(&mock)), (4, 2));
 
     let report = live.finish().await;
@@ -1080,13 +1073,15 @@ fn kill_9_while_flushing_loses_nothing_and_resends_at_most_one_batch_per_kill() 
         let mut child = spawn_daemon(&g, &["run"], &log, &[]);
         if life == 0 {
             // Every capture committed first: this test is about delivery, not ingest.
-            wait_for("the trace committed", limit, || {
+            eventually(limit, || {
                 stats_now(&g).is_some_and(|s| s.admitted == shots.len() as u64)
-            });
+            })
+            .expect("timed out waiting for the trace committed");
         }
-        wait_for("a batch in flight", limit, || {
+        eventually(limit, || {
             mock.decode_requests() == before + 4 && mock.pending_faults() == 0
-        });
+        })
+        .expect("timed out waiting for a batch in flight");
         signal(&child, libc::SIGKILL);
         let status = wait_exit(&mut child, limit, &g, &log);
         assert_eq!(status.code(), None, "killed by a signal");
@@ -1139,10 +1134,11 @@ fn sigterm_during_a_slow_flush_exits_0_within_the_grace_and_keeps_the_batch_in_f
         "first.log",
         &[("TAPEGATE_GATEWAY__SHUTDOWN_GRACE_SECS", "1")],
     );
-    wait_for("the batch in flight", limit, || {
+    eventually(limit, || {
         mock.decode_requests() == 1
             && stats_now(&g).is_some_and(|s| s.admitted == shots.len() as u64)
-    });
+    })
+    .expect("timed out waiting for the batch in flight");
     let asked = Instant::now();
     signal(&child, libc::SIGTERM);
     let status = wait_exit(&mut child, limit, &g, "first.log");
@@ -1223,12 +1219,11 @@ async fn a_fresh_token_refused_too_is_reported_as_credentials_or_permission_and_
         RunOptions::default(),
     ));
 
-    until(
-        "refused twice and reported",
-        Duration::from_secs(10),
-        || mock.decode_requests() >= 4 && stats_now(&g).is_some_and(|s| s.last_error.is_some()),
-    )
-    .await;
+    eventually_async(Duration::from_secs(10), async || {
+        mock.decode_requests() >= 4 && stats_now(&g).is_some_and(|s| s.last_error.is_some())
+    })
+    .await
+    .expect("timed out waiting for refused twice and reported");
     stop.send(()).unwrap();
     let report = tokio::time::timeout(RUN_LIMIT, run)
         .await
@@ -1283,12 +1278,11 @@ async fn a_service_refusing_every_request_is_backed_off_not_dead_lettered_captur
     };
     let g = gateway(&mock, &shots, &k);
     let daemon = Running::start(&g);
-    until(
-        "the refusal to be reported",
-        Duration::from_secs(20),
-        || reports(&g, "refuses the request") && mock.decode_requests() >= 10,
-    )
-    .await;
+    eventually_async(Duration::from_secs(20), async || {
+        reports(&g, "refuses the request") && mock.decode_requests() >= 10
+    })
+    .await
+    .expect("timed out waiting for the refusal to be reported");
     // Splitting found no half the service takes: no capture is blamed, all are kept.
     let s = stats_now(&g).expect("stats");
     assert_eq!(
@@ -1299,12 +1293,11 @@ async fn a_service_refusing_every_request_is_backed_off_not_dead_lettered_captur
 
     // The service heals: what was kept is delivered.
     mock.set_storm(None);
-    until(
-        "the kept captures to be delivered",
-        Duration::from_secs(20),
-        || stats_now(&g).is_some_and(|s| s.pending == 0),
-    )
-    .await;
+    eventually_async(Duration::from_secs(20), async || {
+        stats_now(&g).is_some_and(|s| s.pending == 0)
+    })
+    .await
+    .expect("timed out waiting for the kept captures to be delivered");
     daemon.stop(RUN_LIMIT).await;
     let s = g.stats();
     assert_eq!((s.delivered, s.dead_letters), (shots.len() as u64, 0));
@@ -1404,12 +1397,11 @@ async fn an_item_always_left_out_of_answers_is_a_dead_letter_after_the_bound_and
     mock.set_mac_fault(&left_out.plain(), Some(MacFault::LeaveOut));
 
     live.send(rounds[0]);
-    until(
-        "the left-out capture to be a dead letter",
-        Duration::from_secs(20),
-        || stats_now(&g).is_some_and(|s| s.dead_letters == 1),
-    )
-    .await;
+    eventually_async(Duration::from_secs(20), async || {
+        stats_now(&g).is_some_and(|s| s.dead_letters == 1)
+    })
+    .await
+    .expect("timed out waiting for the left-out capture to be a dead letter");
     mock.set_mac_fault(&left_out.plain(), None);
     live.send(rounds[1]);
     live.send(rounds[2]);
@@ -1445,18 +1437,15 @@ async fn items_answered_with_only_a_mac_id_are_retried_never_delivered_with_an_e
     mock.set_mac_fault(&bare.plain(), Some(MacFault::OnlyMacId));
 
     live.send(&shots);
-    until(
-        "two answers with only its mac_id",
-        Duration::from_secs(20),
-        || {
-            bulk_requests(&mock)
-                .iter()
-                .filter(|r| r.status == Some(200) && keys(r).contains(&key))
-                .count()
-                >= 2
-        },
-    )
-    .await;
+    eventually_async(Duration::from_secs(20), async || {
+        bulk_requests(&mock)
+            .iter()
+            .filter(|r| r.status == Some(200) && keys(r).contains(&key))
+            .count()
+            >= 2
+    })
+    .await
+    .expect("timed out waiting for two answers with only its mac_id");
     // Not delivered meanwhile: the capture is still pending, no reading stored.
     let s = stats_now(&g).expect("stats");
     assert_eq!((s.pending, s.delivered), (1, 19), "{s:?}");
@@ -1477,10 +1466,9 @@ async fn a_failing_database_write_under_delivery_records_the_answer_again_and_se
     let mock = start_mock().await;
     let g = Gateway::new("");
     let mut live = Live::start(&mock, &g, &Knobs::default()).await;
-    until("the outbox exists", Duration::from_secs(10), || {
-        stats_now(&g).is_some()
-    })
-    .await;
+    eventually_async(Duration::from_secs(10), async || stats_now(&g).is_some())
+        .await
+        .expect("timed out waiting for the outbox exists");
     // A real write failure of the real file: every transaction that would take a row
     // out of `pending` is aborted (as a full disk or an I/O error aborts it); admitting
     // captures still works.
@@ -1495,7 +1483,7 @@ async fn a_failing_database_write_under_delivery_records_the_answer_again_and_se
     // The answer cannot be recorded: the flusher backs off and tries to record it
     // again, each time noting the error, and sends nothing meanwhile.
     let mut noted = HashSet::new();
-    until("three failed recordings", Duration::from_secs(20), || {
+    eventually_async(Duration::from_secs(20), async || {
         if let Some(s) = stats_now(&g) {
             if s.last_error
                 .as_deref()
@@ -1506,7 +1494,8 @@ async fn a_failing_database_write_under_delivery_records_the_answer_again_and_se
         }
         noted.len() >= 3
     })
-    .await;
+    .await
+    .expect("timed out waiting for three failed recordings");
     let requests = mock.decode_requests();
     assert!(
         requests <= 2,
@@ -1533,12 +1522,11 @@ async fn a_missing_required_headers_400_on_every_request_backs_off_and_dead_lett
     );
     let g = gateway(&mock, &trace(40, 0, 1), &Knobs::default());
     let daemon = Running::start(&g);
-    until(
-        "several refusals, reported",
-        Duration::from_secs(20),
-        || mock.decode_requests() >= 5 && reports(&g, "refuses the request"),
-    )
-    .await;
+    eventually_async(Duration::from_secs(20), async || {
+        mock.decode_requests() >= 5 && reports(&g, "refuses the request")
+    })
+    .await
+    .expect("timed out waiting for several refusals, reported");
     let s = stats_now(&g).expect("stats");
     assert_eq!((s.dead_letters, s.pending), (0, 40), "{s:?}");
     let text = daemon.status(false);
@@ -1546,12 +1534,11 @@ async fn a_missing_required_headers_400_on_every_request_backs_off_and_dead_lett
 
     // The proxy is fixed: everything is delivered.
     mock.set_storm(None);
-    until(
-        "the captures to be delivered",
-        Duration::from_secs(20),
-        || stats_now(&g).is_some_and(|s| s.pending == 0),
-    )
-    .await;
+    eventually_async(Duration::from_secs(20), async || {
+        stats_now(&g).is_some_and(|s| s.pending == 0)
+    })
+    .await
+    .expect("timed out waiting for the captures to be delivered");
     daemon.stop(RUN_LIMIT).await;
     assert_drained(&g.stats(), 40, 40, 0);
 }
@@ -1579,10 +1566,11 @@ async fn a_retry_after_of_600_s_is_honoured_past_backoff_max_and_status_and_metr
     };
     let mut live = Live::start(&mock, &g, &k).await;
     live.send(&trace(10, 0, 1));
-    until("the 503 to be reported", Duration::from_secs(10), || {
+    eventually_async(Duration::from_secs(10), async || {
         stats_now(&g).is_some_and(|s| s.last_error.is_some())
     })
-    .await;
+    .await
+    .expect("timed out waiting for the 503 to be reported");
     let error = stats_now(&g).and_then(|s| s.last_error).unwrap();
     // "server error 503 until 2026-…Z (the service's Retry-After)"
     let until_at: jiff::Timestamp = error
@@ -1607,12 +1595,11 @@ async fn a_retry_after_of_600_s_is_honoured_past_backoff_max_and_status_and_metr
     // in: flush::plan::tests::pause::retry_after_is_honoured_beyond_backoff_max and
     // api::pause::tests.)
     live.send(&trace(20, 0, 2)[20..]);
-    until(
-        "the new captures committed",
-        Duration::from_secs(10),
-        || stats_now(&g).is_some_and(|s| s.admitted == 30),
-    )
-    .await;
+    eventually_async(Duration::from_secs(10), async || {
+        stats_now(&g).is_some_and(|s| s.admitted == 30)
+    })
+    .await
+    .expect("timed out waiting for the new captures committed");
     assert_eq!(mock.decode_requests(), 1);
     assert_eq!(stats_now(&g).unwrap().pending, 30);
     // A pause does not hold up shutdown.
@@ -1635,10 +1622,11 @@ fn with_slow_answers_and_kill_9_twice_while_8_batches_are_in_flight_nothing_is_l
         let mut child = spawn_daemon(&g, &["run"], &log, &[]);
         // The window has grown to 8 (the state database says so) and 8 batches are in
         // flight.
-        wait_for("8 batches in flight", limit, || {
+        eventually(limit, || {
             mock.requests_in_progress() == 8
                 && stats_now(&g).is_some_and(|s| s.flush_concurrency == Some(8))
-        });
+        })
+        .expect("timed out waiting for 8 batches in flight");
         signal(&child, libc::SIGKILL);
         let status = wait_exit(&mut child, limit, &g, &log);
         assert_eq!(status.code(), None, "killed by a signal");
@@ -1652,9 +1640,8 @@ fn with_slow_answers_and_kill_9_twice_while_8_batches_are_in_flight_nothing_is_l
             "{status}"
         );
         // The mock lets go of the dead daemon's requests before the next life starts.
-        wait_for("the killed requests dropped", limit, || {
-            mock.requests_in_progress() == 0
-        });
+        eventually(limit, || mock.requests_in_progress() == 0)
+            .expect("timed out waiting for the killed requests dropped");
     }
     let mut child = spawn_daemon(&g, &["run", "--until-drained"], "last.log", &[]);
     let status = wait_exit(&mut child, Duration::from_secs(60), &g, "last.log");
@@ -1695,10 +1682,11 @@ async fn forty_tapes_with_a_hundred_pending_captures_each_drain_in_seconds_under
     let shots = trace(40, 0, 150);
     let (backlog, fresh) = shots.split_at(40 * 100);
     tokio::task::block_in_place(|| live.send(backlog));
-    until("the backlog committed", Duration::from_secs(20), || {
+    eventually_async(Duration::from_secs(20), async || {
         stats_now(&g).is_some_and(|s| s.admitted >= backlog.len() as u64)
     })
-    .await;
+    .await
+    .expect("timed out waiting for the backlog committed");
     let started = Instant::now();
     // Live input keeps coming, a round every 50 ms, while the backlog drains.
     let mut rounds = fresh.chunks(40);
@@ -1768,20 +1756,22 @@ fn sigterm_with_8_batches_in_flight_exits_0_within_the_grace_and_keeps_them_all_
         "first.log",
         &[("TAPEGATE_GATEWAY__SHUTDOWN_GRACE_SECS", "1")],
     );
-    wait_for("the window at 8", limit, || {
+    eventually(limit, || {
         stats_now(&g).is_some_and(|s| s.flush_concurrency == Some(8))
-    });
+    })
+    .expect("timed out waiting for the window at 8");
     // From now on answers take far longer than the grace: 8 batches wait for theirs.
     mock.set_answer_delay(Some(Duration::from_secs(20)));
     let switched = std::time::SystemTime::now();
     let before = g.stats();
-    wait_for("8 batches held", limit, || {
+    eventually(limit, || {
         let slow = bulk_requests(&mock)
             .iter()
             .filter(|r| r.at >= switched)
             .count();
         slow >= 8 && mock.requests_in_progress() == 8
-    });
+    })
+    .expect("timed out waiting for 8 batches held");
     let asked = Instant::now();
     signal(&child, libc::SIGTERM);
     let status = wait_exit(&mut child, limit, &g, "first.log");
@@ -1928,10 +1918,11 @@ async fn an_outage_that_evicts_2000_of_3000_captures_never_sends_one_of_them_aft
         let before = mock.decode_requests();
         live.send(chunk);
         let admitted = ((i + 1) * 500) as u64;
-        until("the step admitted and a request failed", limit, || {
+        eventually_async(limit, async || {
             stats_now(&g).is_some_and(|s| s.admitted == admitted) && mock.decode_requests() > before
         })
-        .await;
+        .await
+        .expect("timed out waiting for the step admitted and a request failed");
     }
     let s = stats_now(&g).unwrap();
     assert_eq!((s.admitted, s.evicted, s.pending), (3000, 2000, 1000));
@@ -2058,9 +2049,10 @@ fn a_delivery_error_that_cannot_be_recorded_is_logged_once_then_once_with_the_co
     );
     let limit = Duration::from_secs(20);
     let mut child = spawn_daemon(&g, &["run"], "full.log", &[]);
-    wait_for("the first failure recorded", limit, || {
+    eventually(limit, || {
         stats_now(&g).is_some_and(|s| s.last_error.is_some())
-    });
+    })
+    .expect("timed out waiting for the first failure recorded");
     let db = rusqlite::Connection::open(Store::path_in(&g.state_dir())).unwrap();
     db.busy_timeout(Duration::from_secs(5)).unwrap();
     db.execute_batch(
@@ -2069,15 +2061,15 @@ fn a_delivery_error_that_cannot_be_recorded_is_logged_once_then_once_with_the_co
     )
     .unwrap();
     let before = mock.decode_requests();
-    wait_for("five more failures while full", limit, || {
-        mock.decode_requests() >= before + 5
-    });
+    eventually(limit, || mock.decode_requests() >= before + 5)
+        .expect("timed out waiting for five more failures while full");
     db.execute_batch("DROP TRIGGER full_insert; DROP TRIGGER full_update;")
         .unwrap();
     let noted = stats_now(&g).and_then(|s| s.last_error_at);
-    wait_for("a failure recorded again", limit, || {
+    eventually(limit, || {
         stats_now(&g).is_some_and(|s| s.last_error_at > noted)
-    });
+    })
+    .expect("timed out waiting for a failure recorded again");
     signal(&child, libc::SIGTERM);
     let status = wait_exit(&mut child, limit, &g, "full.log");
     assert!(status.success(), "{status:?}");
@@ -2162,12 +2154,11 @@ async fn a_batch_waiting_for_its_token_in_an_outage_holds_no_claim_and_the_oldes
 }
 
 async fn until_evicted(g: &Gateway, admitted: u64, evicted: u64) {
-    until(
-        "the captures admitted and evicted",
-        Duration::from_secs(30),
-        || stats_now(g).is_some_and(|s| (s.admitted, s.evicted) == (admitted, evicted)),
-    )
-    .await;
+    eventually_async(Duration::from_secs(30), async || {
+        stats_now(g).is_some_and(|s| (s.admitted, s.evicted) == (admitted, evicted))
+    })
+    .await
+    .expect("timed out waiting for the captures admitted and evicted");
 }
 
 /// The outbox holds exactly `newest`.

@@ -30,7 +30,7 @@ use tapegate_mock::{
 
 #[cfg(debug_assertions)]
 use common::day::Day;
-use common::{collect_stderr, tape_advert, text, wait_for, write_records, Gateway};
+use common::{collect_stderr, eventually, tape_advert, text, write_records, Gateway};
 
 /// The rate window the tests give the mock and the client (the real one is 60 s).
 const WINDOW_SECS: u64 = 2;
@@ -1702,7 +1702,7 @@ async fn an_interrupted_run_prints_every_result_so_far() {
         .spawn()
         .unwrap();
     let (stderr, reader) = collect_stderr(&mut child);
-    let waiting = wait_for(Duration::from_secs(20), || {
+    let waiting = eventually(Duration::from_secs(20), || {
         (mock.operator_requests(Endpoint::Label) == 10
             && stderr
                 .lock()
@@ -1712,7 +1712,7 @@ async fn an_interrupted_run_prints_every_result_so_far() {
     });
     assert!(waiting.is_some(), "{}", stderr.lock().unwrap());
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
-    let status = wait_for(Duration::from_secs(10), || child.try_wait().unwrap());
+    let status = eventually(Duration::from_secs(10), || child.try_wait().unwrap());
     let status = status.expect("the run ends soon after Ctrl-C");
     reader.join().unwrap();
     let mut stdout = String::new();

@@ -38,7 +38,7 @@ fn tape_ad(counter: u16) -> Vec<u8> {
 
 /// Waits until the fake kernel has received `n` commands `opcode`.
 fn wait_commands(k: &FakeKernel, opcode: u16, n: usize, d: &Tapegate) {
-    if wait_for(Duration::from_secs(20), || {
+    if eventually(Duration::from_secs(20), || {
         (k.commands_of(opcode).len() >= n).then_some(())
     })
     .is_none()
@@ -325,7 +325,7 @@ fn the_start_steps_socket_is_taken_from_systemds_store_and_closed_when_adverts_c
         d.stderr()
     );
     // ...and closed its copy: the kernel's end sees the socket's last holder gone.
-    let closed = wait_for(Duration::from_secs(10), || {
+    let closed = eventually(Duration::from_secs(10), || {
         let mut byte = [0u8; 1];
         // SAFETY: recv into a one-byte buffer, without waiting.
         let n = unsafe {

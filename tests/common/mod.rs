@@ -4,14 +4,16 @@
 
 #[cfg(debug_assertions)]
 pub mod day;
+pub mod eventually;
 pub mod tls;
+
+#[allow(unused_imports)]
+pub use eventually::{eventually, eventually_async};
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
-
-use tokio::time::Instant;
 
 use tapegate::outbox::{Stats, Store};
 use tapegate::record::{hex_upper, Advertisement, Mac};
@@ -330,7 +332,7 @@ impl Daemon {
     /// everything logged.
     pub fn terminate(mut self, limit: Duration) -> (std::process::ExitStatus, String) {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let status = wait_for(limit, || self.child.try_wait().unwrap())
+        let status = eventually(limit, || self.child.try_wait().unwrap())
             .unwrap_or_else(|| panic!("no exit within {limit:?} of SIGTERM:\n{}", self.stderr()));
         if let Some(r) = self.reader.take() {
             let _ = r.join();
@@ -345,20 +347,6 @@ impl Drop for Daemon {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
-    }
-}
-
-/// Polls `f` every 20 ms until it gives `Some`, or gives `None` after `limit`.
-pub fn wait_for<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if Instant::now() > deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
