@@ -220,14 +220,11 @@ fn a_full_disk_holds_the_group_loses_nothing_committed_and_recovers_when_space_r
 }
 
 fn capture(i: u32) -> Capture {
-    Capture {
-        mac: tape_mac(i % 64),
-        ts_ms: FULL_DISK_T0 + i64::from(i),
-        product_id: "tape".into(),
-        packet: tape_packet(i as u16),
-        rssi: Some(-60),
-        boot_ms: None,
-    }
+    fixture::capture(
+        tape_mac(i % 64),
+        FULL_DISK_T0 + i64::from(i),
+        tape_packet(i as u16),
+    )
 }
 
 #[test]
@@ -402,12 +399,8 @@ const BAD_PACKET: &str = "invalid ble_packet";
 
 fn capture_of(mac: Mac, ts_ms: i64) -> Capture {
     Capture {
-        mac,
-        ts_ms,
-        product_id: "tape".into(),
-        packet: tape_packet(ts_ms as u16),
         rssi: Some(-61),
-        boot_ms: None,
+        ..fixture::capture(mac, ts_ms, tape_packet(ts_ms as u16))
     }
 }
 

@@ -452,7 +452,7 @@ async fn the_ingest_stage_stamps_captures_by_the_clock_it_is_handed() {
     use tapegate::heard_now::HeardNow;
     use tapegate::ingest::{run, IngestSettings};
     use tapegate::outbox::{Outbox, Store, StoreOptions};
-    use tapegate::record::{Advertisement, Capture, Mac};
+    use tapegate::record::{Advertisement, Mac};
     use tapegate::source::Heard;
     use tokio::sync::{mpsc, watch};
 
@@ -490,14 +490,7 @@ async fn the_ingest_stage_stamps_captures_by_the_clock_it_is_handed() {
         tokio_util::sync::CancellationToken::new(),
     ));
     let mac = Mac::new([0xC0, 0xFF, 0xEE, 0, 0, 1]);
-    let capture = Capture {
-        mac,
-        ts_ms: WALL,
-        product_id: "tape".into(),
-        packet: "F70E01".into(),
-        rssi: Some(-60),
-        boot_ms: None,
-    };
+    let capture = common::fixture::capture(mac, WALL, "F70E01");
     let advert = Advertisement {
         ts_ms: WALL,
         mac,

@@ -527,14 +527,7 @@ fn backlog_gateway(mock: &MockHandle, shots: &[Shot], k: &Knobs) -> Gateway {
     let (mut store, _) = Store::open(&g.state_dir(), StoreOptions::default()).unwrap();
     let captures: Vec<Capture> = shots
         .iter()
-        .map(|s| Capture {
-            mac: s.mac,
-            ts_ms: s.ts_ms,
-            product_id: "tape".into(),
-            packet: s.packet(),
-            rssi: Some(-60),
-            boot_ms: None,
-        })
+        .map(|s| common::fixture::capture(s.mac, s.ts_ms, s.packet()))
         .collect();
     for group in captures.chunks(1000) {
         store.enqueue(group).unwrap();
