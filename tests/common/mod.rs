@@ -21,6 +21,19 @@ use std::time::Duration;
 use tapegate::outbox::{Stats, Store};
 use tapegate::record::Advertisement;
 
+/// Why a test that needs the BlueZ stand-in is ignored where build.rs did not find it
+/// (`cfg(no_bluez_stand_in)`, never set under CI, so there these tests always run):
+/// `#[cfg_attr(no_bluez_stand_in, ignore = needs_bluez_stand_in!())]`. A macro, as
+/// `ignore` takes a literal and a `const` is not one.
+#[allow(unused_macros)]
+macro_rules! needs_bluez_stand_in {
+    () => {
+        "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use needs_bluez_stand_in;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_tapegate");
 
 /// A capture time to build traces on (2025-11-21 10:00 UTC): replay refuses times
