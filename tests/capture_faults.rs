@@ -107,8 +107,10 @@ fn assert_gap_free_prefix(g: &Gateway) -> usize {
     rows.len()
 }
 
+/// A full disk holds the group, loses nothing committed, and recovers when space
+/// returns.
 #[test]
-fn a_full_disk_holds_the_group_loses_nothing_committed_and_recovers_when_space_returns() {
+fn a_full_disk_holds_the_group_and_loses_nothing_committed() {
     if unsafe { libc::geteuid() } != 0 {
         skip("mounting a tmpfs needs root");
         return;
@@ -227,8 +229,10 @@ fn capture(i: u32) -> Capture {
     )
 }
 
+/// A group that does not fit fails retryably, changes nothing, and commits once there
+/// is room.
 #[test]
-fn a_group_that_does_not_fit_fails_retryably_changes_nothing_and_commits_once_there_is_room() {
+fn a_group_that_does_not_fit_fails_retryably_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let capped = |pages| StoreOptions {
         max_page_count: Some(pages),
@@ -610,9 +614,11 @@ fn status_of_a_gateway_that_never_ran_is_all_zeros_and_creates_nothing() {
     assert!(!Store::path_in(&g.state_dir()).exists());
 }
 
+/// Status after a run reports the counts, the oldest pending age, the last flush and
+/// the last error.
 #[cfg(debug_assertions)]
 #[test]
-fn status_after_a_run_reports_counts_the_oldest_pending_age_the_last_flush_and_the_last_error() {
+fn status_after_a_run_reports_counts_ages_and_the_last_error() {
     // `status` tells ages by its clock.
     let day = common::day::Day::one();
     let started = day.now_ms();
@@ -741,8 +747,9 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// `/healthz` is 503 naming the outbox from the first failed commit until one succeeds.
 #[test]
-fn healthz_is_503_naming_the_outbox_from_the_first_failed_commit_until_one_succeeds() {
+fn healthz_is_503_naming_the_outbox_while_commits_fail() {
     if !is_root() {
         println!("skipped: needs root to mount tmpfs");
         return;
@@ -924,8 +931,10 @@ fn a_daemon_that_cannot_write_its_database_exits_5_naming_the_path_and_the_fix()
     );
 }
 
+/// `status`, `tapes` and `dead-letters` work for a user who may read the state but not
+/// write it.
 #[test]
-fn status_tapes_and_dead_letters_work_for_a_user_who_may_read_the_state_but_not_write_it() {
+fn read_commands_work_for_a_user_who_may_read_but_not_write_the_state() {
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
     if !is_root() {

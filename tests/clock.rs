@@ -151,9 +151,10 @@ fn assert_each_tape_arrived_whole_and_in_order(items: &[ReceivedItem]) {
     assert_eq!(last.len(), 3, "every tape was delivered");
 }
 
+/// An unsynced boot holds captures, a sync repairs them, and a backward step loses or
+/// reorders nothing.
 #[test]
-fn an_unsynced_boot_holds_captures_a_sync_repairs_them_and_a_backward_step_loses_or_reorders_nothing(
-) {
+fn an_unsynced_boot_holds_captures_until_a_sync_repairs_them() {
     for day in Day::each() {
         let (_rt, mock) = mock_on(&day);
         let g = Gateway::new(&sim_config(&mock));
@@ -262,8 +263,9 @@ fn with_no_time_service_an_unsynchronised_clock_is_trusted_and_said_so_once() {
     assert_eq!(said, 1, "log:\n{}", log(&g));
 }
 
+/// A clock restored behind the database holds captures until it is no longer behind.
 #[test]
-fn a_clock_restored_behind_the_database_holds_captures_until_it_is_no_longer_behind() {
+fn a_clock_behind_the_database_holds_captures_until_it_catches_up() {
     let day = Day::one();
     let (_rt, mock) = mock_on(&day);
     let g = Gateway::new(&sim_config(&mock));
@@ -388,8 +390,10 @@ fn the_clock_state_metric_follows_the_clock_from_holding_to_synchronised() {
     stop(&mut child.0, &g);
 }
 
+/// Captures of a group still open when the clock is repaired are never sent with the
+/// wrong time.
 #[test]
-fn captures_of_a_group_still_open_when_the_clock_is_repaired_are_never_sent_with_the_wrong_time() {
+fn a_group_open_when_the_clock_is_repaired_is_never_sent_wrongly_timed() {
     let day = Day::one();
     let (_rt, mock) = mock_on(&day);
     // A group stays open 10 s, and the clock's repair (looked at every second) lands

@@ -151,8 +151,10 @@ fn a_stage_that_panics_ends_the_daemon_non_zero_and_the_log_names_the_stage() {
     );
 }
 
+/// A second daemon on the same state directory is refused, and operator commands still
+/// work.
 #[test]
-fn a_second_daemon_on_the_same_state_directory_is_refused_and_operator_commands_still_work() {
+fn a_second_daemon_on_the_same_state_directory_is_refused() {
     let g = Gateway::new(&common::stdin_replay_config(20));
     let mut first = common::Daemon::start(&g);
     first.send(&[tape_advert(tape_mac(1), T0_MS, 1)]);
@@ -184,8 +186,10 @@ fn a_second_daemon_on_the_same_state_directory_is_refused_and_operator_commands_
     assert_eq!(g.stats().pending, 1, "the refused daemon touched nothing");
 }
 
+/// A TOML syntax error on the password line names the line but never echoes the
+/// password.
 #[test]
-fn a_toml_syntax_error_on_the_password_line_names_the_line_but_never_echoes_the_password() {
+fn a_toml_error_on_the_password_line_never_echoes_the_password() {
     let g = Gateway::new(
         "[service.environments.ppe]\nusername = \"gw\"\npassword = \"hunter2-is-secret\n",
     );
@@ -245,9 +249,10 @@ fn reaching(mock: &MockHandle, base: &str, service_extra: &str) -> Gateway {
     g
 }
 
+/// TLS to a server of an unknown CA fails as unknown issuer, works with `ca_file`, and
+/// names a name mismatch.
 #[test]
-fn tls_to_a_server_of_an_unknown_ca_fails_as_unknown_issuer_works_with_ca_file_and_names_a_name_mismatch(
-) {
+fn tls_to_an_unknown_ca_fails_as_unknown_issuer_and_works_with_ca_file() {
     let (rt, mock) = mock_on_own_runtime();
     let (port, ca_pem) = common::tls::tls_front(&rt, mock.addr(), false);
     let base = format!("https://localhost:{port}");
@@ -345,8 +350,10 @@ fn http_proxy_is_used_and_no_proxy_bypasses_it() {
     assert!(bypassed.status.success(), "{}", text(&bypassed.stdout));
 }
 
+/// `outbox.db` deleted under a running daemon is noticed, and a fresh one keeps what
+/// follows.
 #[test]
-fn outbox_db_deleted_under_a_running_daemon_is_noticed_and_a_fresh_one_keeps_what_follows() {
+fn outbox_db_deleted_under_a_running_daemon_is_noticed_and_replaced() {
     let g = Gateway::new(&common::stdin_replay_config(20));
     let db = g.state_dir().join("outbox.db");
     let mut daemon = common::Daemon::start(&g);

@@ -473,9 +473,10 @@ async fn no_password_or_token_in_any_answer() {
     mock.shutdown().await;
 }
 
+/// Every answer forbids scripts, framing and sniffing, and a listen beyond loopback is
+/// warned of.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_answer_forbids_scripts_framing_and_sniffing_and_a_listen_beyond_loopback_is_warned_of(
-) {
+async fn every_answer_forbids_scripts_framing_and_sniffing() {
     let port = free_port();
     let g = Gateway::new(&format!(
         "{}\n[http]\nlisten = \"127.0.0.1:{port}\"\n",
@@ -617,8 +618,10 @@ fn dechunk(mut body: &str) -> String {
     out
 }
 
+/// A hundred clients trickling header bytes do not keep `/healthz` and `/metrics` from
+/// answering.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hundred_clients_trickling_header_bytes_do_not_keep_healthz_and_metrics_from_answering() {
+async fn a_hundred_clients_trickling_headers_do_not_stop_healthz_and_metrics() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let port = free_port();
     let g = Gateway::new(&format!(

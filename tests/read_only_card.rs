@@ -140,8 +140,9 @@ fn card(dir: &Path, mount: &Path) -> Result<Card, String> {
     Card::new(dir, mount)
 }
 
+/// A card turned read-only is unhealthy at once and loses nothing committed after fsck.
 #[test]
-fn a_card_turned_read_only_is_unhealthy_at_once_and_loses_nothing_committed_after_fsck() {
+fn a_card_turned_read_only_is_unhealthy_at_once_and_loses_nothing() {
     let g = Gateway::new("");
     let card = match card(g.dir.path(), &g.state_dir()) {
         Ok(card) => card,

@@ -260,9 +260,11 @@ fn seqpacket_pair() -> (OwnedFd, OwnedFd) {
     unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
 }
 
+/// The start step's socket is taken from systemd's store, and closed when adverts come
+/// over D-Bus.
 #[test]
 #[cfg_attr(no_bluez_stand_in, ignore = common::needs_bluez_stand_in!())]
-fn the_start_steps_socket_is_taken_from_systemds_store_and_closed_when_adverts_come_over_dbus() {
+fn the_start_steps_socket_is_taken_from_systemds_store_and_closed() {
     need_stand_in();
     let s = StandIn::start(true, true);
     let dir = tempfile::tempdir().unwrap();

@@ -12,9 +12,10 @@ use tapegate_mock::{Fault, MacFault, MockConfig, MockHandle};
 
 use super::support::*;
 
+/// A trace is delivered exactly once, in capture order, and unknown tapes become dead
+/// letters.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_trace_is_delivered_exactly_once_in_capture_order_and_unknown_tapes_become_dead_letters()
-{
+async fn a_trace_is_delivered_exactly_once_and_in_capture_order() {
     let mock = start_mock().await;
     let shots = trace(240, 16, 4);
     let k = Knobs {
@@ -123,9 +124,10 @@ async fn a_413_halves_the_batch_until_accepted_and_the_refused_size_is_never_sen
     assert_capture_order(requests.iter().filter(|r| answered(r)), &shots, true);
 }
 
+/// A capture the service refuses whole batches for is isolated by halving while
+/// captures keep coming.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_capture_the_service_refuses_whole_batches_for_is_isolated_by_halving_while_captures_keep_coming(
-) {
+async fn a_capture_that_fails_whole_batches_is_isolated_by_halving() {
     let mock = start_mock().await;
     let poison = registered_mac(37);
     mock.set_poison(Some(&poison.plain()));
@@ -285,9 +287,10 @@ async fn assert_isolated_as_a_dead_letter(fault: MacFault, k: Knobs, cause: &str
     );
 }
 
+/// A capture that always gets 500 is isolated and dead-lettered with its cause while
+/// 2000 others are delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_capture_that_always_gets_500_is_isolated_and_dead_lettered_with_its_cause_while_2000_others_are_delivered(
-) {
+async fn a_capture_that_always_gets_500_is_isolated_as_a_dead_letter() {
     let k = Knobs {
         max_batch: 100,
         ..Knobs::default()
@@ -295,9 +298,10 @@ async fn a_capture_that_always_gets_500_is_isolated_and_dead_lettered_with_its_c
     assert_isolated_as_a_dead_letter(MacFault::Status(500), k, "server error 500").await;
 }
 
+/// A capture that always times out is isolated and dead-lettered with its cause while
+/// 2000 others are delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_capture_that_always_times_out_is_isolated_and_dead_lettered_with_its_cause_while_2000_others_are_delivered(
-) {
+async fn a_capture_that_always_times_out_is_isolated_as_a_dead_letter() {
     let k = Knobs {
         max_batch: 32,
         request_timeout_secs: 1,
@@ -308,9 +312,10 @@ async fn a_capture_that_always_times_out_is_isolated_and_dead_lettered_with_its_
     assert_isolated_as_a_dead_letter(fault, k, "timeout").await;
 }
 
+/// An item always left out of answers is a dead letter after the bound, and its tape's
+/// later captures are delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_item_always_left_out_of_answers_is_a_dead_letter_after_the_bound_and_its_tapes_later_captures_are_delivered(
-) {
+async fn an_item_always_left_out_of_answers_is_a_dead_letter_after_the_bound() {
     let mock = start_mock().await;
     let g = Gateway::new("");
     let k = Knobs::default();
@@ -350,8 +355,10 @@ async fn an_item_always_left_out_of_answers_is_a_dead_letter_after_the_bound_and
     }
 }
 
+/// Items answered with only a `mac_id` are retried, never delivered with an empty
+/// reading.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn items_answered_with_only_a_mac_id_are_retried_never_delivered_with_an_empty_reading() {
+async fn items_answered_with_only_a_mac_id_are_retried() {
     let mock = start_mock().await;
     let g = Gateway::new("");
     let mut live = Live::start(&mock, &g, &Knobs::default()).await;
@@ -385,8 +392,9 @@ async fn items_answered_with_only_a_mac_id_are_retried_never_delivered_with_an_e
     assert_eq!(mock.decoded_items(), 20);
 }
 
+/// Forty tapes with a hundred pending captures each drain in seconds under live input.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn forty_tapes_with_a_hundred_pending_captures_each_drain_in_seconds_under_live_input() {
+async fn forty_tapes_of_a_hundred_pending_captures_drain_in_seconds() {
     let mock = start_mock().await;
     let g = Gateway::new("");
     // The default wait for a part-full batch: every batch here is part-full (40 MACs).
@@ -427,8 +435,10 @@ async fn forty_tapes_with_a_hundred_pending_captures_each_drain_in_seconds_under
     assert!(mock.overlaps().is_empty());
 }
 
+/// Dead letters are logged at WARN once per tape, with its MAC and the service's
+/// reason.
 #[test]
-fn dead_letters_are_logged_at_warn_once_per_tape_with_its_mac_and_the_services_reason() {
+fn dead_letters_are_logged_at_warn_once_per_tape() {
     let (_rt, mock) = mock_on_own_runtime(MockConfig::demo());
     // 5 known and 3 unknown tapes, 3 captures each: 9 dead letters of 3 tapes.
     let shots = trace(5, 3, 3);

@@ -80,8 +80,10 @@ fn kill_9_while_flushing_loses_nothing_and_resends_at_most_one_batch_per_kill() 
     );
 }
 
+/// SIGTERM during a slow flush exits 0 within the grace and keeps the batch in flight
+/// pending.
 #[test]
-fn sigterm_during_a_slow_flush_exits_0_within_the_grace_and_keeps_the_batch_in_flight_pending() {
+fn sigterm_during_a_slow_flush_exits_0_and_keeps_the_batch_pending() {
     let (_rt, mock) = mock_on_own_runtime(MockConfig::demo());
     let shots = trace(40, 0, 1);
     let k = Knobs {
@@ -130,9 +132,10 @@ fn sigterm_during_a_slow_flush_exits_0_within_the_grace_and_keeps_the_batch_in_f
     assert_eq!(delivered.keys().cloned().collect::<HashSet<_>>(), want);
 }
 
+/// With slow answers and kill -9 twice while 8 batches are in flight, nothing is lost,
+/// order is kept and no MAC is in two batches at once.
 #[test]
-fn with_slow_answers_and_kill_9_twice_while_8_batches_are_in_flight_nothing_is_lost_order_is_kept_and_no_mac_is_in_two_batches_at_once(
-) {
+fn kill_9_twice_with_8_slow_batches_in_flight_loses_nothing() {
     let (_rt, mock, shots, k, g) = slow_backlog();
     let limit = Duration::from_secs(30);
 
@@ -188,8 +191,10 @@ fn with_slow_answers_and_kill_9_twice_while_8_batches_are_in_flight_nothing_is_l
     assert_eq!(status["in_flight"], 0, "{status}");
 }
 
+/// SIGTERM with 8 batches in flight exits 0 within the grace and keeps them all
+/// pending.
 #[test]
-fn sigterm_with_8_batches_in_flight_exits_0_within_the_grace_and_keeps_them_all_pending() {
+fn sigterm_with_8_batches_in_flight_exits_0_and_keeps_them_pending() {
     let (_rt, mock, shots, _, g) = slow_backlog();
     let limit = Duration::from_secs(30);
     let mut child = spawn_daemon(

@@ -81,12 +81,14 @@ async fn an_outage_that_evicts_2000_of_3000_captures_never_sends_one_of_them_aft
     assert_eq!(mock.decoded_items(), 1000, "each kept capture decoded once");
 }
 
+/// In an outage the oldest captures are evicted and the newest delivered when it ends.
+///
 /// Issue 32: the service unreachable (connection refused), 3,000 captures over 300
 /// tapes, `outbox.max_pending = 1000`: the outbox evicts by age order whatever the
 /// flusher holds back, and when the service returns it gets exactly the newest 1,000
 /// captures, none of the 2,000 older ones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn in_an_outage_the_oldest_captures_are_evicted_and_the_newest_delivered_when_it_ends() {
+async fn in_an_outage_the_oldest_are_evicted_and_the_newest_delivered() {
     let mock = start_mock().await;
     let addr = mock.addr();
     let k = Knobs {
@@ -108,12 +110,15 @@ async fn in_an_outage_the_oldest_captures_are_evicted_and_the_newest_delivered_w
     assert_the_newest_delivered(live, &mock, &g, &shots[2000..]).await;
 }
 
+/// A batch waiting for its token in an outage holds no claim, and the oldest are
+/// evicted.
+///
 /// Issue 32, the same outage with the service's address taking connections and never
 /// answering (an uplink that drops the answers): the first batch waits for its token
 /// for as long as the outage lasts. Waiting, it holds no claim: the oldest captures,
 /// its own among them, are evicted as newer ones come, and the newest are delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_waiting_for_its_token_in_an_outage_holds_no_claim_and_the_oldest_are_evicted() {
+async fn a_batch_waiting_for_its_token_in_an_outage_holds_no_claim() {
     let mock = start_mock().await;
     let addr = mock.addr();
     let k = Knobs {

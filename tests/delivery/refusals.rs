@@ -16,8 +16,10 @@ use tapegate_mock::{
 
 use super::support::*;
 
+/// A fault storm loses nothing, resends only unanswered batches and honours
+/// `Retry-After`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fault_storm_loses_nothing_resends_only_unanswered_batches_and_honours_retry_after() {
+async fn a_fault_storm_loses_nothing_and_resends_only_unanswered_batches() {
     let mock = start_mock().await;
     let shots = trace(150, 0, 3);
     // One batch at a time, so that "the request after a Retry-After answer" is the
@@ -120,8 +122,9 @@ async fn a_fault_storm_loses_nothing_resends_only_unanswered_batches_and_honours
     assert!(honoured >= 2, "{honoured} Retry-After answers checked");
 }
 
+/// Expired and revoked tokens are replaced between batches without a storm of grants.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn expired_and_revoked_tokens_are_replaced_between_batches_without_a_storm_of_grants() {
+async fn expired_and_revoked_tokens_are_replaced_without_a_storm_of_grants() {
     let mock = start_mock().await;
     let g = Gateway::new("");
     let mut live = Live::start(&mock, &g, &Knobs::default()).await;
@@ -184,9 +187,10 @@ async fn expired_and_revoked_tokens_are_replaced_between_batches_without_a_storm
     assert_eq!(tally(requests.iter().filter(|r| answered(r))).len(), 160);
 }
 
+/// A fresh token refused too is reported as credentials or permission, and nothing is
+/// dead-lettered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fresh_token_refused_too_is_reported_as_credentials_or_permission_and_nothing_is_dead_lettered(
-) {
+async fn a_fresh_token_refused_too_is_reported_as_credentials_or_permission() {
     // Tokens come from the "prod" token endpoint while decoding goes to "ppe": spec 5.6,
     // a token from one environment is rejected by the other, however fresh.
     let mock = mock::start(MockConfig {
@@ -252,8 +256,10 @@ async fn a_fresh_token_refused_too_is_reported_as_credentials_or_permission_and_
     );
 }
 
+/// A service refusing every request is backed off, not dead-lettered capture by
+/// capture.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_service_refusing_every_request_is_backed_off_not_dead_lettered_capture_by_capture() {
+async fn a_service_refusing_every_request_is_backed_off_not_dead_lettered() {
     let mock = start_mock().await;
     // Every request is refused whole, whatever it holds.
     fail_every_request(
@@ -295,8 +301,10 @@ async fn a_service_refusing_every_request_is_backed_off_not_dead_lettered_captur
     assert_eq!((s.delivered, s.dead_letters), (shots.len() as u64, 0));
 }
 
+/// A failing database write under delivery records the answer again and sends nothing
+/// more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failing_database_write_under_delivery_records_the_answer_again_and_sends_nothing_more() {
+async fn a_failing_database_write_records_the_answer_again_and_sends_nothing() {
     let mock = start_mock().await;
     let g = Gateway::new("");
     let mut live = Live::start(&mock, &g, &Knobs::default()).await;
@@ -344,8 +352,10 @@ async fn a_failing_database_write_under_delivery_records_the_answer_again_and_se
     assert_eq!(mock.decoded_items(), 40, "no capture decoded twice");
 }
 
+/// A "missing required headers" 400 on every request backs off and dead-letters
+/// nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_required_headers_400_on_every_request_backs_off_and_dead_letters_nothing() {
+async fn a_missing_headers_400_on_every_request_dead_letters_nothing() {
     let mock = start_mock().await;
     fail_every_request(
         &mock,
@@ -377,10 +387,11 @@ async fn a_missing_required_headers_400_on_every_request_backs_off_and_dead_lett
     assert_drained(&g.stats(), 40, 40, 0);
 }
 
+/// A `Retry-After` of 600 s is honoured past `backoff_max`, and status and metrics say
+/// until when.
 #[cfg(debug_assertions)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_retry_after_of_600_s_is_honoured_past_backoff_max_and_status_and_metrics_say_until_when()
-{
+async fn a_retry_after_of_600_s_is_honoured_past_backoff_max() {
     // "Until when" is told by the daemon's clock.
     let day = crate::common::day::Day::one();
     let g = Gateway::new("");
@@ -442,6 +453,9 @@ async fn a_retry_after_of_600_s_is_honoured_past_backoff_max_and_status_and_metr
     assert_eq!(g.stats().pending, 30);
 }
 
+/// In a fault storm with 8 batches in flight, nothing is sent inside a `Retry-After`
+/// once it is read.
+///
 /// The storm of issue 19: 30 % of decode requests fail (503 and 429 with `Retry-After:
 /// 2`, 500, a closed connection, an answer held 1.5 s), batches of 100, up to 8 in
 /// flight. The client's decode gate logs each request it puts on the wire and each
@@ -449,8 +463,7 @@ async fn a_retry_after_of_600_s_is_honoured_past_backoff_max_and_status_and_metr
 /// after a pause may go before the pause ends. That is exact (no timing slack): both
 /// events are taken under one lock, in the process that sends.
 #[test]
-fn in_a_fault_storm_with_8_batches_in_flight_nothing_is_sent_inside_a_retry_after_once_it_is_read()
-{
+fn with_8_batches_in_flight_nothing_is_sent_inside_a_retry_after() {
     let (_rt, mock) = mock_on_own_runtime(MockConfig::demo());
     let status = |status, retry_after: Option<&str>| Fault::Status {
         status,
@@ -533,13 +546,15 @@ fn in_a_fault_storm_with_8_batches_in_flight_nothing_is_sent_inside_a_retry_afte
     );
 }
 
+/// Every request refused turns `/healthz` 503 whatever the words, and 200 once delivery
+/// resumes.
+///
 /// Issue 20: with every request refused (400) the gateway delivers nothing, and
 /// `/healthz` says so whatever words the refusal carries: a proxy's "Bad Request" as
 /// much as the spec's "Missing required headers". Health follows what the flusher
 /// decides (it backs off), not the message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_request_refused_turns_healthz_503_whatever_the_words_and_200_once_delivery_resumes()
-{
+async fn every_request_refused_turns_healthz_503_whatever_the_words() {
     for message in [
         "Bad Request",
         "Missing required headers: customer_id or authorized_groups",
@@ -598,12 +613,15 @@ async fn every_request_refused_turns_healthz_503_whatever_the_words_and_200_once
     }
 }
 
+/// A delivery error that cannot be recorded is logged once, then once with the count
+/// when it can.
+///
 /// Issue 20: while the delivery error cannot be written (the disk is full: every write
 /// to the state database's `meta` table fails), "could not record the delivery error"
 /// is logged once, and once more, with the count, when it can be again: not at every
 /// backoff.
 #[test]
-fn a_delivery_error_that_cannot_be_recorded_is_logged_once_then_once_with_the_count_when_it_can() {
+fn a_delivery_error_that_cannot_be_recorded_is_logged_once() {
     let (_rt, mock) = mock_on_own_runtime(MockConfig::demo());
     let k = Knobs {
         max_in_flight: 1,

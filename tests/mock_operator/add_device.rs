@@ -157,8 +157,10 @@ async fn add_device_takes_no_body() {
     assert_eq!(got.status, 400);
 }
 
+/// Add device requires `customer_id` and `authorized_groups` and does not read the
+/// singular.
 #[tokio::test]
-async fn add_device_requires_customer_id_and_authorized_groups_and_does_not_read_the_singular() {
+async fn add_device_requires_customer_id_and_authorized_groups() {
     let op = op().await;
     let p = parcel(UNKNOWN, "C0DEAD000001");
     for headers in [
@@ -181,8 +183,10 @@ async fn add_device_requires_customer_id_and_authorized_groups_and_does_not_read
     assert!(op.mock.device(UNKNOWN).is_none());
 }
 
+/// Add device with `dstatus` 0 registers a not-activated tape that label then
+/// activates.
 #[tokio::test]
-async fn add_device_with_dstatus_0_registers_a_not_activated_tape_that_label_then_activates() {
+async fn add_device_with_dstatus_0_registers_a_not_activated_tape() {
     let op = op().await;
     let mut p = parcel(UNKNOWN, "C0DEAD000001");
     p[3] = ("dstatus", "0");

@@ -86,10 +86,11 @@ async fn history_answers_data_events_in_time_order_within_the_range() {
     assert_eq!(e["customer_asset_id"], seed::SENSOR_ASSET);
 }
 
+/// The event type filter gives location events without readings, or environment events
+/// with the active sensors.
 #[cfg(debug_assertions)]
 #[tokio::test]
-async fn the_event_type_filter_gives_location_events_without_readings_or_environment_events_with_the_active_sensors(
-) {
+async fn the_event_type_filter_gives_location_or_environment_events() {
     let day = Day::one();
     let op = op_on(&day, Readings::default()).await;
     let range = |t: &str| {

@@ -103,8 +103,9 @@ async fn sensor_mode_returns_the_six_readings_of_the_latest_counting_event_in_or
     assert_eq!(got, expected);
 }
 
+/// Sensor mode answers "no assets" when the latest event is unplaced, and is never 404.
 #[tokio::test]
-async fn sensor_mode_answers_no_assets_when_the_latest_event_is_unplaced_and_is_never_404() {
+async fn sensor_mode_answers_no_assets_when_the_latest_event_is_unplaced() {
     let op = op().await;
     for asset in [seed::UNPLACED_ASSET, "NO-SUCH-ASSET", seed::AWB] {
         let got = op.locate(asset, true, &ACCOUNT).await;
@@ -114,8 +115,10 @@ async fn sensor_mode_answers_no_assets_when_the_latest_event_is_unplaced_and_is_
     }
 }
 
+/// Locations require `customer_id` and `authorized_groups` and do not read the
+/// singular.
 #[tokio::test]
-async fn locations_require_customer_id_and_authorized_groups_and_do_not_read_the_singular() {
+async fn locations_require_customer_id_and_authorized_groups() {
     let op = op().await;
     for headers in [
         vec![],

@@ -10,8 +10,9 @@ use tapegate_mock::{seed, DeviceStatus, Endpoint};
 
 use super::support::*;
 
+/// The eleventh request in a window, across the five calls, is 429 with only a message.
 #[tokio::test]
-async fn the_eleventh_request_in_a_window_across_the_five_calls_is_429_with_only_a_message() {
+async fn the_eleventh_request_in_a_window_is_429_with_only_a_message() {
     let op = op().await;
     let active = seeded(DeviceStatus::Activated);
     for i in 0..2 {
@@ -127,8 +128,10 @@ async fn a_bad_token_is_401_unauthorized_access_and_does_not_count_in_the_window
     assert_eq!(op.show(&[UNKNOWN]).await.status, 207);
 }
 
+/// The token calls take `customer_id` and the singular `authorized_group`, both or
+/// neither.
 #[tokio::test]
-async fn the_token_calls_take_customer_id_and_the_singular_authorized_group_both_or_neither() {
+async fn token_calls_take_customer_id_and_authorized_group_both_or_neither() {
     let op = op().await;
     let url = || {
         let mut u = op.url(LABEL);

@@ -32,9 +32,10 @@ async fn label_moves_a_not_activated_device_to_activated_and_links_it_to_the_acc
     assert_eq!(after.status, 200, "linked now: {:?}", after.body);
 }
 
+/// Deactivate moves activated, force-activated and active-with-no-alerts to
+/// deactivated, keeping the label.
 #[tokio::test]
-async fn deactivate_moves_activated_force_activated_and_active_with_no_alerts_to_deactivated_keeping_the_label(
-) {
+async fn deactivate_moves_the_active_statuses_to_deactivated_keeping_the_label() {
     let op = op().await;
     let qrs = [
         seeded(DeviceStatus::Activated),
@@ -52,8 +53,9 @@ async fn deactivate_moves_activated_force_activated_and_active_with_no_alerts_to
     }
 }
 
+/// Deactivating a deactivated device is "already in target state" and changes nothing.
 #[tokio::test]
-async fn deactivating_a_deactivated_device_is_already_in_target_state_and_changes_nothing() {
+async fn deactivating_a_deactivated_device_is_already_in_target_state() {
     let op = op().await;
     let qr = seeded(DeviceStatus::Deactivated);
     let before = op.mock.device(qr);
@@ -127,8 +129,9 @@ async fn labelling_with_override_updates_the_label_and_keeps_every_labelled_stat
     }
 }
 
+/// A deactivated device labelled with override gets the label and stays deactivated.
 #[tokio::test]
-async fn a_deactivated_device_labelled_with_override_gets_the_label_and_stays_deactivated() {
+async fn a_deactivated_device_labelled_with_override_stays_deactivated() {
     let op = op().await;
     let qr = seeded(DeviceStatus::Activated);
     assert_eq!(op.deactivate(&[qr]).await.status, 200);

@@ -74,10 +74,13 @@ async fn a_45_device_label_is_three_requests() {
     }
 }
 
+/// A label timed out after the mock applied it is confirmed by the lookup, in either
+/// shape.
+///
 /// Seen: 20 labels applied, their answer lost, the lookup answering the label's fields
 /// flat on each entry: read as "not labelled", sent again, 20 `ALREADY_LABELLED`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_label_timed_out_after_the_mock_applied_it_is_confirmed_by_the_lookup_in_either_shape() {
+async fn a_label_timed_out_after_it_was_applied_is_confirmed_by_the_lookup() {
     for readings in Readings::variants() {
         let (mock, g) = setup_with(readings).await;
         // The mock applies the label, then holds the answer past the client's 1 s timeout.
