@@ -56,3 +56,23 @@ pub fn tape_packet(counter: u16) -> String {
     bytes.extend_from_slice(&a.manufacturer_data[0].1);
     hex_upper(&bytes)
 }
+
+/// Advert `i` of a synthetic trace over `tapes` tapes, each advert's packet new for its
+/// tape: tape `i % tapes` (its MAC, [`tape_mac`], ends in its serial), counter
+/// `i / tapes`, no name, RSSI -60.
+pub fn trace_advert(i: u64, tapes: u64, ts_ms: i64) -> Advertisement {
+    let mac = tape_mac((i % tapes) as u32);
+    let [.., s0, s1, s2] = mac.octets();
+    let counter = ((i / tapes) as u16).to_le_bytes();
+    let payload = vec![
+        0x49, 0x56, counter[0], counter[1], 0x10, 0x01, 90, 0, s0, s1, s2,
+    ];
+    Advertisement {
+        ts_ms,
+        mac,
+        rssi: Some(-60),
+        name: None,
+        manufacturer_data: vec![(0x0EF7, payload)],
+        service_data: vec![],
+    }
+}
