@@ -247,7 +247,7 @@ fn finish(
 }
 
 fn wait_until_admitted(g: &Gateway, total: u64) {
-    let got = wait_for(Duration::from_secs(120), || {
+    let got = eventually(Duration::from_secs(120), || {
         (admitted(g) >= total).then_some(())
     });
     assert!(got.is_some(), "{} of {total} admitted", admitted(g));
@@ -257,7 +257,7 @@ fn wait_until_admitted(g: &Gateway, total: u64) {
 /// everything sent; dedup admitted what it admits).
 fn wait_settled(g: &Gateway) {
     let mut last = (admitted(g), Instant::now());
-    let settled = wait_for(Duration::from_secs(120), || {
+    let settled = eventually(Duration::from_secs(120), || {
         let n = admitted(g);
         if n != last.0 {
             last = (n, Instant::now());

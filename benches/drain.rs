@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use tapegate::outbox::Durability;
 use tapegate::outbox::{Store, StoreOptions};
-use tapegate::record::{hex_upper, Capture, Mac};
+use tapegate::record::{hex_upper, Mac};
 use tapegate_mock::{self as mock, Fault, MockConfig, MockHandle, Storm};
 
 const MACS: u32 = 10_000;
@@ -77,14 +77,11 @@ fn fill_outbox(state: &std::path::Path, captures: u64) {
         let packet = [
             0xF7, 0x0E, 0x49, 0x56, counter[0], counter[1], 0x10, 0x01, 90, 0, b[1], b[2], b[3],
         ];
-        group.push(Capture {
-            mac: Mac::new([0xC0, 0xFF, 0xEE, b[1], b[2], b[3]]),
-            ts_ms: 1_763_719_200_000 + i as i64,
-            product_id: "tape".into(),
-            packet: hex_upper(&packet),
-            rssi: Some(-60),
-            boot_ms: None,
-        });
+        group.push(common::fixture::capture(
+            Mac::new([0xC0, 0xFF, 0xEE, b[1], b[2], b[3]]),
+            1_763_719_200_000 + i as i64,
+            hex_upper(&packet),
+        ));
         if group.len() == 10_000 {
             store.enqueue(&group).expect("enqueue");
             group.clear();

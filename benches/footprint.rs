@@ -43,7 +43,6 @@ use std::time::Duration;
 // tokio's Instant, the crate's one clock (.clippy.toml): outside a runtime it is std's.
 use tokio::time::Instant;
 
-use tapegate::record::{Advertisement, Mac};
 use tapegate_mock::{self as mock, MockConfig, MockHandle};
 
 const CAPTURES: u64 = 500_000;
@@ -406,20 +405,7 @@ fn db_bytes(state: &Path) -> u64 {
 fn write_replay(path: &Path, n: u64) {
     let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path).unwrap());
     for i in 0..n {
-        let m = (i % MACS) as u32;
-        let b = m.to_be_bytes();
-        let counter = ((i / MACS) as u16).to_le_bytes();
-        let payload = vec![
-            0x49, 0x56, counter[0], counter[1], 0x10, 0x01, 90, 0, b[1], b[2], b[3],
-        ];
-        let adv = Advertisement {
-            ts_ms: 1_763_719_200_000 + i as i64,
-            mac: Mac::new([0xC0, 0xFF, 0xEE, b[1], b[2], b[3]]),
-            rssi: Some(-60),
-            name: None,
-            manufacturer_data: vec![(0x0EF7, payload)],
-            service_data: vec![],
-        };
+        let adv = common::fixture::trace_advert(i, MACS, 1_763_719_200_000 + i as i64);
         writeln!(f, "{}", adv.to_record()).unwrap();
     }
     f.flush().unwrap();

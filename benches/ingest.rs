@@ -7,13 +7,14 @@
 //! `/proc/<pid>/io`), from the child's own `wait4` rusage so that the generator's work
 //! is not counted.
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::io::Write;
 use std::process::{Command, Stdio};
 
 // tokio's Instant, the crate's one clock (.clippy.toml): outside a runtime it is std's.
 use tokio::time::Instant;
-
-use tapegate::record::{Advertisement, Mac};
 
 const MACS: u32 = 10_000;
 
@@ -30,20 +31,8 @@ fn main() {
             std::fs::File::create(&trace).expect("trace"),
         );
         for i in 0..captures {
-            let m = (i % u64::from(MACS)) as u32;
-            let b = m.to_be_bytes();
-            let counter = (i / u64::from(MACS)) as u16;
-            let mut payload = vec![0x49, 0x56];
-            payload.extend_from_slice(&counter.to_le_bytes());
-            payload.extend_from_slice(&[0x10, 0x01, 90, 0, b[1], b[2], b[3]]);
-            let adv = Advertisement {
-                ts_ms: 1_763_719_200_000 + i as i64,
-                mac: Mac::new([0xC0, 0xFF, 0xEE, b[1], b[2], b[3]]),
-                rssi: Some(-60),
-                name: None,
-                manufacturer_data: vec![(0x0EF7, payload)],
-                service_data: vec![],
-            };
+            let adv =
+                common::fixture::trace_advert(i, u64::from(MACS), 1_763_719_200_000 + i as i64);
             writeln!(f, "{}", adv.to_record()).expect("write");
         }
     }

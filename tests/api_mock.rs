@@ -62,8 +62,9 @@ fn items(n: usize) -> Vec<BulkItem> {
     (0..n).map(|i| item(&format!("C0FFEE{i:06X}"))).collect()
 }
 
+/// Bulk decode answers registered MACs with readings and unknown ones with an error.
 #[tokio::test]
-async fn bulk_decode_answers_registered_macs_with_readings_and_unknown_ones_with_an_error() {
+async fn bulk_decode_answers_known_macs_with_readings_unknown_with_an_error() {
     let mock = mock().await;
     // Both mac_id forms, to see each echoed as sent.
     mock.set_wire_rules(both_mac_forms());
@@ -885,11 +886,14 @@ impl Outgoing for Carried {
     }
 }
 
+/// A request takes what it carries only with a token in hand and no `Retry-After`
+/// holding.
+///
 /// A decode request takes what it carries (for the flusher, its claims on the batch's
 /// captures) only once it can go: never while it waits for a token or out the service's
 /// `Retry-After`, and again after letting go when a refused token must be replaced.
 #[tokio::test]
-async fn a_request_takes_what_it_carries_only_with_a_token_in_hand_and_no_retry_after_holding() {
+async fn a_request_takes_its_load_only_with_a_token_and_no_retry_after_holding() {
     let mock = mock().await;
     let request = || Some(BulkRequest::encode(&items(2)).unwrap());
 

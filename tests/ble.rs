@@ -71,7 +71,7 @@ const SENTINEL: Mac = Mac::new([0xC0, 0xFF, 0xEE, 0x00, 0x00, 0x99]);
 /// after 30 s, an upper bound for a loaded machine).
 fn wait_sentinel(counter: u16, d: &Tapegate, heard: impl Fn() -> Vec<(Mac, String)>) {
     let packet = tape_packet(counter);
-    let seen = wait_for(Duration::from_secs(30), || {
+    let seen = eventually(Duration::from_secs(30), || {
         of(&heard(), SENTINEL).contains(&packet).then_some(())
     });
     if seen.is_none() {
@@ -109,10 +109,7 @@ fn without_sentinel(caps: Vec<(Mac, String)>) -> Vec<(Mac, String)> {
 
 #[cfg(debug_assertions)]
 #[test]
-#[cfg_attr(
-    no_bluez_stand_in,
-    ignore = "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
-)]
+#[cfg_attr(no_bluez_stand_in, ignore = common::needs_bluez_stand_in!())]
 fn tape_adverts_heard_over_bluez_become_exactly_the_expected_captures() {
     need_stand_in();
     let mut s = StandIn::start(true, true);
@@ -175,10 +172,7 @@ fn fails_at_start(s: &StandIn, config: &str) -> String {
 }
 
 #[test]
-#[cfg_attr(
-    no_bluez_stand_in,
-    ignore = "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
-)]
+#[cfg_attr(no_bluez_stand_in, ignore = common::needs_bluez_stand_in!())]
 fn without_an_adapter_bluez_access_or_bus_the_daemon_exits_3_saying_what_to_do() {
     need_stand_in();
     let mut s = StandIn::start(false, false);
@@ -222,10 +216,7 @@ fn without_an_adapter_bluez_access_or_bus_the_daemon_exits_3_saying_what_to_do()
 }
 
 #[test]
-#[cfg_attr(
-    no_bluez_stand_in,
-    ignore = "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
-)]
+#[cfg_attr(no_bluez_stand_in, ignore = common::needs_bluez_stand_in!())]
 fn a_scan_recording_replays_to_the_same_captures() {
     need_stand_in();
     let mut s = StandIn::start(true, true);
@@ -289,10 +280,7 @@ fn a_scan_recording_replays_to_the_same_captures() {
 }
 
 #[test]
-#[cfg_attr(
-    no_bluez_stand_in,
-    ignore = "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
-)]
+#[cfg_attr(no_bluez_stand_in, ignore = common::needs_bluez_stand_in!())]
 fn scan_all_shows_every_device() {
     need_stand_in();
     let mut s = StandIn::start(true, true);
@@ -350,20 +338,14 @@ fn one_restart_mends(command: &str, seen: &str) {
 }
 
 #[test]
-#[cfg_attr(
-    no_bluez_stand_in,
-    ignore = "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
-)]
+#[cfg_attr(no_bluez_stand_in, ignore = common::needs_bluez_stand_in!())]
 fn an_adapter_powered_off_is_powered_on_by_the_restarted_scan_and_capture_resumes() {
     // Starting the scan powers the adapter on.
     one_restart_mends(&format!("power {HCI} 0"), "was powered off");
 }
 
 #[test]
-#[cfg_attr(
-    no_bluez_stand_in,
-    ignore = "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
-)]
+#[cfg_attr(no_bluez_stand_in, ignore = common::needs_bluez_stand_in!())]
 fn discovery_stopped_by_bluez_is_noticed_from_its_signal_alone_and_restarted() {
     // The source ignores bluez-async's Discovering event: this is the watcher's signal.
     one_restart_mends(
@@ -393,7 +375,7 @@ fn one_reacquisition_mends(
     s.wait_scanning();
     again(&mut s);
     let next = tape_packet(1);
-    if wait_for(Duration::from_secs(30), || {
+    if eventually(Duration::from_secs(30), || {
         of(&captured_so_far(&g), tape_mac(1))
             .contains(&next)
             .then_some(())
@@ -417,10 +399,7 @@ fn one_reacquisition_mends(
 }
 
 #[test]
-#[cfg_attr(
-    no_bluez_stand_in,
-    ignore = "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
-)]
+#[cfg_attr(no_bluez_stand_in, ignore = common::needs_bluez_stand_in!())]
 fn a_bluetoothd_restart_re_acquires_the_adapter_and_capture_resumes() {
     one_reacquisition_mends(
         |s| s.kill_bluez(),
@@ -432,10 +411,7 @@ fn a_bluetoothd_restart_re_acquires_the_adapter_and_capture_resumes() {
 }
 
 #[test]
-#[cfg_attr(
-    no_bluez_stand_in,
-    ignore = "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
-)]
+#[cfg_attr(no_bluez_stand_in, ignore = common::needs_bluez_stand_in!())]
 fn an_adapter_unplugged_and_plugged_back_is_re_acquired_and_capture_resumes() {
     // Told by BlueZ's InterfacesRemoved and InterfacesAdded: nothing polls.
     one_reacquisition_mends(
@@ -451,10 +427,7 @@ fn an_adapter_unplugged_and_plugged_back_is_re_acquired_and_capture_resumes() {
 }
 
 #[test]
-#[cfg_attr(
-    no_bluez_stand_in,
-    ignore = "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
-)]
+#[cfg_attr(no_bluez_stand_in, ignore = common::needs_bluez_stand_in!())]
 fn a_new_bluetoothd_owner_is_noticed_even_without_a_gap() {
     need_stand_in();
     let mut s = StandIn::start(true, true);
@@ -471,10 +444,7 @@ fn a_new_bluetoothd_owner_is_noticed_even_without_a_gap() {
 }
 
 #[test]
-#[cfg_attr(
-    no_bluez_stand_in,
-    ignore = "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
-)]
+#[cfg_attr(no_bluez_stand_in, ignore = common::needs_bluez_stand_in!())]
 fn silence_restarts_the_scan_and_an_advert_ends_the_trouble() {
     need_stand_in();
     let mut s = StandIn::start(true, true);
@@ -496,10 +466,7 @@ fn silence_restarts_the_scan_and_an_advert_ends_the_trouble() {
 }
 
 #[test]
-#[cfg_attr(
-    no_bluez_stand_in,
-    ignore = "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
-)]
+#[cfg_attr(no_bluez_stand_in, ignore = common::needs_bluez_stand_in!())]
 fn a_scanner_that_does_not_come_back_ends_the_daemon_with_exit_1() {
     need_stand_in();
     let mut s = StandIn::start(true, true);
@@ -535,10 +502,7 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 #[test]
-#[cfg_attr(
-    no_bluez_stand_in,
-    ignore = "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
-)]
+#[cfg_attr(no_bluez_stand_in, ignore = common::needs_bluez_stand_in!())]
 fn five_thousand_rotating_macs_keep_devices_and_memory_bounded() {
     need_stand_in();
     let mut s = StandIn::start(true, true);
@@ -558,7 +522,7 @@ fn five_thousand_rotating_macs_keep_devices_and_memory_bounded() {
     }
     wait_admitted(&g, 5000, &d);
     // Removal requests are processed by the watcher thread as they come.
-    let devices = wait_for(Duration::from_secs(10), || {
+    let devices = eventually(Duration::from_secs(10), || {
         let n: u64 = s.call(&format!("devices {HCI}")).parse().unwrap();
         (n <= 500).then_some(n)
     });
@@ -597,10 +561,7 @@ fn captured_with_rssi(g: &Gateway, mac: Mac) -> Vec<(String, Option<i16>)> {
 }
 
 #[test]
-#[cfg_attr(
-    no_bluez_stand_in,
-    ignore = "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
-)]
+#[cfg_attr(no_bluez_stand_in, ignore = common::needs_bluez_stand_in!())]
 fn discovery_is_le_only_and_without_a_management_socket_adverts_come_over_dbus() {
     need_stand_in();
     let mut s = StandIn::start(true, true);
@@ -643,10 +604,7 @@ fn discovery_is_le_only_and_without_a_management_socket_adverts_come_over_dbus()
 }
 
 #[test]
-#[cfg_attr(
-    no_bluez_stand_in,
-    ignore = "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
-)]
+#[cfg_attr(no_bluez_stand_in, ignore = common::needs_bluez_stand_in!())]
 fn one_signal_with_rssi_and_data_together_is_one_advert() {
     need_stand_in();
     let mut s = StandIn::start(true, true);
@@ -677,10 +635,7 @@ fn one_signal_with_rssi_and_data_together_is_one_advert() {
 }
 
 #[test]
-#[cfg_attr(
-    no_bluez_stand_in,
-    ignore = "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
-)]
+#[cfg_attr(no_bluez_stand_in, ignore = common::needs_bluez_stand_in!())]
 fn a_device_bluez_forgot_comes_back_as_a_new_object_whose_data_is_captured() {
     need_stand_in();
     let mut s = StandIn::start(true, true);
@@ -724,10 +679,7 @@ fn tape_ad(counter: u16) -> Vec<u8> {
 }
 
 #[test]
-#[cfg_attr(
-    no_bluez_stand_in,
-    ignore = "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
-)]
+#[cfg_attr(no_bluez_stand_in, ignore = common::needs_bluez_stand_in!())]
 fn side_channel_reports_become_the_captures_while_bluez_keeps_scanning() {
     need_stand_in();
     let mut s = StandIn::start(true, true);
@@ -803,10 +755,7 @@ fn side_channel_reports_become_the_captures_while_bluez_keeps_scanning() {
 }
 
 #[test]
-#[cfg_attr(
-    no_bluez_stand_in,
-    ignore = "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
-)]
+#[cfg_attr(no_bluez_stand_in, ignore = common::needs_bluez_stand_in!())]
 fn adverts_mgmt_where_the_channel_cannot_be_had_exits_3_naming_the_setting() {
     need_stand_in();
     let s = StandIn::start(true, true);
@@ -857,10 +806,7 @@ fn adverts_mgmt_where_the_channel_cannot_be_had_exits_3_naming_the_setting() {
 }
 
 #[test]
-#[cfg_attr(
-    no_bluez_stand_in,
-    ignore = "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
-)]
+#[cfg_attr(no_bluez_stand_in, ignore = common::needs_bluez_stand_in!())]
 fn passive_scanning_is_the_kernels_monitor_for_the_products_and_no_discovery() {
     need_stand_in();
     let mut s = StandIn::start(true, true);
@@ -877,7 +823,7 @@ fn passive_scanning_is_the_kernels_monitor_for_the_products_and_no_discovery() {
             .filter(|c| c[..2] == wire::OP_ADD_ADV_PATTERNS_MONITOR.to_le_bytes())
             .collect::<Vec<_>>()
     };
-    if wait_for(Duration::from_secs(10), || {
+    if eventually(Duration::from_secs(10), || {
         (!added(&k).is_empty()).then_some(())
     })
     .is_none()
@@ -952,10 +898,7 @@ fn passive_scanning_is_the_kernels_monitor_for_the_products_and_no_discovery() {
 }
 
 #[test]
-#[cfg_attr(
-    no_bluez_stand_in,
-    ignore = "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
-)]
+#[cfg_attr(no_bluez_stand_in, ignore = common::needs_bluez_stand_in!())]
 fn a_kernel_that_refuses_the_monitor_gets_a_discovery_instead() {
     need_stand_in();
     let mut s = StandIn::start(true, true);

@@ -237,7 +237,7 @@ fn sigterm_commits_what_is_held_and_exits_0() {
     // The commit interval is ten seconds: once the daemon has read every line from the
     // pipe, those after the first commit are held (in the source's buffer or the
     // group), not committed.
-    let read_all = wait_for(Duration::from_secs(15), || {
+    let read_all = eventually(Duration::from_secs(15), || {
         (unread_bytes(&stdin) == 0).then_some(())
     });
     assert!(read_all.is_some(), "the daemon did not read its input");

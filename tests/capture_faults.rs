@@ -107,8 +107,10 @@ fn assert_gap_free_prefix(g: &Gateway) -> usize {
     rows.len()
 }
 
+/// A full disk holds the group, loses nothing committed, and recovers when space
+/// returns.
 #[test]
-fn a_full_disk_holds_the_group_loses_nothing_committed_and_recovers_when_space_returns() {
+fn a_full_disk_holds_the_group_and_loses_nothing_committed() {
     if unsafe { libc::geteuid() } != 0 {
         skip("mounting a tmpfs needs root");
         return;
@@ -129,7 +131,7 @@ fn a_full_disk_holds_the_group_loses_nothing_committed_and_recovers_when_space_r
     let first: Vec<_> = (0..200).map(nth_advert).collect();
     daemon.send(&first);
     sent += 200;
-    let committed = wait_for(Duration::from_secs(30), || {
+    let committed = eventually(Duration::from_secs(30), || {
         let s = g.try_stats()?;
         (s.pending == 200).then_some(s)
     });
@@ -179,7 +181,7 @@ fn a_full_disk_holds_the_group_loses_nothing_committed_and_recovers_when_space_r
     // The disk stays full while several retries fail (100, 200, 400 ms apart): the
     // daemon stays up and the held group is neither committed nor dropped.
     const AGAIN: &str = "outbox write failed again";
-    let retried = wait_for(Duration::from_secs(30), || {
+    let retried = eventually(Duration::from_secs(30), || {
         (daemon.stderr().matches(AGAIN).count() >= 3).then_some(())
     });
     assert!(retried.is_some(), "no retries:\n{}", daemon.stderr());
@@ -193,7 +195,7 @@ fn a_full_disk_holds_the_group_loses_nothing_committed_and_recovers_when_space_r
 
     // Space returns: every capture sent ends up pending, in order.
     std::fs::remove_file(&filler).unwrap();
-    let recovered = wait_for(Duration::from_secs(30), || {
+    let recovered = eventually(Duration::from_secs(30), || {
         let s = g.try_stats()?;
         (s.pending == u64::from(sent)).then_some(s)
     });
@@ -220,18 +222,17 @@ fn a_full_disk_holds_the_group_loses_nothing_committed_and_recovers_when_space_r
 }
 
 fn capture(i: u32) -> Capture {
-    Capture {
-        mac: tape_mac(i % 64),
-        ts_ms: FULL_DISK_T0 + i64::from(i),
-        product_id: "tape".into(),
-        packet: tape_packet(i as u16),
-        rssi: Some(-60),
-        boot_ms: None,
-    }
+    fixture::capture(
+        tape_mac(i % 64),
+        FULL_DISK_T0 + i64::from(i),
+        tape_packet(i as u16),
+    )
 }
 
+/// A group that does not fit fails retryably, changes nothing, and commits once there
+/// is room.
 #[test]
-fn a_group_that_does_not_fit_fails_retryably_changes_nothing_and_commits_once_there_is_room() {
+fn a_group_that_does_not_fit_fails_retryably_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let capped = |pages| StoreOptions {
         max_page_count: Some(pages),
@@ -402,12 +403,8 @@ const BAD_PACKET: &str = "invalid ble_packet";
 
 fn capture_of(mac: Mac, ts_ms: i64) -> Capture {
     Capture {
-        mac,
-        ts_ms,
-        product_id: "tape".into(),
-        packet: tape_packet(ts_ms as u16),
         rssi: Some(-61),
-        boot_ms: None,
+        ..fixture::capture(mac, ts_ms, tape_packet(ts_ms as u16))
     }
 }
 
@@ -617,9 +614,11 @@ fn status_of_a_gateway_that_never_ran_is_all_zeros_and_creates_nothing() {
     assert!(!Store::path_in(&g.state_dir()).exists());
 }
 
+/// Status after a run reports the counts, the oldest pending age, the last flush and
+/// the last error.
 #[cfg(debug_assertions)]
 #[test]
-fn status_after_a_run_reports_counts_the_oldest_pending_age_the_last_flush_and_the_last_error() {
+fn status_after_a_run_reports_counts_ages_and_the_last_error() {
     // `status` tells ages by its clock.
     let day = common::day::Day::one();
     let started = day.now_ms();
@@ -748,8 +747,9 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// `/healthz` is 503 naming the outbox from the first failed commit until one succeeds.
 #[test]
-fn healthz_is_503_naming_the_outbox_from_the_first_failed_commit_until_one_succeeds() {
+fn healthz_is_503_naming_the_outbox_while_commits_fail() {
     if !is_root() {
         println!("skipped: needs root to mount tmpfs");
         return;
@@ -764,7 +764,7 @@ fn healthz_is_503_naming_the_outbox_from_the_first_failed_commit_until_one_succe
     };
     let mut daemon = Daemon::start(&g);
     let healthz = || http_get(port, "/healthz");
-    wait_for(Duration::from_secs(30), || {
+    eventually(Duration::from_secs(30), || {
         healthz().filter(|(s, _)| *s == 200)
     })
     .unwrap_or_else(|| panic!("not serving:\n{}", daemon.stderr()));
@@ -786,7 +786,7 @@ fn healthz_is_503_naming_the_outbox_from_the_first_failed_commit_until_one_succe
         sent += 25;
         std::thread::sleep(Duration::from_millis(30));
     }
-    let unhealthy = wait_for(Duration::from_secs(30), || {
+    let unhealthy = eventually(Duration::from_secs(30), || {
         healthz().filter(|(s, _)| *s == 503)
     })
     .unwrap_or_else(|| {
@@ -807,11 +807,11 @@ fn healthz_is_503_naming_the_outbox_from_the_first_failed_commit_until_one_succe
     assert!(page.contains("Not healthy: outbox: "), "{page}");
 
     std::fs::remove_file(&filler).unwrap();
-    wait_for(Duration::from_secs(30), || {
+    eventually(Duration::from_secs(30), || {
         healthz().filter(|(s, _)| *s == 200)
     })
     .unwrap_or_else(|| panic!("not healthy again:\n{}", daemon.stderr()));
-    let s = wait_for(Duration::from_secs(30), || {
+    let s = eventually(Duration::from_secs(30), || {
         g.try_stats().filter(|s| s.pending == u64::from(sent))
     });
     assert!(s.is_some(), "nothing lost: {:?}", g.try_stats());
@@ -878,7 +878,7 @@ fn an_operator_command_run_as_root_creates_the_database_for_the_daemons_user() {
         c.uid(NOBODY).gid(NOBODY);
     });
     daemon.send(&(0..5).map(nth_advert).collect::<Vec<_>>());
-    let admitted = wait_for(Duration::from_secs(30), || {
+    let admitted = eventually(Duration::from_secs(30), || {
         g.try_stats().filter(|s| s.admitted == 5)
     });
     assert!(
@@ -931,8 +931,10 @@ fn a_daemon_that_cannot_write_its_database_exits_5_naming_the_path_and_the_fix()
     );
 }
 
+/// `status`, `tapes` and `dead-letters` work for a user who may read the state but not
+/// write it.
 #[test]
-fn status_tapes_and_dead_letters_work_for_a_user_who_may_read_the_state_but_not_write_it() {
+fn read_commands_work_for_a_user_who_may_read_but_not_write_the_state() {
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
     if !is_root() {
@@ -974,7 +976,7 @@ fn status_tapes_and_dead_letters_work_for_a_user_who_may_read_the_state_but_not_
     // The daemon running (as the owner).
     let mut daemon = Daemon::start(&g);
     daemon.send(&(0..3).map(nth_advert).collect::<Vec<_>>());
-    wait_for(Duration::from_secs(30), || {
+    eventually(Duration::from_secs(30), || {
         g.try_stats().filter(|s| s.pending == 3)
     })
     .unwrap_or_else(|| panic!("not committed:\n{}", daemon.stderr()));

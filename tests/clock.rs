@@ -14,7 +14,7 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use common::day::{write_atomically, Day};
-use common::{mock_with as mock_on_own_runtime, text, wait_for, Gateway};
+use common::{eventually, mock_with as mock_on_own_runtime, text, Gateway};
 use tapegate::outbox::Stats;
 use tapegate::source::sim::tape::TapeReading;
 use tapegate_mock::{MockConfig, MockHandle, ReceivedItem};
@@ -85,7 +85,7 @@ fn spawn_daemon(g: &Gateway, clock_file: &Path) -> Child {
 /// Waits (at most 30 s: the machine may be loaded) for the daemon's stats to satisfy
 /// `done`; fails with its log.
 fn stats_when(g: &Gateway, what: &str, done: impl Fn(&Stats) -> bool) -> Stats {
-    wait_for(Duration::from_secs(30), || {
+    eventually(Duration::from_secs(30), || {
         g.try_stats().filter(|s| done(s))
     })
     .unwrap_or_else(|| panic!("{what}: not within 30 s; log:\n{}", log(g)))
@@ -103,7 +103,7 @@ fn assert_clock_says(s: &Stats, words: &str) {
 fn stop(child: &mut Child, g: &Gateway) {
     // SAFETY: kill(2) on the pid of a child we spawned and have not reaped.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
-    let status = wait_for(Duration::from_secs(20), || child.try_wait().unwrap())
+    let status = eventually(Duration::from_secs(20), || child.try_wait().unwrap())
         .unwrap_or_else(|| panic!("no exit after SIGTERM; log:\n{}", log(g)));
     assert!(status.success(), "exit {status}; log:\n{}", log(g));
 }
@@ -151,9 +151,10 @@ fn assert_each_tape_arrived_whole_and_in_order(items: &[ReceivedItem]) {
     assert_eq!(last.len(), 3, "every tape was delivered");
 }
 
+/// An unsynced boot holds captures, a sync repairs them, and a backward step loses or
+/// reorders nothing.
 #[test]
-fn an_unsynced_boot_holds_captures_a_sync_repairs_them_and_a_backward_step_loses_or_reorders_nothing(
-) {
+fn an_unsynced_boot_holds_captures_until_a_sync_repairs_them() {
     for day in Day::each() {
         let (_rt, mock) = mock_on(&day);
         let g = Gateway::new(&sim_config(&mock));
@@ -203,7 +204,7 @@ fn an_unsynced_boot_holds_captures_a_sync_repairs_them_and_a_backward_step_loses
         let delivered_at_step = repaired.delivered;
         let step_at = now_secs(&day);
         set_clock(&clock_file, &day, -600_000, true, true);
-        wait_for(Duration::from_secs(30), || {
+        eventually(Duration::from_secs(30), || {
             let items = delivered_items(&mock);
             items
                 .iter()
@@ -262,8 +263,9 @@ fn with_no_time_service_an_unsynchronised_clock_is_trusted_and_said_so_once() {
     assert_eq!(said, 1, "log:\n{}", log(&g));
 }
 
+/// A clock restored behind the database holds captures until it is no longer behind.
 #[test]
-fn a_clock_restored_behind_the_database_holds_captures_until_it_is_no_longer_behind() {
+fn a_clock_behind_the_database_holds_captures_until_it_catches_up() {
     let day = Day::one();
     let (_rt, mock) = mock_on(&day);
     let g = Gateway::new(&sim_config(&mock));
@@ -367,7 +369,7 @@ fn the_clock_state_metric_follows_the_clock_from_holding_to_synchronised() {
     let mut child = Running(spawn_daemon(&g, &clock_file));
 
     stats_when(&g, "captures held", |s| s.clock.held >= 3);
-    let holding = wait_for(Duration::from_secs(30), || {
+    let holding = eventually(Duration::from_secs(30), || {
         clock_state_metric(port, "holding").filter(|v| v == "1")
     });
     assert!(
@@ -380,7 +382,7 @@ fn the_clock_state_metric_follows_the_clock_from_holding_to_synchronised() {
 
     set_clock(&clock_file, &day, 0, true, true);
     stats_when(&g, "held captures released", |s| s.clock.held == 0);
-    let synced = wait_for(Duration::from_secs(30), || {
+    let synced = eventually(Duration::from_secs(30), || {
         clock_state_metric(port, "synchronised").filter(|v| v == "1")
     });
     assert!(synced.is_some(), "{}", log(&g));
@@ -388,8 +390,10 @@ fn the_clock_state_metric_follows_the_clock_from_holding_to_synchronised() {
     stop(&mut child.0, &g);
 }
 
+/// Captures of a group still open when the clock is repaired are never sent with the
+/// wrong time.
 #[test]
-fn captures_of_a_group_still_open_when_the_clock_is_repaired_are_never_sent_with_the_wrong_time() {
+fn a_group_open_when_the_clock_is_repaired_is_never_sent_wrongly_timed() {
     let day = Day::one();
     let (_rt, mock) = mock_on(&day);
     // A group stays open 10 s, and the clock's repair (looked at every second) lands
@@ -408,7 +412,7 @@ fn captures_of_a_group_still_open_when_the_clock_is_repaired_are_never_sent_with
     // The first group commits (held) and the next one opens. Once it holds 20 captures
     // stamped with the wrong clock (heard, not committed), the clock syncs.
     let held = stats_when(&g, "a group committed and held", |s| s.clock.held > 0);
-    wait_for(Duration::from_secs(30), || {
+    eventually(Duration::from_secs(30), || {
         let heard: u64 = metric(port, "tapegate_adverts_total")?.parse().ok()?;
         (heard >= held.admitted + 20).then_some(())
     })
@@ -452,7 +456,7 @@ async fn the_ingest_stage_stamps_captures_by_the_clock_it_is_handed() {
     use tapegate::heard_now::HeardNow;
     use tapegate::ingest::{run, IngestSettings};
     use tapegate::outbox::{Outbox, Store, StoreOptions};
-    use tapegate::record::{Advertisement, Capture, Mac};
+    use tapegate::record::{Advertisement, Mac};
     use tapegate::source::Heard;
     use tokio::sync::{mpsc, watch};
 
@@ -490,14 +494,7 @@ async fn the_ingest_stage_stamps_captures_by_the_clock_it_is_handed() {
         tokio_util::sync::CancellationToken::new(),
     ));
     let mac = Mac::new([0xC0, 0xFF, 0xEE, 0, 0, 1]);
-    let capture = Capture {
-        mac,
-        ts_ms: WALL,
-        product_id: "tape".into(),
-        packet: "F70E01".into(),
-        rssi: Some(-60),
-        boot_ms: None,
-    };
+    let capture = common::fixture::capture(mac, WALL, "F70E01");
     let advert = Advertisement {
         ts_ms: WALL,
         mac,

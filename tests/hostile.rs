@@ -10,8 +10,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::{
-    mock_service_section, mock_with, tape_advert, tape_mac, text, wait_for, write_records, Gateway,
-    T0_MS,
+    eventually, mock_service_section, mock_with, tape_advert, tape_mac, text, write_records,
+    Gateway, T0_MS,
 };
 use tapegate_mock::{MockConfig, MockEnvironment, MockHandle};
 
@@ -58,7 +58,7 @@ fn run_to_exit(
         .spawn()
         .expect("tapegate starts");
     let (log, reader) = common::collect_stderr(&mut child);
-    let status = wait_for(LIMIT, || child.try_wait().unwrap());
+    let status = eventually(LIMIT, || child.try_wait().unwrap());
     let Some(status) = status else {
         let _ = child.kill();
         let _ = child.wait();
@@ -111,7 +111,7 @@ fn a_token_a_header_cannot_carry_is_not_cached_and_the_grant_backs_off() {
         .expect("tapegate starts");
     let (log, _reader) = common::collect_stderr(&mut daemon);
     // Reported, and asked again only after a backoff: two grants take at least a second.
-    let reported = wait_for(LIMIT, || {
+    let reported = eventually(LIMIT, || {
         (mock.token_requests() >= 2 && log.lock().unwrap().contains("HTTP header cannot carry"))
             .then_some(())
     });
@@ -151,12 +151,14 @@ fn a_stage_that_panics_ends_the_daemon_non_zero_and_the_log_names_the_stage() {
     );
 }
 
+/// A second daemon on the same state directory is refused, and operator commands still
+/// work.
 #[test]
-fn a_second_daemon_on_the_same_state_directory_is_refused_and_operator_commands_still_work() {
+fn a_second_daemon_on_the_same_state_directory_is_refused() {
     let g = Gateway::new(&common::stdin_replay_config(20));
     let mut first = common::Daemon::start(&g);
     first.send(&[tape_advert(tape_mac(1), T0_MS, 1)]);
-    let pending = wait_for(LIMIT, || {
+    let pending = eventually(LIMIT, || {
         (g.try_stats().map(|s| s.pending) == Some(1)).then_some(())
     });
     assert!(pending.is_some(), "{}", first.stderr());
@@ -184,8 +186,10 @@ fn a_second_daemon_on_the_same_state_directory_is_refused_and_operator_commands_
     assert_eq!(g.stats().pending, 1, "the refused daemon touched nothing");
 }
 
+/// A TOML syntax error on the password line names the line but never echoes the
+/// password.
 #[test]
-fn a_toml_syntax_error_on_the_password_line_names_the_line_but_never_echoes_the_password() {
+fn a_toml_error_on_the_password_line_never_echoes_the_password() {
     let g = Gateway::new(
         "[service.environments.ppe]\nusername = \"gw\"\npassword = \"hunter2-is-secret\n",
     );
@@ -245,9 +249,10 @@ fn reaching(mock: &MockHandle, base: &str, service_extra: &str) -> Gateway {
     g
 }
 
+/// TLS to a server of an unknown CA fails as unknown issuer, works with `ca_file`, and
+/// names a name mismatch.
 #[test]
-fn tls_to_a_server_of_an_unknown_ca_fails_as_unknown_issuer_works_with_ca_file_and_names_a_name_mismatch(
-) {
+fn tls_to_an_unknown_ca_fails_as_unknown_issuer_and_works_with_ca_file() {
     let (rt, mock) = mock_on_own_runtime();
     let (port, ca_pem) = common::tls::tls_front(&rt, mock.addr(), false);
     let base = format!("https://localhost:{port}");
@@ -266,7 +271,7 @@ fn tls_to_a_server_of_an_unknown_ca_fails_as_unknown_issuer_works_with_ca_file_a
         .stderr(Stdio::null())
         .spawn()
         .expect("tapegate starts");
-    let last_error = wait_for(LIMIT, || {
+    let last_error = eventually(LIMIT, || {
         let e = g.try_stats()?.last_error?;
         e.contains("unknown issuer").then_some(e)
     });
@@ -345,13 +350,15 @@ fn http_proxy_is_used_and_no_proxy_bypasses_it() {
     assert!(bypassed.status.success(), "{}", text(&bypassed.stdout));
 }
 
+/// `outbox.db` deleted under a running daemon is noticed, and a fresh one keeps what
+/// follows.
 #[test]
-fn outbox_db_deleted_under_a_running_daemon_is_noticed_and_a_fresh_one_keeps_what_follows() {
+fn outbox_db_deleted_under_a_running_daemon_is_noticed_and_replaced() {
     let g = Gateway::new(&common::stdin_replay_config(20));
     let db = g.state_dir().join("outbox.db");
     let mut daemon = common::Daemon::start(&g);
     daemon.send(&[tape_advert(tape_mac(1), T0_MS, 1)]);
-    let first = wait_for(LIMIT, || (g.try_stats()?.pending == 1).then_some(()));
+    let first = eventually(LIMIT, || (g.try_stats()?.pending == 1).then_some(()));
     assert!(first.is_some(), "{}", daemon.stderr());
 
     std::fs::remove_file(&db).unwrap();
@@ -359,7 +366,7 @@ fn outbox_db_deleted_under_a_running_daemon_is_noticed_and_a_fresh_one_keeps_wha
         tape_advert(tape_mac(2), T0_MS + 1, 1),
         tape_advert(tape_mac(3), T0_MS + 2, 1),
     ]);
-    let fresh = wait_for(LIMIT, || (g.try_stats()?.pending == 2).then_some(()));
+    let fresh = eventually(LIMIT, || (g.try_stats()?.pending == 2).then_some(()));
     assert!(fresh.is_some(), "{}", daemon.stderr());
     let (status, log) = daemon.terminate(LIMIT);
     assert!(status.success(), "{log}");
@@ -583,7 +590,7 @@ fn run_until_drained_stopped_by_sigterm_with_captures_pending_exits_4_not_0() {
         .collect();
     d.send(&adverts);
     // No [service]: the captures stay pending; the replay's input stays open.
-    wait_for(LIMIT, || g.try_stats().filter(|s| s.pending == 3))
+    eventually(LIMIT, || g.try_stats().filter(|s| s.pending == 3))
         .unwrap_or_else(|| panic!("not committed:\n{}", d.stderr()));
     let (status, log) = d.terminate(LIMIT);
     assert_eq!(status.code(), Some(75), "stopped, not drained:\n{log}");
@@ -595,7 +602,7 @@ fn run_until_drained_stopped_by_sigterm_with_captures_pending_exits_4_not_0() {
 
     // Without --until-drained, SIGTERM is the normal end of a daemon: exit 0.
     let d = common::Daemon::start(&g);
-    wait_for(LIMIT, || d.stderr().contains("outbox open").then_some(())).unwrap();
+    eventually(LIMIT, || d.stderr().contains("outbox open").then_some(())).unwrap();
     let (status, log) = d.terminate(LIMIT);
     assert_eq!(status.code(), Some(0), "{log}");
 }
@@ -615,7 +622,7 @@ fn state_files_are_created_0600_in_a_0700_directory_whatever_the_umask() {
         }
     });
     d.send(&[tape_advert(tape_mac(1), T0_MS, 1)]);
-    wait_for(LIMIT, || g.try_stats().filter(|s| s.pending == 1))
+    eventually(LIMIT, || g.try_stats().filter(|s| s.pending == 1))
         .unwrap_or_else(|| panic!("not committed:\n{}", d.stderr()));
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&g.state_dir()), 0o700, "the state directory");
@@ -669,7 +676,7 @@ fn service_texts_are_stored_and_shown_bounded_and_inert() {
         tape_advert(tape_mac(1), now, 1),
         tape_advert(tape_mac(2), now, 1),
     ]);
-    wait_for(LIMIT, || g.try_stats().filter(|s| s.dead_letters == 2))
+    eventually(LIMIT, || g.try_stats().filter(|s| s.dead_letters == 2))
         .unwrap_or_else(|| panic!("not refused:\n{}", d.stderr()));
 
     // Stored bounded, as every other text from elsewhere.
@@ -725,7 +732,7 @@ fn service_texts_are_stored_and_shown_bounded_and_inert() {
         message: "Missing required headers \u{1b}[31mRED\u{202e}".into(),
     });
     d.send(&[tape_advert(tape_mac(3), now, 1)]);
-    wait_for(LIMIT, || {
+    eventually(LIMIT, || {
         g.try_stats()
             .filter(|s| s.last_error.as_deref().is_some_and(|e| e.contains("RED")))
     })
@@ -783,7 +790,7 @@ fn a_token_endpoint_echoing_the_password_form_encoded_shows_it_nowhere() {
     day.set_on(&g);
     let mut d = common::Daemon::start(&g);
     d.send(&[tape_advert(tape_mac(1), day.now_ms(), 1)]);
-    let stats = wait_for(LIMIT, || g.try_stats().filter(|s| s.last_error.is_some()))
+    let stats = eventually(LIMIT, || g.try_stats().filter(|s| s.last_error.is_some()))
         .unwrap_or_else(|| panic!("no failure recorded:\n{}", d.stderr()));
     assert_eq!(
         stats.last_error.as_deref(),

@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
-use common::{other_advert, stdin_replay_config, tape_advert, tape_mac, Daemon, Gateway};
+use common::{
+    eventually_async, other_advert, stdin_replay_config, tape_advert, tape_mac, Daemon, Gateway,
+};
 use tapegate::record::{Advertisement, Mac};
 use tapegate::source::sim::tape::UNREGISTERED_PREFIX;
 use tapegate_mock::{self as mock, Fault, MockConfig, MockHandle, Storm};
@@ -58,25 +58,12 @@ async fn get(url: &str) -> Option<(u16, String)> {
     Some((status, resp.text().await.ok()?))
 }
 
-/// Polls `probe` every 50 ms until it gives `Some`; panics naming `what` after `LIMIT`.
-async fn until<T, F: std::future::Future<Output = Option<T>>>(
-    what: &str,
-    mut probe: impl FnMut() -> F,
-) -> T {
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// Waits for the daemon's server to answer `/healthz` at all.
 async fn until_serving(base: &str) {
     let url = format!("{base}/healthz");
-    until("the HTTP server", || get(&url)).await;
+    eventually_async(LIMIT, async || get(&url).await)
+        .await
+        .expect("timed out waiting for the HTTP server");
 }
 
 fn unregistered_mac(i: u8) -> Mac {
@@ -144,12 +131,13 @@ async fn metrics_agree_with_status_json_after_a_replay_and_a_drain() {
     until_serving(&base).await;
     let now = day.now_ms();
     d.send(&mixed_adverts(now));
-    until("the replay to drain", || async {
+    eventually_async(LIMIT, async || {
         g.try_stats()
             .filter(|s| s.pending == 0 && s.delivered + s.dead_letters == 25)
             .map(|_| ())
     })
-    .await;
+    .await
+    .expect("timed out waiting for the replay to drain");
 
     let (status, body) = get(&format!("{base}/metrics"))
         .await
@@ -237,13 +225,14 @@ async fn healthz_is_503_naming_the_flusher_while_the_service_hangs_and_200_again
         mix: vec![Fault::Delay(Duration::from_secs(5))],
     }));
     d.send(&mixed_adverts(day.now_ms()));
-    let body = until("/healthz to turn 503", || async {
+    let body = eventually_async(LIMIT, async || {
         get(&healthz)
             .await
             .filter(|(s, _)| *s == 503)
             .map(|(_, b)| b)
     })
-    .await;
+    .await
+    .expect("timed out waiting for /healthz to turn 503");
     assert!(
         body.starts_with("flush: ") && body.contains("failed in a row (last: timeout)"),
         "{body}"
@@ -260,14 +249,16 @@ async fn healthz_is_503_naming_the_flusher_while_the_service_hangs_and_200_again
     assert!(g.stats().pending > 0, "nothing was delivered meanwhile");
 
     mock.set_storm(None);
-    until("/healthz to be 200 again", || async {
+    eventually_async(LIMIT, async || {
         get(&healthz).await.filter(|(s, _)| *s == 200).map(|_| ())
     })
-    .await;
-    until("the backlog to drain", || async {
+    .await
+    .expect("timed out waiting for /healthz to be 200 again");
+    eventually_async(LIMIT, async || {
         g.try_stats().filter(|s| s.pending == 0).map(|_| ())
     })
-    .await;
+    .await
+    .expect("timed out waiting for the backlog to drain");
     let (code, _) = d.terminate(LIMIT);
     assert!(code.success());
     mock.shutdown().await;
@@ -360,7 +351,7 @@ async fn the_status_page_shows_the_tapes_of_a_sim_run_in_headless_chromium() {
     let base = format!("http://127.0.0.1:{port}");
     until_serving(&base).await;
     // Every tape of the fleet answered: four decoded, two refused as unknown.
-    let refused = until("every simulated tape to be answered", || async {
+    let refused = eventually_async(LIMIT, async || {
         let store = tapegate::outbox::Store::open_existing(&g.state_dir()).ok()??;
         let mut refused: Vec<Mac> = store
             .dead_letters(1000)
@@ -372,7 +363,8 @@ async fn the_status_page_shows_the_tapes_of_a_sim_run_in_headless_chromium() {
         refused.dedup();
         (store.stats().ok()?.tapes == 4 && refused.len() == 2).then_some(refused)
     })
-    .await;
+    .await
+    .expect("timed out waiting for every simulated tape to be answered");
     let before = g.store().tapes(100).unwrap();
 
     let png = Path::new(env!("CARGO_TARGET_TMPDIR")).join("status-page.png");
@@ -433,12 +425,13 @@ async fn no_password_or_token_in_any_answer() {
         retry_after: None,
     });
     d.send(&mixed_adverts(day.now_ms()));
-    until("the replay to drain", || async {
+    eventually_async(LIMIT, async || {
         g.try_stats()
             .filter(|s| s.pending == 0 && s.last_error.is_some())
             .map(|_| ())
     })
-    .await;
+    .await
+    .expect("timed out waiting for the replay to drain");
     assert!(
         mock.token_grants() >= 1,
         "a token was granted, so one could leak"
@@ -480,9 +473,10 @@ async fn no_password_or_token_in_any_answer() {
     mock.shutdown().await;
 }
 
+/// Every answer forbids scripts, framing and sniffing, and a listen beyond loopback is
+/// warned of.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_answer_forbids_scripts_framing_and_sniffing_and_a_listen_beyond_loopback_is_warned_of(
-) {
+async fn every_answer_forbids_scripts_framing_and_sniffing() {
     let port = free_port();
     let g = Gateway::new(&format!(
         "{}\n[http]\nlisten = \"127.0.0.1:{port}\"\n",
@@ -624,8 +618,10 @@ fn dechunk(mut body: &str) -> String {
     out
 }
 
+/// A hundred clients trickling header bytes do not keep `/healthz` and `/metrics` from
+/// answering.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hundred_clients_trickling_header_bytes_do_not_keep_healthz_and_metrics_from_answering() {
+async fn a_hundred_clients_trickling_headers_do_not_stop_healthz_and_metrics() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let port = free_port();
     let g = Gateway::new(&format!(
@@ -641,10 +637,11 @@ async fn a_hundred_clients_trickling_header_bytes_do_not_keep_healthz_and_metric
     let attackers: Vec<_> = (0..100)
         .map(|_| tokio::spawn(trickle(addr, connected.clone())))
         .collect();
-    until("all 100 slow clients connected", || async {
+    eventually_async(LIMIT, async || {
         (connected.load(Ordering::SeqCst) >= 100).then_some(())
     })
-    .await;
+    .await
+    .expect("timed out waiting for all 100 slow clients connected");
 
     // A monitor's probes, each on a new connection that sends its request 300 ms after
     // connecting (a monitor on a slow link), each allowed 10 s. Slow clients reconnect

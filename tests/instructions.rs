@@ -28,7 +28,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use tapegate::record::{Advertisement, Mac};
 use tapegate_mock::{self as mock, MockConfig};
 
 /// Captures in the replay (a tape's packet changes every capture, so dedup keeps all).
@@ -242,20 +241,7 @@ fn release_binary() -> PathBuf {
 fn write_replay(path: &Path, n: u64) {
     let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
     for i in 0..n {
-        let m = (i % MACS) as u32;
-        let b = m.to_be_bytes();
-        let counter = ((i / MACS) as u16).to_le_bytes();
-        let payload = vec![
-            0x49, 0x56, counter[0], counter[1], 0x10, 0x01, 90, 0, b[1], b[2], b[3],
-        ];
-        let adv = Advertisement {
-            ts_ms: 1_763_719_200_000 + i as i64 * 10,
-            mac: Mac::new([0xC0, 0xFF, 0xEE, b[1], b[2], b[3]]),
-            rssi: Some(-60),
-            name: None,
-            manufacturer_data: vec![(0x0EF7, payload)],
-            service_data: vec![],
-        };
+        let adv = common::fixture::trace_advert(i, MACS, 1_763_719_200_000 + i as i64 * 10);
         writeln!(f, "{}", adv.to_record()).unwrap();
     }
     f.flush().unwrap();

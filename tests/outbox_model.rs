@@ -30,6 +30,8 @@
 //! - **Claims.** The outbox's claims are exactly the rows on the wire and those
 //!   answered and not yet recorded: a batch that waits holds none.
 
+mod common;
+
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
@@ -80,14 +82,7 @@ fn mac(i: u8) -> Mac {
 }
 
 fn capture(i: u8, seq: u64) -> Capture {
-    Capture {
-        mac: mac(i),
-        ts_ms: 1_000 + seq as i64,
-        product_id: "tape".into(),
-        packet: format!("{seq:08X}"),
-        rssi: Some(-60),
-        boot_ms: None,
-    }
+    common::fixture::capture(mac(i), 1_000 + seq as i64, format!("{seq:08X}"))
 }
 
 fn seq_of(p: &PendingCapture) -> u64 {

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{integrity_check, tape_advert, tape_mac, tape_packet, wait_for, Daemon, Gateway};
+use common::{eventually, integrity_check, tape_advert, tape_mac, tape_packet, Daemon, Gateway};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -140,8 +140,9 @@ fn card(dir: &Path, mount: &Path) -> Result<Card, String> {
     Card::new(dir, mount)
 }
 
+/// A card turned read-only is unhealthy at once and loses nothing committed after fsck.
 #[test]
-fn a_card_turned_read_only_is_unhealthy_at_once_and_loses_nothing_committed_after_fsck() {
+fn a_card_turned_read_only_is_unhealthy_at_once_and_loses_nothing() {
     let g = Gateway::new("");
     let card = match card(g.dir.path(), &g.state_dir()) {
         Ok(card) => card,
@@ -168,20 +169,20 @@ fn a_card_turned_read_only_is_unhealthy_at_once_and_loses_nothing_committed_afte
             .collect()
     };
     daemon.send(&adverts(0..300));
-    wait_for(LIMIT, || (g.status_json()["admitted"] == 300).then_some(()))
+    eventually(LIMIT, || (g.status_json()["admitted"] == 300).then_some(()))
         .unwrap_or_else(|| panic!("not committed:\n{}", daemon.stderr()));
     assert_eq!(healthz(port).map(|h| h.0), Some(200));
 
     card.fail();
     // At once, with nothing to commit: the state directory's file system is looked at.
-    let (_, body) = wait_for(LIMIT, || healthz(port).filter(|h| h.0 == 503))
+    let (_, body) = eventually(LIMIT, || healthz(port).filter(|h| h.0 == 503))
         .unwrap_or_else(|| panic!("/healthz stayed 200:\n{}", daemon.stderr()));
     let state_dir = path(&g.state_dir());
     assert!(body.contains(&state_dir), "{body}");
     assert!(body.contains("fsck") && body.contains(&card.dev), "{body}");
     // A capture that comes now is held, not committed; the log says what to do.
     daemon.send(&adverts(300..310));
-    let logged = wait_for(LIMIT, || {
+    let logged = eventually(LIMIT, || {
         let log = daemon.stderr();
         log.lines()
             .find(|l| l.contains("ERROR") && l.contains("the outbox cannot be written"))
@@ -200,7 +201,7 @@ fn a_card_turned_read_only_is_unhealthy_at_once_and_loses_nothing_committed_afte
     let db = g.state_dir().join("outbox.db");
     assert_eq!(integrity_check(&db), "ok");
     let mut daemon = Daemon::start(&g);
-    wait_for(LIMIT, || healthz(port).filter(|h| h.0 == 200))
+    eventually(LIMIT, || healthz(port).filter(|h| h.0 == 200))
         .unwrap_or_else(|| panic!("not healthy after fsck:\n{}", daemon.stderr()));
     let kept: Vec<String> = g
         .store()
@@ -220,7 +221,7 @@ fn a_card_turned_read_only_is_unhealthy_at_once_and_loses_nothing_committed_afte
     assert!(!moved_aside, "the database was moved aside");
     // It takes captures again.
     daemon.send(&adverts(310..320));
-    wait_for(LIMIT, || (g.status_json()["admitted"] == 310).then_some(()))
+    eventually(LIMIT, || (g.status_json()["admitted"] == 310).then_some(()))
         .unwrap_or_else(|| panic!("not committed after fsck:\n{}", daemon.stderr()));
     let (status, _) = daemon.terminate(LIMIT);
     assert!(status.success());

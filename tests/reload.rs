@@ -10,8 +10,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use common::{
-    mock_service_section, mock_with, stdin_replay_config, tape_advert, tape_mac, wait_for, Daemon,
-    Gateway, T0_MS,
+    eventually, mock_service_section, mock_with, stdin_replay_config, tape_advert, tape_mac,
+    Daemon, Gateway, T0_MS,
 };
 use tapegate_mock::MockConfig;
 
@@ -63,7 +63,7 @@ fn a_reload_restarts_delivery_moves_the_server_and_loses_nothing() {
     let mut daemon = Daemon::start(&g);
     let advert = |i: u32| tape_advert(tape_mac(i), T0_MS + i64::from(i), 1);
     let delivered = |n: u64| {
-        wait_for(LIMIT, || (g.try_stats()?.delivered >= n).then_some(()))
+        eventually(LIMIT, || (g.try_stats()?.delivered >= n).then_some(()))
             .unwrap_or_else(|| panic!("not {n} delivered: {:?}", g.try_stats()))
     };
     daemon.send(&(0..40).map(advert).collect::<Vec<_>>());
@@ -92,7 +92,7 @@ fn a_reload_restarts_delivery_moves_the_server_and_loses_nothing() {
     daemon.send(&(40..240).map(advert).collect::<Vec<_>>());
     daemon.hang_up();
     daemon.send(&(240..440).map(advert).collect::<Vec<_>>());
-    let line = wait_for(LIMIT, || {
+    let line = eventually(LIMIT, || {
         daemon
             .stderr()
             .lines()
@@ -139,7 +139,7 @@ fn a_reload_restarts_delivery_moves_the_server_and_loses_nothing() {
     assert!(sizes(&mock).iter().all(|n| *n <= 50), "{:?}", sizes(&mock));
     assert_eq!(metrics_status(port_b), Some(200));
     assert_eq!(metrics_status(port_a), None, "the old port still answers");
-    let pushed = wait_for(LIMIT, || {
+    let pushed = eventually(LIMIT, || {
         metric(
             port_b,
             "tapegate_telemetry_pushes_total{outcome=\"failed\"}",
@@ -161,7 +161,7 @@ fn a_reload_restarts_delivery_moves_the_server_and_loses_nothing() {
     let hash_after = inventory["config_hash"].clone();
     g.write_config(&config(7, port_c, &telemetry));
     daemon.hang_up();
-    wait_for(LIMIT, || {
+    eventually(LIMIT, || {
         daemon.stderr().contains("new config refused").then_some(())
     })
     .unwrap_or_else(|| panic!("not refused:\n{}", daemon.stderr()));

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 #[cfg(debug_assertions)]
 use common::day::Day;
-use common::{stdin_replay_config, tape_advert, tape_mac, wait_for, Daemon, Gateway};
+use common::{eventually, stdin_replay_config, tape_advert, tape_mac, Daemon, Gateway};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -54,7 +54,7 @@ fn captures_past_max_age_are_evicted_at_commit_and_while_idle_and_counted_so() {
             .collect();
         daemon.send(&old);
         daemon.send(&fresh);
-        let s = wait_for(LIMIT, || {
+        let s = eventually(LIMIT, || {
             let s = g.status_json();
             (s["admitted"] == 15).then_some(s)
         })
@@ -62,7 +62,7 @@ fn captures_past_max_age_are_evicted_at_commit_and_while_idle_and_counted_so() {
         // The old ones went at once; the fresh ones are kept until they are 2 s old, and
         // then go although nothing more is committed.
         assert!(s["evicted_by"]["max_age"].as_u64().unwrap() >= 5, "{s}");
-        let s = wait_for(LIMIT, || {
+        let s = eventually(LIMIT, || {
             let s = g.status_json();
             (s["evicted_by"]["max_age"] == 15).then_some(s)
         })
@@ -119,7 +119,7 @@ fn a_database_at_max_bytes_evicts_the_oldest_and_never_grows_past_it() {
             .collect();
         daemon.send(&adverts);
     }
-    let s = wait_for(LIMIT, || {
+    let s = eventually(LIMIT, || {
         let s = g.status_json();
         (s["admitted"] == u64::from(n)).then_some(s)
     })

@@ -38,7 +38,7 @@ fn tape_ad(counter: u16) -> Vec<u8> {
 
 /// Waits until the fake kernel has received `n` commands `opcode`.
 fn wait_commands(k: &FakeKernel, opcode: u16, n: usize, d: &Tapegate) {
-    if wait_for(Duration::from_secs(20), || {
+    if eventually(Duration::from_secs(20), || {
         (k.commands_of(opcode).len() >= n).then_some(())
     })
     .is_none()
@@ -65,10 +65,7 @@ fn heard(k: &FakeKernel, g: &Gateway, d: &Tapegate, counter: u16, n: u64) {
 }
 
 #[test]
-#[cfg_attr(
-    no_bluez_stand_in,
-    ignore = "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
-)]
+#[cfg_attr(no_bluez_stand_in, ignore = common::needs_bluez_stand_in!())]
 fn a_monitor_removed_with_handle_0_is_ours_removed_and_is_added_again() {
     need_stand_in();
     let s = StandIn::start(true, true);
@@ -97,10 +94,7 @@ fn a_monitor_removed_with_handle_0_is_ours_removed_and_is_added_again() {
 }
 
 #[test]
-#[cfg_attr(
-    no_bluez_stand_in,
-    ignore = "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
-)]
+#[cfg_attr(no_bluez_stand_in, ignore = common::needs_bluez_stand_in!())]
 fn a_restart_waits_for_the_remove_and_busy_is_asked_again_not_taken_for_a_refusal() {
     need_stand_in();
     let mut s = StandIn::start(true, true);
@@ -151,10 +145,7 @@ fn a_restart_waits_for_the_remove_and_busy_is_asked_again_not_taken_for_a_refusa
 }
 
 #[test]
-#[cfg_attr(
-    no_bluez_stand_in,
-    ignore = "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
-)]
+#[cfg_attr(no_bluez_stand_in, ignore = common::needs_bluez_stand_in!())]
 fn a_kernel_answering_busy_for_good_is_power_cycled_and_the_scan_stays_passive() {
     need_stand_in();
     let s = StandIn::start(true, true);
@@ -184,10 +175,7 @@ fn a_kernel_answering_busy_for_good_is_power_cycled_and_the_scan_stays_passive()
 }
 
 #[test]
-#[cfg_attr(
-    no_bluez_stand_in,
-    ignore = "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
-)]
+#[cfg_attr(no_bluez_stand_in, ignore = common::needs_bluez_stand_in!())]
 fn a_monitor_left_by_a_killed_daemon_is_removed_at_the_next_start() {
     need_stand_in();
     let s = StandIn::start(true, true);
@@ -229,10 +217,7 @@ fn a_monitor_left_by_a_killed_daemon_is_removed_at_the_next_start() {
 }
 
 #[test]
-#[cfg_attr(
-    no_bluez_stand_in,
-    ignore = "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
-)]
+#[cfg_attr(no_bluez_stand_in, ignore = common::needs_bluez_stand_in!())]
 fn tapegate_scan_scans_passively_with_the_products_monitor() {
     need_stand_in();
     let s = StandIn::start(true, true);
@@ -275,12 +260,11 @@ fn seqpacket_pair() -> (OwnedFd, OwnedFd) {
     unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
 }
 
+/// The start step's socket is taken from systemd's store, and closed when adverts come
+/// over D-Bus.
 #[test]
-#[cfg_attr(
-    no_bluez_stand_in,
-    ignore = "needs the BlueZ stand-in: dbus-daemon and /usr/bin/python3 with dbusmock (apt-get install dbus python3-dbusmock), missing when tapegate was built (build.rs; touch it after installing them)"
-)]
-fn the_start_steps_socket_is_taken_from_systemds_store_and_closed_when_adverts_come_over_dbus() {
+#[cfg_attr(no_bluez_stand_in, ignore = common::needs_bluez_stand_in!())]
+fn the_start_steps_socket_is_taken_from_systemds_store_and_closed() {
     need_stand_in();
     let s = StandIn::start(true, true);
     let dir = tempfile::tempdir().unwrap();
@@ -325,7 +309,7 @@ fn the_start_steps_socket_is_taken_from_systemds_store_and_closed_when_adverts_c
         d.stderr()
     );
     // ...and closed its copy: the kernel's end sees the socket's last holder gone.
-    let closed = wait_for(Duration::from_secs(10), || {
+    let closed = eventually(Duration::from_secs(10), || {
         let mut byte = [0u8; 1];
         // SAFETY: recv into a one-byte buffer, without waiting.
         let n = unsafe {

@@ -233,12 +233,8 @@ fn the_bundle_holds_what_support_needs_and_no_secret_in_any_form() {
             .map(|i| {
                 let a = tape_advert(tape_mac(i), T0_MS + i64::from(i), 1);
                 tapegate::record::Capture {
-                    mac: a.mac,
-                    ts_ms: a.ts_ms,
-                    product_id: "tape".into(),
-                    packet: "F70E".into(),
                     rssi: a.rssi,
-                    boot_ms: None,
+                    ..common::fixture::capture(a.mac, a.ts_ms, "F70E")
                 }
             })
             .collect();

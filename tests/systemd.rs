@@ -139,7 +139,7 @@ fn outside_systemd_nothing_is_notified_and_it_runs_the_same() {
 
 fn wait_pending(g: &Gateway, n: u64) {
     // The database may exist before its schema does: read it only once it can be.
-    let got = wait_for(Duration::from_secs(15), || {
+    let got = eventually(Duration::from_secs(15), || {
         (g.try_stats()?.pending == n).then_some(())
     });
     assert!(got.is_some(), "pending never reached {n}");
@@ -165,12 +165,12 @@ fn sighup_reloads_products_and_refuses_a_bad_config_without_dropping_anything() 
     g.write_config(&product("tape-v2"));
     daemon.hang_up();
     // Once ingest says so, every advert it reads carries the new products.
-    let reloaded = wait_for(Duration::from_secs(15), || {
+    let reloaded = eventually(Duration::from_secs(15), || {
         daemon.stderr().contains("reloaded products").then_some(())
     });
     assert!(reloaded.is_some(), "no reload: {}", daemon.stderr());
     daemon.send(&[advert(2)]);
-    let product_2 = wait_for(Duration::from_secs(15), || last_product(&g, tape_mac(2)));
+    let product_2 = eventually(Duration::from_secs(15), || last_product(&g, tape_mac(2)));
     assert_eq!(
         product_2.as_deref(),
         Some("tape-v2"),
@@ -183,12 +183,12 @@ fn sighup_reloads_products_and_refuses_a_bad_config_without_dropping_anything() 
         product("tape-v3")
     ));
     daemon.hang_up();
-    let refused = wait_for(Duration::from_secs(15), || {
+    let refused = eventually(Duration::from_secs(15), || {
         daemon.stderr().contains("new config refused").then_some(())
     });
     assert!(refused.is_some(), "no refusal: {}", daemon.stderr());
     daemon.send(&[advert(1000)]);
-    let product_1000 = wait_for(Duration::from_secs(15), || last_product(&g, tape_mac(1000)));
+    let product_1000 = eventually(Duration::from_secs(15), || last_product(&g, tape_mac(1000)));
     assert_eq!(
         product_1000.as_deref(),
         Some("tape-v2"),

@@ -13,7 +13,7 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{wait_for, Daemon, Gateway};
+use common::{eventually, Daemon, Gateway};
 use serde_json::Value;
 
 /// Long enough for a cold Prometheus on a busy 2-core machine.
@@ -52,7 +52,7 @@ impl Receiver {
             port,
             _dir: dir,
         };
-        let ready = wait_for(LIMIT, || {
+        let ready = eventually(LIMIT, || {
             get(r.port, "/-/ready").filter(|(status, _)| *status == 200)
         });
         assert!(ready.is_some(), "prometheus not ready: {}", r.log());
@@ -180,7 +180,7 @@ fn pushes_kept_through_a_receiver_outage_arrive_in_order_with_the_gateway_label(
     let daemon = Daemon::start(&g);
 
     // The receiver is down: pushes fail and are kept; capture goes on regardless.
-    let kept = wait_for(LIMIT, || {
+    let kept = eventually(LIMIT, || {
         own_metric(http_port, "tapegate_telemetry_buffered", "").filter(|n| *n >= 3.0)
     })
     .unwrap_or_else(|| {
@@ -205,7 +205,7 @@ fn pushes_kept_through_a_receiver_outage_arrive_in_order_with_the_gateway_label(
 
     let receiver = Receiver::start(port);
     // Everything kept is sent once the receiver is back...
-    wait_for(LIMIT, || {
+    eventually(LIMIT, || {
         own_metric(http_port, "tapegate_telemetry_buffered", "").filter(|n| *n == 0.0)
     })
     .unwrap_or_else(|| {
@@ -217,7 +217,7 @@ fn pushes_kept_through_a_receiver_outage_arrive_in_order_with_the_gateway_label(
     });
     // ...and the receiver holds them: samples from before it started, in time order,
     // labelled with the gateway.
-    let samples = wait_for(LIMIT, || {
+    let samples = eventually(LIMIT, || {
         let r = receiver.query(
             "tapegate_pending{job=\"tapegate\",gateway=\"dock-out\",instance=\"dock-out\"}[1h]",
         );
@@ -268,7 +268,7 @@ fn a_full_buffer_keeps_the_newest_pushes_and_counts_the_dropped() {
     let g = pushing_gateway("dock-full", &url, http_port, "max_buffered = 2\n");
     let started_ms = tapegate::clock::system().wall_ms() as f64;
     let daemon = Daemon::start(&g);
-    wait_for(LIMIT, || {
+    eventually(LIMIT, || {
         own_metric(
             http_port,
             "tapegate_telemetry_pushes_total",
@@ -282,7 +282,7 @@ fn a_full_buffer_keeps_the_newest_pushes_and_counts_the_dropped() {
         Some(2.0)
     );
     let receiver = Receiver::start(port);
-    wait_for(LIMIT, || {
+    eventually(LIMIT, || {
         own_metric(http_port, "tapegate_telemetry_buffered", "").filter(|n| *n == 0.0)
     })
     .unwrap_or_else(|| panic!("kept pushes not sent:\n{}", daemon.stderr()));
@@ -292,7 +292,7 @@ fn a_full_buffer_keeps_the_newest_pushes_and_counts_the_dropped() {
         "{outcome=\"dropped\"}",
     )
     .unwrap();
-    let samples = wait_for(LIMIT, || {
+    let samples = eventually(LIMIT, || {
         let r = receiver.query("tapegate_pending{gateway=\"dock-full\"}[1h]");
         let values = r.first()?["values"].as_array()?.clone();
         (!values.is_empty()).then_some(values)
@@ -329,7 +329,7 @@ fn two_gateways_push_to_one_receiver_with_their_own_labels_and_no_secret() {
     let (da, db) = (Daemon::start(&a), Daemon::start(&b));
     // The fleet's versions and configs in one query.
     let query = "group by (gateway, version, commit, config_hash) (tapegate_inventory_info{job=\"tapegate\"})";
-    let rows = wait_for(LIMIT, || {
+    let rows = eventually(LIMIT, || {
         let r = receiver.query(query);
         (r.len() == 2).then_some(r)
     })

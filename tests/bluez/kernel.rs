@@ -109,7 +109,7 @@ impl FakeKernel {
 
     /// Waits until the daemon has connected (panics after `limit`).
     pub fn wait_connected(&self, limit: Duration) {
-        let connected = crate::common::wait_for(limit, || self.conn.lock().unwrap().clone());
+        let connected = crate::common::eventually(limit, || self.conn.lock().unwrap().clone());
         assert!(
             connected.is_some(),
             "the daemon did not connect to the fake kernel"

@@ -140,7 +140,7 @@ impl StandIn {
         let socket = self.dir.path().join("system_bus_socket");
         write_bus_config(&self.dir.path().join("bus.conf"), &socket, true);
         unsafe { libc::kill(self.bus.id() as i32, libc::SIGHUP) };
-        let denied = wait_for(Duration::from_secs(10), || {
+        let denied = eventually(Duration::from_secs(10), || {
             writeln!(self.driver.stdin, "devices {HCI}").unwrap();
             self.driver.stdin.flush().unwrap();
             let mut line = String::new();
@@ -164,7 +164,7 @@ impl StandIn {
             .spawn()
             .expect("start dbus-daemon");
         assert!(
-            wait_for(Duration::from_secs(10), || socket.exists().then_some(())).is_some(),
+            eventually(Duration::from_secs(10), || socket.exists().then_some(())).is_some(),
             "the private bus did not come up"
         );
         let address = format!("unix:path={}", socket.display());
@@ -291,7 +291,7 @@ impl Tapegate {
 
     /// Waits until the log contains `what` (panics with the log after `limit`).
     pub fn wait_log(&self, what: &str, limit: Duration) {
-        if wait_for(limit, || self.stderr().contains(what).then_some(())).is_none() {
+        if eventually(limit, || self.stderr().contains(what).then_some(())).is_none() {
             panic!(
                 "no {what:?} in the log within {limit:?}:\n{}",
                 self.stderr()
@@ -301,7 +301,7 @@ impl Tapegate {
 
     /// Waits for the exit (panics after `limit`); returns the status and the log.
     pub fn wait(mut self, limit: Duration) -> (ExitStatus, String) {
-        let status = wait_for(limit, || self.child.try_wait().unwrap())
+        let status = eventually(limit, || self.child.try_wait().unwrap())
             .unwrap_or_else(|| panic!("no exit within {limit:?}:\n{}", self.stderr()));
         if let Some(r) = self.reader.take() {
             let _ = r.join();
@@ -355,7 +355,7 @@ pub fn admitted(g: &Gateway) -> u64 {
 pub fn wait_admitted(g: &Gateway, n: u64, d: &Tapegate) {
     // An upper bound for a loaded machine (the stand-in is Python); passing runs take
     // a few seconds.
-    if wait_for(Duration::from_secs(30), || (admitted(g) >= n).then_some(())).is_none() {
+    if eventually(Duration::from_secs(30), || (admitted(g) >= n).then_some(())).is_none() {
         panic!(
             "{} of {n} captures admitted within 30 s:\n{}",
             admitted(g),
