@@ -180,7 +180,12 @@ impl Run {
         gateway::start_witness(&vm, self.boots);
         let delay = self.random(phase.span_ms);
         if phase.name == "migration" {
+            // The cut falls after the daemon's own process started (it migrates first).
             vm.ok("systemctl start --no-block tapegate");
+            gateway::wait("the daemon's process", Duration::from_secs(120), || {
+                let pid = vm.ok("systemctl show -p MainPID --value tapegate");
+                (pid.trim() != "0").then_some(())
+            });
         } else {
             gateway::start(&vm);
         }
@@ -197,7 +202,7 @@ impl Run {
         .unwrap_or_default();
         let snap = Snapshot::parse(&text);
         eprintln!(
-            "vm_power: cut {n} ({}, {delay} ms after the start): last seen {} [{}]",
+            "vm_power: cut {n} ({}, {delay} ms after the daemon's start): last seen {} [{}]",
             phase.name,
             snap.summary(),
             log.lines().last().unwrap_or("")
@@ -225,7 +230,8 @@ impl Run {
         );
         // `status` reads only a migrated outbox (a cut before the migration leaves
         // schema 3, which the next start migrates).
-        if user_version(vm) == 6 {
+        let version = user_version(vm);
+        if version == 6 {
             gateway::status(vm);
         }
         let Some((before, durability)) = self.known.take() else {
@@ -233,7 +239,7 @@ impl Run {
         };
         let found = witness::compare(&before, &now);
         eprintln!(
-            "vm_power: boot {} found {} (quick_check ok); lost: {} admitted, {} pending",
+            "vm_power: boot {} found schema {version}, {} (quick_check ok); lost: {} admitted, {} pending",
             self.boots,
             now.summary(),
             found.lost_admitted,
