@@ -77,7 +77,7 @@ pub fn finish(run: &mut Run, cuts: usize) {
     );
     gateway::start_mock(&vm, run.boots);
     gateway::start(&vm);
-    gateway::wait("everything delivered", Duration::from_secs(600), || {
+    gateway::wait("everything delivered", Duration::from_secs(1200), || {
         let s = gateway::status(&vm);
         (s["pending"] == 0
             && vm

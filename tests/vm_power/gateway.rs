@@ -23,8 +23,9 @@ pub struct Settings {
     pub sim_duration_secs: Option<u32>,
 }
 
-/// The unit's config: the simulated fleet in real time (20 tapes, four adverts a
-/// second each, every packet new), no dedup, fast retries, to the mock on loopback.
+/// The unit's config: the simulated fleet in real time (200 tapes, an advert every
+/// 2.5 s each, every packet new: 80 captures a second, and batches that can be full,
+/// since a batch holds a MAC once), no dedup, fast retries, to the mock on loopback.
 pub fn config(s: Settings) -> String {
     let env = tapegate_mock::MockEnvironment::demo();
     format!(
@@ -36,7 +37,7 @@ pub fn config(s: Settings) -> String {
          customer_id = \"{}\"\nauthorized_groups = \"{}\"\n\
          [flush]\nmax_delay_secs = 1\nbackoff_initial_ms = 200\nbackoff_max_secs = 1\n\
          [dedup]\nwindow_secs = 0\nmin_interval_secs = 0\n\
-         [scanner]\nsource = \"sim\"\nsim_tapes = 20\nsim_interval_ms = 250\n\
+         [scanner]\nsource = \"sim\"\nsim_tapes = 200\nsim_interval_ms = 2500\n\
          sim_change_every = 1\nsim_others_ratio = 0.0\n{}\
          [outbox]\ndurability = \"{}\"\nmax_pending = {}\n",
         env.client_id,
