@@ -31,7 +31,7 @@ const PHASES: [Phase; 5] = [
         cuts: 2,
         settings: FULL,
         service: false,
-        span_ms: (0, 2500),
+        span_ms: (500, 8000),
     },
     Phase {
         name: "ingest",

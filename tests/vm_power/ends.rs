@@ -91,7 +91,7 @@ pub fn finish(run: &mut Run, cuts: usize) {
     let s = gateway::status(&vm);
     assert_eq!(user_version(&vm), 6, "the outbox migrated");
     let dead: BTreeSet<Key> = keys(&vm.ok(&format!(
-        "runuser -u tapegate -- sqlite3 {} \"SELECT printf('P %012X %d %s', mac, captured_at / 1000, hex(packet)) FROM dead_letters;\"",
+        "runuser -u tapegate -- sqlite3 {} \"SELECT printf('P %012X %d %s', mac, captured_at / 1000, CASE typeof(packet) WHEN 'blob' THEN hex(packet) ELSE packet END) FROM dead_letters;\"",
         gateway::DB
     )));
     let received = received(run);

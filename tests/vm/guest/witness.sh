@@ -2,7 +2,8 @@
 # What a reader of the outbox sees committed, written to the share as fast as it can
 # read it (the VM tests' power cuts, tests/vm_power/). Each snapshot is one read
 # transaction, so its counters and its pending rows are one committed state: lines
-# `C name value` (the counters table) and `P MAC SECONDS PACKET` (each pending row).
+# `C name value` (the counters table) and `P MAC SECONDS PACKET` (each pending row; a
+# packet kept as its bytes, or as text by an older schema, written as hex digits).
 # It is renamed into place whole, so the file always holds the last complete snapshot,
 # and the 9p share hands each write to the host at once: it outlives a power cut.
 # A reader in WAL mode sees a transaction only once its commit has been written (and,
@@ -19,7 +20,8 @@ while :; do
 .timeout 2000
 BEGIN;
 SELECT 'C ' || name || ' ' || value FROM counters;
-SELECT printf('P %012X %d %s', mac, captured_at / 1000, hex(packet)) FROM pending;
+SELECT printf('P %012X %d %s', mac, captured_at / 1000,
+  CASE typeof(packet) WHEN 'blob' THEN hex(packet) ELSE packet END) FROM pending;
 COMMIT;
 SQL
   then
