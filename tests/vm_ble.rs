@@ -45,7 +45,7 @@ fn a_gateway_in_a_vm_hears_tapes_through_a_real_kernel_and_bluez() {
     std::fs::create_dir_all(&work).unwrap();
     let image = Image::build(&X86_64, &work).unwrap_or_else(|e| panic!("the VM image: {e}"));
     let share = fresh_share(&work);
-    build_deb(&share.join("tapegate.deb"));
+    vm::package::amd64(&share.join("tapegate.deb"));
     let disk = Disk::fresh(&image, &work.join("run/disk.img")).unwrap();
     let prepared = started.elapsed();
     let machine = Machine::new(X86_64);
@@ -128,26 +128,6 @@ fn why_not() -> Option<String> {
 
 fn cargo() -> String {
     std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
-}
-
-/// The package as `cargo deb` builds it (the release build the container test shares),
-/// or the one `TAPEGATE_VM_DEB` names (another commit's, to see a case fail there).
-fn build_deb(out: &Path) {
-    if let Some(deb) = std::env::var_os("TAPEGATE_VM_DEB") {
-        std::fs::copy(&deb, out).expect("TAPEGATE_VM_DEB names a readable .deb");
-        return;
-    }
-    let docs = Command::new(vm::repo().join("scripts/package-docs.sh"))
-        .status()
-        .expect("scripts/package-docs.sh runs");
-    assert!(docs.success(), "scripts/package-docs.sh failed");
-    let status = Command::new(cargo())
-        .args(["deb", "--output"])
-        .arg(out)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .expect("cargo deb runs");
-    assert!(status.success(), "cargo deb failed");
 }
 
 /// The share for this run: the guest's agent, radio and management tool, and this

@@ -6,13 +6,19 @@
 #   - a Debian root made with debootstrap (systemd as PID 1, bluez, python3 with Bumble
 #     in /opt/bumble, sqlite3), with the kernel's modules and a unit that runs the
 #     test's agent from the 9p share, as a raw ext4 disk image compressed with zstd.
+# A foreign architecture (arm64, armhf on an amd64 machine) is debootstrapped in two
+# stages, the second run under qemu-user through binfmt_misc (qemu-user-static's
+# handlers, registered here when the machine has not); its kernel package is fetched
+# by the new root's own apt (the machine's apt needs no foreign architecture), and its
+# initramfs takes the root's own static busybox.
 # Everything a test changes (the package under test, the agent, the radio) comes through
 # the share at run time, so the image depends only on the packages and this script.
 #
 # Usage: scripts/vm/image.sh OUT_DIR
 #   env: DEB_ARCH (amd64), KERNEL_PACKAGE (linux-image-amd64), SUITE (bookworm),
 #        BUMBLE (bumble==0.0.236), PYTHON_VERSION (3.11, the suite's), WHEEL_PLATFORM
-#        (x86_64), IMAGE_MB (2048), KEY (a cache key the caller adds: its own inputs)
+#        (x86_64), IMAGE_MB (2048), KEY (a cache key the caller adds: its own inputs),
+#        PACKAGES (what debootstrap includes; BUMBLE=none for a root without Bumble)
 # Prints, on stdout, KERNEL=, INITRD=, IMAGE= and KERNEL_ABI= lines; progress on stderr.
 # Needs root, debootstrap, dpkg-deb, cpio, busybox-static, zstd, mkfs.ext4 and pip.
 set -euo pipefail
@@ -25,8 +31,10 @@ BUMBLE=${BUMBLE:-bumble==0.0.236}
 PYTHON_VERSION=${PYTHON_VERSION:-3.11}
 WHEEL_PLATFORM=${WHEEL_PLATFORM:-x86_64}
 IMAGE_MB=${IMAGE_MB:-2048}
-PACKAGES=systemd,systemd-sysv,dbus,bluez,python3,python3-venv,kmod,udev,procps,adduser,sqlite3
+PACKAGES=${PACKAGES:-systemd,systemd-sysv,dbus,bluez,python3,python3-venv,kmod,udev,procps,adduser,sqlite3}
 HERE=$(cd "$(dirname "$0")" && pwd)
+FOREIGN=
+[ "$DEB_ARCH" = "$(dpkg --print-architecture)" ] || FOREIGN=1
 
 say() { echo "image.sh: $*" >&2; }
 mkdir -p "$OUT"
@@ -48,53 +56,104 @@ mirror() {
     true; } | head -1
 }
 
-# The kernel package the metapackage names now (the archive keeps only the current ABI).
+# The kernel package the metapackage names now (the archive keeps only the current ABI),
+# by the machine's apt, or by the root's apt in ROOT (a foreign one).
 kernel_package() {
-  apt-cache depends "$KERNEL_PACKAGE:$DEB_ARCH" 2>/dev/null \
+  local apt=(apt-cache depends "$KERNEL_PACKAGE:$DEB_ARCH")
+  [ -z "${1:-}" ] || apt=(chroot "$1" apt-cache depends "$KERNEL_PACKAGE")
+  "${apt[@]}" 2>/dev/null \
     | awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ {print $2; exit}' | sed 's/:.*//'
 }
 
-KPKG=$(kernel_package)
-if [ -z "$KPKG" ]; then
-  say "apt knows no $KERNEL_PACKAGE yet: apt-get update"
-  apt-get update -qq >&2
-  KPKG=$(kernel_package)
-fi
-[ -n "$KPKG" ] || { say "apt knows no $KERNEL_PACKAGE for $DEB_ARCH (apt-get update?)"; exit 1; }
-ABI=${KPKG#linux-image-}
-KDIR=$OUT/kernel-$ABI
-if [ ! -f "$KDIR/.done" ]; then
-  say "kernel: $KPKG"
-  rm -rf "$KDIR" "$OUT/dl"
-  mkdir -p "$OUT/dl" "$KDIR"
-  # apt's sandbox user cannot write to a directory under root's home: download as root.
-  (cd "$OUT/dl" && apt-get download -q -o APT::Sandbox::User=root "$KPKG:$DEB_ARCH" >&2)
-  dpkg-deb -x "$OUT"/dl/"$KPKG"_*.deb "$KDIR"
-  rm -rf "$OUT/dl"
-  touch "$KDIR/.done"
-fi
-VMLINUZ=$(ls "$KDIR"/boot/vmlinuz-* | head -1)
+# Runs the foreign architecture's binaries through qemu-user-static: its binfmt_misc
+# handler registered, as systemd-binfmt does at boot (F: the interpreter opened now, so
+# it works inside a chroot).
+binfmt() {
+  local q
+  case "$DEB_ARCH" in arm64) q=aarch64 ;; armhf) q=arm ;; *) q=$DEB_ARCH ;; esac
+  [ -e /proc/sys/fs/binfmt_misc/register ] \
+    || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+  [ -e "/proc/sys/fs/binfmt_misc/qemu-$q" ] && return 0
+  [ -f "/usr/lib/binfmt.d/qemu-$q.conf" ] \
+    || { say "no /usr/lib/binfmt.d/qemu-$q.conf (apt-get install qemu-user-static)"; exit 1; }
+  say "binfmt_misc: registering qemu-$q"
+  grep -v '^#' "/usr/lib/binfmt.d/qemu-$q.conf" > /proc/sys/fs/binfmt_misc/register
+}
 
-# The root as debootstrap made it, kept as a tarball (the slow step: a few minutes).
+# Fetches and unpacks kernel package $1 into KDIR (by the root's apt in $2, if given).
+fetch_kernel() {
+  local dl
+  say "kernel: $1"
+  rm -rf "$KDIR"
+  mkdir -p "$KDIR"
+  if [ -n "${2:-}" ]; then
+    mkdir -p "$2/tmp/kernel"
+    chroot "$2" sh -c "cd /tmp/kernel && apt-get download -q -o APT::Sandbox::User=root $1" >&2
+    dl=$2/tmp/kernel
+  else
+    dl=$OUT/dl
+    rm -rf "$dl"
+    mkdir -p "$dl"
+    # apt's sandbox user cannot write to a directory under root's home: download as root.
+    (cd "$dl" && apt-get download -q -o APT::Sandbox::User=root "$1:$DEB_ARCH" >&2)
+  fi
+  dpkg-deb -x "$dl"/"$1"_*.deb "$KDIR"
+  rm -rf "$dl"
+  touch "$KDIR/.done"
+}
+
+# The root as debootstrap made it, kept as a tarball (the slow step: a few minutes; a
+# foreign root's second stage, under qemu-user, several). A foreign root's kernel is
+# fetched with it, from the same state of the archive, and its ABI kept beside it.
 BASE=$OUT/$SUITE-$DEB_ARCH-base-$(echo "$PACKAGES" | cksum | cut -d' ' -f1).tar.zst
+[ -z "$FOREIGN" ] || binfmt
+if [ -z "$FOREIGN" ]; then
+  KPKG=$(kernel_package)
+  if [ -z "$KPKG" ]; then
+    say "apt knows no $KERNEL_PACKAGE yet: apt-get update"
+    apt-get update -qq >&2
+    KPKG=$(kernel_package)
+  fi
+  [ -n "$KPKG" ] || { say "apt knows no $KERNEL_PACKAGE for $DEB_ARCH (apt-get update?)"; exit 1; }
+  ABI=${KPKG#linux-image-}
+  KDIR=$OUT/kernel-$ABI
+  [ -f "$KDIR/.done" ] || fetch_kernel "$KPKG"
+fi
 if [ ! -f "$BASE" ]; then
   MIRROR=$(mirror)
   [ -n "$MIRROR" ] || { say "no Debian mirror in this machine's apt sources"; exit 1; }
   say "debootstrap $SUITE ($DEB_ARCH) from the machine's mirror (a few minutes, cached)"
   tmp=$(mktemp -d "$OUT/debootstrap.XXXXXX")
   trap 'rm -rf "$tmp"' EXIT
-  debootstrap --variant=minbase --arch="$DEB_ARCH" --include="$PACKAGES" \
-    "$SUITE" "$tmp" "$MIRROR" > "$OUT/debootstrap.log" 2>&1 \
-    || { tail -20 "$OUT/debootstrap.log" >&2; exit 1; }
+  if [ -n "$FOREIGN" ]; then
+    { debootstrap --foreign --variant=minbase --arch="$DEB_ARCH" --include="$PACKAGES" \
+        "$SUITE" "$tmp" "$MIRROR" && chroot "$tmp" /debootstrap/debootstrap --second-stage; } \
+      > "$OUT/debootstrap.log" 2>&1 || { tail -20 "$OUT/debootstrap.log" >&2; exit 1; }
+    KPKG=$(kernel_package "$tmp")
+    [ -n "$KPKG" ] || { say "the $DEB_ARCH root's apt knows no $KERNEL_PACKAGE"; exit 1; }
+    ABI=${KPKG#linux-image-}
+    KDIR=$OUT/kernel-$ABI
+    fetch_kernel "$KPKG" "$tmp"
+    echo "$ABI" > "$BASE.abi"
+  else
+    debootstrap --variant=minbase --arch="$DEB_ARCH" --include="$PACKAGES" \
+      "$SUITE" "$tmp" "$MIRROR" > "$OUT/debootstrap.log" 2>&1 \
+      || { tail -20 "$OUT/debootstrap.log" >&2; exit 1; }
+  fi
   tar -C "$tmp" --zstd -cf "$BASE.partial" .
   mv "$BASE.partial" "$BASE"
   rm -rf "$tmp"
   trap - EXIT
 fi
+if [ -n "$FOREIGN" ]; then
+  ABI=$(cat "$BASE.abi")
+  KDIR=$OUT/kernel-$ABI
+fi
+VMLINUZ=$(ls "$KDIR"/boot/vmlinuz-* | head -1)
 
 # The image: the base, the kernel's modules, Bumble, the agent's unit. Keyed on
 # everything that goes into it.
-KEY=$( { cat "$0" "$HERE/initramfs.sh"; echo "$ABI $BUMBLE $PYTHON_VERSION $IMAGE_MB ${KEY:-}"; } | cksum | cut -d' ' -f1)
+KEY=$( { cat "$0" "$HERE/initramfs.sh"; echo "$ABI $BUMBLE $PYTHON_VERSION $IMAGE_MB $PACKAGES ${KEY:-}"; } | cksum | cut -d' ' -f1)
 IMAGE=$OUT/root-$SUITE-$DEB_ARCH-$ABI-$KEY.img.zst
 INITRD=$OUT/initrd-$ABI-$KEY.img
 if [ ! -f "$IMAGE" ] || [ ! -f "$INITRD" ]; then
@@ -109,20 +168,22 @@ if [ ! -f "$IMAGE" ] || [ ! -f "$INITRD" ]; then
   cp -a "$KDIR/lib/modules/$ABI" "$root/lib/modules/"
   chroot "$root" depmod "$ABI"
 
-  say "root: $BUMBLE (wheels for CPython $PYTHON_VERSION from PyPI, installed offline)"
-  platforms=()
-  for v in 36 35 34 33 32 31 30 29 28 27 26 25 24 23 22 21 20 19 18 17 5; do
-    platforms+=(--platform "manylinux_2_${v}_$WHEEL_PLATFORM")
-  done
-  platforms+=(--platform "manylinux2014_$WHEEL_PLATFORM" --platform "manylinux1_$WHEEL_PLATFORM")
-  mkdir -p "$root/tmp/wheels"
-  python3 -m pip download -q --disable-pip-version-check --only-binary=:all: \
-    --python-version "$PYTHON_VERSION" --implementation cp "${platforms[@]}" \
-    -d "$root/tmp/wheels" "$BUMBLE" >&2
-  chroot "$root" python3 -m venv /opt/bumble
-  chroot "$root" env -u PIP_FIND_LINKS /opt/bumble/bin/pip install -q --no-index \
-    --disable-pip-version-check --find-links /tmp/wheels "$BUMBLE" >&2
-  rm -rf "$root/tmp/wheels"
+  if [ "$BUMBLE" != none ]; then
+    say "root: $BUMBLE (wheels for CPython $PYTHON_VERSION from PyPI, installed offline)"
+    platforms=()
+    for v in 36 35 34 33 32 31 30 29 28 27 26 25 24 23 22 21 20 19 18 17 5; do
+      platforms+=(--platform "manylinux_2_${v}_$WHEEL_PLATFORM")
+    done
+    platforms+=(--platform "manylinux2014_$WHEEL_PLATFORM" --platform "manylinux1_$WHEEL_PLATFORM")
+    mkdir -p "$root/tmp/wheels"
+    python3 -m pip download -q --disable-pip-version-check --only-binary=:all: \
+      --python-version "$PYTHON_VERSION" --implementation cp "${platforms[@]}" \
+      -d "$root/tmp/wheels" "$BUMBLE" >&2
+    chroot "$root" python3 -m venv /opt/bumble
+    chroot "$root" env -u PIP_FIND_LINKS /opt/bumble/bin/pip install -q --no-index \
+      --disable-pip-version-check --find-links /tmp/wheels "$BUMBLE" >&2
+    rm -rf "$root/tmp/wheels"
+  fi
 
   say "root: the share, the agent, a quiet boot"
   echo tapegate-vm > "$root/etc/hostname"
@@ -163,7 +224,12 @@ UNIT
   mv "$IMAGE.partial" "$IMAGE"
 
   say "initramfs"
-  "$HERE/initramfs.sh" "$root" "$ABI" "$INITRD"
+  # A foreign root brings its own static busybox (PACKAGES has busybox-static).
+  if [ -n "$FOREIGN" ]; then
+    BUSYBOX=$root/bin/busybox "$HERE/initramfs.sh" "$root" "$ABI" "$INITRD"
+  else
+    "$HERE/initramfs.sh" "$root" "$ABI" "$INITRD"
+  fi
   rm -rf "$root"
   trap - EXIT
 fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A tiny initramfs for the VM tests: busybox (static, the host's busybox-static), the
-# modules the root disk needs (virtio, ext4) with their dependencies as the root's
+# modules the root disk needs (virtio on PCI or MMIO, ext4) with their dependencies as the root's
 # modules.dep lists them, and an /init that loads them, mounts /dev/vda and hands over
 # to the root's systemd.
 # Usage: scripts/vm/initramfs.sh ROOT KERNEL_ABI OUT   (ROOT has lib/modules/ABI, depmod run)
@@ -25,7 +25,7 @@ deps() {
   awk -v p="$path:" '$1 == p {for (i = NF; i > 1; i--) print $i}' "$MODS/modules.dep"
   echo "$path"
 }
-for m in virtio_pci virtio_blk crc32c_generic ext4; do deps "$m"; done | awk '!seen[$0]++' > "$w/order"
+for m in virtio_pci virtio_mmio virtio_blk crc32c_generic ext4; do deps "$m"; done | awk '!seen[$0]++' > "$w/order"
 : > "$w/mods/order"
 while read -r p; do
   cp "$MODS/$p" "$w/mods/"

@@ -83,8 +83,9 @@ impl Vm {
             ))
             .arg("-drive")
             .arg(format!(
-                "file={},if=virtio,format=raw,cache=unsafe",
-                disk.path.display()
+                "file={},if=virtio,format=raw,cache={}",
+                disk.path.display(),
+                machine.disk_cache
             ))
             .arg("-virtfs")
             .arg(format!(
@@ -174,10 +175,11 @@ impl Vm {
         out.stdout
     }
 
-    /// Cuts the power: QEMU is killed, whatever the guest was doing. The disk keeps
-    /// every write the guest's kernel had issued (the raw image is written as QEMU goes;
-    /// `cache=unsafe` only spares the host's disk the guest's flushes), and loses what
-    /// was still in the guest's page cache, as a gateway's power cut does.
+    /// Cuts the power: QEMU is killed (SIGKILL), whatever the guest was doing. The disk
+    /// keeps every write QEMU had completed (the host's page cache outlives QEMU) and
+    /// loses what was still in the guest's page cache or on its way, as a gateway's
+    /// power cut does. With [`super::Machine::power_cuts`] the guest is told its disk has
+    /// no write cache, so a write it saw completed is one a real disk would hold too.
     pub fn power_cut(mut self) {
         let _ = self.qemu.kill();
         let _ = self.qemu.wait();

@@ -2,8 +2,8 @@
 //! systemd as PID 1, booted in QEMU, driven through a 9p share.
 //!
 //! - [`Arch`]: what differs between the machines a gateway runs on (the Debian
-//!   architecture and kernel package, the QEMU system and its console). x86_64 is what
-//!   the tests boot; the Arm ones say how an Arm boot would be set up.
+//!   architecture and kernel package, the QEMU system and its console). x86_64 (the BLE and
+//!   power-cut tests) and the Arm ones are booted (`tests/vm_arm.rs`), all under TCG.
 //! - [`Image`]: the kernel, the initramfs and the root's disk image, built by
 //!   `scripts/vm/image.sh` from this machine's apt mirror and PyPI and cached under
 //!   `target/vm/<arch>/` (a cold build is a debootstrap: a few minutes).
@@ -17,6 +17,7 @@
 #![allow(dead_code)]
 
 mod machine;
+pub mod package;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -39,7 +40,21 @@ pub struct Arch {
     pub machine: &'static [&'static str],
     /// The kernel's serial console.
     pub console: &'static str,
+    /// What `scripts/vm/image.sh` is given besides the architecture: an Arm root has
+    /// no BlueZ or Bumble (the Arm boots test the package, not the radio), and brings
+    /// the static busybox its initramfs needs.
+    pub image_env: &'static [(&'static str, &'static str)],
 }
+
+/// The Arm roots' packages: systemd as PID 1, python3 for the agent and the service's
+/// stand-in, sqlite3, and busybox-static for the initramfs.
+const ARM_IMAGE: &[(&str, &str)] = &[
+    ("BUMBLE", "none"),
+    (
+        "PACKAGES",
+        "systemd,systemd-sysv,dbus,python3,kmod,udev,procps,adduser,sqlite3,busybox-static",
+    ),
+];
 
 pub const X86_64: Arch = Arch {
     name: "x86_64",
@@ -49,11 +64,11 @@ pub const X86_64: Arch = Arch {
     qemu: "qemu-system-x86_64",
     machine: &["-cpu", "max"],
     console: "ttyS0",
+    image_env: &[],
 };
 
-/// Not booted by any test yet: a Raspberry Pi 3/4-class 64-bit gateway (Debian's arm64
-/// kernel on QEMU's `virt` board). The image needs a foreign-architecture debootstrap
-/// (qemu-user-static) and the initramfs an Arm busybox.
+/// A Raspberry Pi 3/4-class 64-bit gateway: Debian's arm64 kernel on QEMU's `virt`
+/// board (`tests/vm_arm.rs`). The root is debootstrapped for arm64 under qemu-user.
 pub const AARCH64: Arch = Arch {
     name: "aarch64",
     deb_arch: "arm64",
@@ -62,9 +77,10 @@ pub const AARCH64: Arch = Arch {
     qemu: "qemu-system-aarch64",
     machine: &["-M", "virt", "-cpu", "cortex-a72"],
     console: "ttyAMA0",
+    image_env: ARM_IMAGE,
 };
 
-/// Not booted by any test yet: a 32-bit Pi OS-class gateway (Debian's armmp kernel).
+/// A 32-bit Pi OS-class gateway: Debian's armmp-lpae kernel on `virt` (`tests/vm_arm.rs`).
 pub const ARMHF: Arch = Arch {
     name: "armhf",
     deb_arch: "armhf",
@@ -73,6 +89,7 @@ pub const ARMHF: Arch = Arch {
     qemu: "qemu-system-arm",
     machine: &["-M", "virt", "-cpu", "cortex-a15"],
     console: "ttyAMA0",
+    image_env: ARM_IMAGE,
 };
 
 /// How QEMU runs the guest's instructions.
@@ -99,6 +116,10 @@ pub struct Machine {
     pub accel: Accel,
     pub memory_mb: u32,
     pub cpus: u32,
+    /// QEMU's cache mode for the disk. `unsafe` (fast; flushes ignored) unless a test
+    /// cuts the power and needs the disk to hold only what a real one would
+    /// ([`Machine::power_cuts`]).
+    pub disk_cache: &'static str,
 }
 
 impl Machine {
@@ -109,6 +130,18 @@ impl Machine {
             accel: Accel::from_env(),
             memory_mb: 1024,
             cpus: 1,
+            disk_cache: "unsafe",
+        }
+    }
+
+    /// A machine whose power is cut: the disk in `writethrough` mode, so that QEMU tells
+    /// the guest it has no volatile write cache and completes a write only once the
+    /// host holds it. Killing QEMU then loses what a power cut of such a disk loses:
+    /// the guest's page cache and the writes not yet completed, and nothing else.
+    pub fn power_cuts(arch: Arch) -> Machine {
+        Machine {
+            disk_cache: "writethrough",
+            ..Machine::new(arch)
         }
     }
 }
@@ -133,6 +166,7 @@ impl Image {
             .env("DEB_ARCH", arch.deb_arch)
             .env("KERNEL_PACKAGE", arch.kernel_package)
             .env("WHEEL_PLATFORM", arch.wheel_platform)
+            .envs(arch.image_env.iter().copied())
             .stderr(Stdio::inherit())
             .output()
             .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
@@ -240,6 +274,17 @@ pub fn prerequisites(arch: &Arch) -> Result<(), String> {
         return Err("no pip for python3 (apt-get install python3-pip)".into());
     }
     Ok(())
+}
+
+/// Whether an opt-in test was asked for (`var` set to 1); if not, says so (under CI
+/// too: these tests take longer under TCG on the project's machines than a CI run can
+/// give them, docs/testing.md).
+pub fn opted_in(var: &str, test: &str) -> bool {
+    if std::env::var(var).is_ok_and(|v| v == "1") {
+        return true;
+    }
+    eprintln!("\n*** NOT RUN {test}: opt-in, set {var}=1 (docs/testing.md) ***\n");
+    false
 }
 
 /// Skips the test (returns `true`) when `why` is `Some`, loudly; under CI (`CI` set)

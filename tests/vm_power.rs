@@ -1,0 +1,109 @@
+//! Power cuts on a real kernel: the amd64 package installed by apt in a QEMU VM
+//! (`tests/vm/`), its unit run by systemd with the simulated fleet delivering to the
+//! mock service on the VM's loopback, and the VM's power cut (QEMU killed) at seeded
+//! random moments, at least 20 times: while captures are committed, while they are
+//! delivered, while the outbox evicts, while the daemon migrates an older schema on its
+//! first start, and with `durability = "normal"`. The disk is QEMU's `writethrough`
+//! ([`vm::Machine::power_cuts`]): what the guest had not written is gone with its RAM.
+//!
+//! What was committed is known from a reader of the outbox (`tests/vm/guest/witness.sh`),
+//! whose snapshots reach the host through the share as they are taken. After each boot,
+//! before the daemon starts again: no database moved aside, `PRAGMA quick_check` ok,
+//! `admitted = delivered + dead_letters + evicted + pending` in `tapegate status`, and
+//! (under `durability = "full"`) every counter and pending capture of the last snapshot
+//! still there or gone with a fate; under "normal" the loss is measured. At the end the
+//! service must have received every pending capture the witness ever saw.
+//!
+//! `TAPEGATE_VM_SEED=N` replays a run (the seed is printed). Skips, loudly, as
+//! `tests/vm_ble.rs` does, without root, QEMU or the image's tools, except under CI.
+
+mod common;
+#[path = "vm_power/cycle.rs"]
+mod cycle;
+#[path = "vm_power/ends.rs"]
+mod ends;
+#[path = "vm_power/gateway.rs"]
+mod gateway;
+#[path = "vm/mod.rs"]
+mod vm;
+#[path = "vm_power/witness.rs"]
+mod witness;
+
+use std::path::{Path, PathBuf};
+use tokio::time::Instant;
+
+use vm::{Disk, Image, Machine, X86_64};
+
+const TEST: &str = "the power-cut VM test (tests/vm_power.rs)";
+
+#[test]
+fn committed_captures_survive_power_cuts_on_a_real_kernel() {
+    let started = Instant::now();
+    if !vm::opted_in("TAPEGATE_VM_POWER", TEST) {
+        return;
+    }
+    if vm::skip(TEST, vm::prerequisites(&X86_64).err()) {
+        return;
+    }
+    let seed = std::env::var("TAPEGATE_VM_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("vm_power: seed {seed} (TAPEGATE_VM_SEED={seed} replays these cuts)");
+    let Some(previous) = vm::package::previous() else {
+        let why = "no package of the earlier commit (outbox schema 3) under \
+                   target/systemd-container/: run tests/systemd_container.rs first";
+        vm::skip(TEST, Some(why.into()));
+        return;
+    };
+    let work = vm::target_dir().join("vm").join(X86_64.name);
+    std::fs::create_dir_all(&work).unwrap();
+    let image = Image::build(&X86_64, &work).unwrap_or_else(|e| panic!("the VM image: {e}"));
+    let share = fresh_share(&work, &previous);
+    vm::package::amd64(&share.join("tapegate.deb"));
+    let disk = Disk::fresh(&image, &work.join("power/disk.img")).unwrap();
+    eprintln!(
+        "vm_power: image and package ready after {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    let mut run = cycle::Run::new(
+        Machine::power_cuts(X86_64),
+        image,
+        disk,
+        share,
+        work.join("power/console.log"),
+        seed,
+    );
+    run.all();
+    eprintln!("vm_power: {:.0} s in all", started.elapsed().as_secs_f64());
+}
+
+/// The share: the agent, the witness, this build's binary (with the mock service) as
+/// `bin/tapegate`, and the earlier commit's binary as `old/usr/bin/tapegate`.
+fn fresh_share(work: &Path, previous: &Path) -> PathBuf {
+    let share = work.join("power/share");
+    let _ = std::fs::remove_dir_all(&share);
+    std::fs::create_dir_all(share.join("bin")).unwrap();
+    std::fs::create_dir_all(share.join("out")).unwrap();
+    // The witness runs as the service user (9p passes the guest's own permissions).
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(share.join("out"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let guest = vm::repo().join("tests/vm/guest");
+    for name in ["agent.py", "witness.sh"] {
+        std::fs::copy(guest.join(name), share.join(name)).unwrap();
+    }
+    std::fs::copy(common::BIN, share.join("bin/tapegate")).unwrap();
+    let status = std::process::Command::new("dpkg-deb")
+        .arg("-x")
+        .arg(previous)
+        .arg(share.join("old"))
+        .status()
+        .unwrap();
+    assert!(status.success(), "dpkg-deb -x {}", previous.display());
+    share
+}

@@ -1,0 +1,271 @@
+//! The cuts: phases of a few boots each, every boot checked against the witness's last
+//! snapshot before the cut that ended the boot before it.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::gateway::{self, Settings};
+use super::vm::{Disk, Image, Machine, Vm};
+use super::witness::{self, Key, Snapshot};
+
+pub const FULL: Settings = Settings {
+    durability: "full",
+    max_pending: 1_000_000,
+    sim_duration_secs: None,
+};
+
+/// A phase: its cuts, how the daemon runs, whether the service answers, and the span
+/// (ms after READY, or after the start for a migration) in which each cut falls.
+struct Phase {
+    name: &'static str,
+    cuts: usize,
+    settings: Settings,
+    service: bool,
+    span_ms: (u64, u64),
+}
+
+const PHASES: [Phase; 5] = [
+    Phase {
+        name: "migration",
+        cuts: 2,
+        settings: FULL,
+        service: false,
+        span_ms: (500, 8000),
+    },
+    Phase {
+        name: "ingest",
+        cuts: 4,
+        settings: FULL,
+        service: false,
+        span_ms: (300, 6000),
+    },
+    Phase {
+        name: "delivery",
+        cuts: 5,
+        settings: FULL,
+        service: true,
+        span_ms: (300, 6000),
+    },
+    Phase {
+        name: "eviction",
+        cuts: 4,
+        settings: Settings {
+            max_pending: 300,
+            ..FULL
+        },
+        service: false,
+        span_ms: (300, 6000),
+    },
+    Phase {
+        name: "normal",
+        cuts: 5,
+        settings: Settings {
+            durability: "normal",
+            ..FULL
+        },
+        service: false,
+        span_ms: (1000, 12000),
+    },
+];
+
+pub struct Run {
+    pub(super) machine: Machine,
+    pub(super) image: Image,
+    pub(super) disk: Disk,
+    pub(super) share: PathBuf,
+    pub(super) console: PathBuf,
+    pub(super) rng: u64,
+    pub(super) boots: usize,
+    /// The last committed state the harness knows of, and its phase.
+    pub(super) known: Option<(Snapshot, &'static str)>,
+    /// Every pending capture a snapshot showed under `durability = "full"`.
+    pub(super) witnessed: BTreeSet<Key>,
+    /// Captures lost per cut under "normal".
+    pub(super) normal_losses: Vec<i64>,
+}
+
+impl Run {
+    pub fn new(
+        machine: Machine,
+        image: Image,
+        disk: Disk,
+        share: PathBuf,
+        console: PathBuf,
+        seed: u64,
+    ) -> Run {
+        Run {
+            machine,
+            image,
+            disk,
+            share,
+            console,
+            rng: seed | 1,
+            boots: 0,
+            known: None,
+            witnessed: BTreeSet::new(),
+            normal_losses: Vec::new(),
+        }
+    }
+
+    /// A number in `lo..hi` (xorshift64*, from the seed).
+    fn random(&mut self, (lo, hi): (u64, u64)) -> u64 {
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        lo + self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) % (hi - lo).max(1)
+    }
+
+    pub(super) fn boot(&mut self) -> Vm {
+        self.boots += 1;
+        let vm = Vm::boot(
+            &self.machine,
+            &self.image,
+            &self.disk,
+            &self.share,
+            &self.console,
+        )
+        .unwrap_or_else(|e| panic!("boot {} failed: {e}", self.boots));
+        eprintln!(
+            "vm_power: boot {} in {:.0} s",
+            self.boots,
+            vm.booted_in.as_secs_f64()
+        );
+        vm
+    }
+
+    /// Every phase, or those `TAPEGATE_VM_PHASES=ingest,normal` names.
+    pub fn all(&mut self) {
+        let only = std::env::var("TAPEGATE_VM_PHASES").ok();
+        let wanted = |name: &str| {
+            only.as_ref()
+                .is_none_or(|o| o.split(',').any(|n| n.trim() == name))
+        };
+        // The setup (the install by apt, the older outbox) on QEMU's fast cache, ended by
+        // a clean power-off; every boot that is cut runs on the cut's own.
+        let cuts = self.machine;
+        self.machine = Machine::new(cuts.arch);
+        let vm = self.boot();
+        gateway::install(&vm);
+        if wanted("migration") {
+            super::ends::older_schema(&vm);
+        }
+        vm.power_off(Duration::from_secs(120));
+        self.machine = cuts;
+        let mut cut = 0;
+        for phase in PHASES.iter().filter(|p| wanted(p.name)) {
+            for _ in 0..phase.cuts {
+                cut += 1;
+                self.cut(cut, phase);
+            }
+        }
+        super::ends::finish(self, cut);
+    }
+
+    /// One boot of `phase`: the checks of what the last cut left, the daemon started,
+    /// the power cut at a random moment.
+    fn cut(&mut self, n: usize, phase: &Phase) {
+        let vm = self.boot();
+        self.after_boot(&vm);
+        gateway::configure(&vm, phase.settings);
+        if phase.name == "migration" {
+            vm.ok("install -d -o tapegate -g tapegate /var/lib/tapegate; rm -f /var/lib/tapegate/outbox.db*; cp -a /var/lib/tapegate-v3/outbox.db* /var/lib/tapegate/; chown tapegate: /var/lib/tapegate/outbox.db*; sync");
+            let before = gateway::read_db(&vm);
+            assert_eq!(user_version(&vm), 3, "the older schema is restored");
+            self.known = Some((before, phase.name));
+        }
+        if phase.service {
+            gateway::start_mock(&vm, self.boots);
+        }
+        gateway::start_witness(&vm, self.boots);
+        let delay = self.random(phase.span_ms);
+        if phase.name == "migration" {
+            // The cut falls after the daemon's own process started (it migrates first).
+            vm.ok("systemctl start --no-block tapegate");
+            gateway::wait("the daemon's process", Duration::from_secs(120), || {
+                let pid = vm.ok("systemctl show -p MainPID --value tapegate");
+                (pid.trim() != "0").then_some(())
+            });
+        } else {
+            gateway::start(&vm);
+        }
+        // The moment of the cut is the test's input, not a wait for a condition.
+        std::thread::sleep(Duration::from_millis(delay));
+        let log = vm
+            .sh("journalctl --no-pager -o cat -u tapegate -b 0 | tail -3")
+            .stdout;
+        vm.power_cut();
+        let text = std::fs::read_to_string(
+            self.share
+                .join(format!("out/witness-{:03}.txt", self.boots)),
+        )
+        .unwrap_or_default();
+        let snap = Snapshot::parse(&text);
+        eprintln!(
+            "vm_power: cut {n} ({}, {delay} ms after the daemon's start): last seen {} [{}]",
+            phase.name,
+            snap.summary(),
+            log.lines().last().unwrap_or("")
+        );
+        if !text.is_empty() {
+            if phase.settings.durability == "full" {
+                self.witnessed.extend(snap.pending.iter().cloned());
+            }
+            self.known = Some((snap, phase.settings.durability));
+        }
+    }
+
+    /// What every boot checks before the daemon starts: the database not moved aside,
+    /// quick_check, the status's sum, and what the last snapshot before the cut saw.
+    pub(super) fn after_boot(&mut self, vm: &Vm) {
+        if self.known.is_none() && !vm.sh(&format!("test -e {}", gateway::DB)).success() {
+            return;
+        }
+        gateway::integrity(vm);
+        let now = gateway::read_db(vm);
+        assert!(
+            now.adds_up(),
+            "the counters do not add up: {}",
+            now.summary()
+        );
+        // `status` reads only a migrated outbox (a cut before the migration leaves
+        // schema 3, which the next start migrates).
+        let version = user_version(vm);
+        if version == 6 {
+            gateway::status(vm);
+        }
+        let Some((before, durability)) = self.known.take() else {
+            return;
+        };
+        let found = witness::compare(&before, &now);
+        eprintln!(
+            "vm_power: boot {} found schema {version}, {} (quick_check ok); lost: {} admitted, {} pending",
+            self.boots,
+            now.summary(),
+            found.lost_admitted,
+            found.lost_pending
+        );
+        if durability == "normal" {
+            self.normal_losses.push(found.lost_admitted);
+        } else {
+            assert!(
+                found.nothing_lost(),
+                "durability = \"full\" lost committed captures in a power cut: {found:?}\n\
+                 before the cut: {}\nafter it: {}",
+                before.summary(),
+                now.summary()
+            );
+        }
+    }
+}
+
+/// The outbox's schema version.
+pub fn user_version(vm: &Vm) -> i64 {
+    vm.ok(&format!(
+        "runuser -u tapegate -- sqlite3 {} 'PRAGMA user_version;'",
+        gateway::DB
+    ))
+    .trim()
+    .parse()
+    .unwrap()
+}
