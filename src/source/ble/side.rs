@@ -72,6 +72,11 @@ pub(super) struct Side {
     /// The record was read (at the first registration: later, a handle the kernel
     /// holds may be another's, given out again).
     pub(super) record_read: bool,
+    /// Our monitor's handle when a "remove all" (handle 0) said it was gone: the kernel
+    /// may send that event for a removal that came before our Add (bluetoothd's reset
+    /// racing our registration, seen on a re-plugged controller), so the next
+    /// registration removes this handle first rather than leave two monitors.
+    pub(super) maybe_left: Option<u16>,
 }
 
 impl Side {
@@ -85,10 +90,14 @@ impl Side {
                 if let Monitor::Active(ours) = *monitor {
                     if *h == ours || *h == 0 {
                         *monitor = Monitor::Missing;
+                        self.maybe_left = (*h == 0).then_some(ours);
                     }
                 }
             }
-            mgmt::Control::AdapterGone => *monitor = Monitor::Missing,
+            mgmt::Control::AdapterGone => {
+                *monitor = Monitor::Missing;
+                self.maybe_left = None;
+            }
             mgmt::Control::CommandDone { .. } => {}
         }
     }
@@ -122,8 +131,8 @@ impl Side {
         let params = wire::monitor_patterns(patterns).ok_or_else(|| {
             Refused::Socket("the products' patterns do not fit an advertisement monitor".into())
         })?;
-        let old = match self.monitor {
-            Some(Monitor::Active(h)) => Some(h),
+        let old = match (self.monitor, self.maybe_left.take()) {
+            (Some(Monitor::Active(h)), _) | (_, Some(h)) => Some(h),
             _ => self.recorded_stale(now, meanwhile).await,
         };
         if let Some(h) = old {

@@ -134,6 +134,7 @@ impl Ble {
                         record: self.monitor_record.clone(),
                         busy: false,
                         record_read: false,
+                        maybe_left: None,
                     })
             }
             Err(e) => Err(e),
