@@ -22,6 +22,10 @@ pub struct Air {
     pub scan_requests: u64,
     /// The counter in the last advert (a payload set by `data` has none).
     pub last_counter: Option<u64>,
+    /// The counter in the last advert the controller reported to the host (the host's
+    /// scan may be off at a moment an advert is on air: the kernel restarts it).
+    #[serde(default)]
+    pub last_reported_counter: Option<u64>,
 }
 
 pub struct Radio<'a> {

@@ -84,6 +84,7 @@ class Advertiser:
         self.reported = 0
         self.scan_requests = 0
         self.last_counter = None
+        self.last_reported_counter = None
         self.timer = None
         self.set(opts)
 
@@ -181,6 +182,7 @@ class Scanner(Controller):
     def hear(self, adv):
         if not self.le_scan_enable or self.wedged or not self.host:
             return
+        adv.last_reported_counter = adv.last_counter
         adv.reported += 1
         self.report(adv, False, adv.data())
         if self.active():
@@ -297,6 +299,7 @@ class Radio:
                     "reported": a.reported,
                     "scan_requests": a.scan_requests,
                     "last_counter": a.last_counter,
+                    "last_reported_counter": a.last_reported_counter,
                 }
                 for mac, a in self.advertisers.items()
             }
