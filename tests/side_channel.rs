@@ -52,6 +52,18 @@ fn wait_commands(k: &FakeKernel, opcode: u16, n: usize, d: &Tapegate) {
     }
 }
 
+/// The monitor commands (Add, Remove) the kernel was sent, in order.
+fn monitor_commands(k: &FakeKernel) -> Vec<u16> {
+    let monitor = [
+        wire::OP_ADD_ADV_PATTERNS_MONITOR,
+        wire::OP_REMOVE_ADV_MONITOR,
+    ];
+    k.opcodes()
+        .into_iter()
+        .filter(|o| monitor.contains(o))
+        .collect()
+}
+
 /// A tape report through the monitor, then waits until `n` captures are admitted.
 fn heard(k: &FakeKernel, g: &Gateway, d: &Tapegate, counter: u16, n: u64) {
     k.send(&build::monitor_found(
@@ -94,17 +106,7 @@ fn a_monitor_removed_with_handle_0_is_ours_removed_and_is_added_again() {
     // The kernel may send "removed, handle 0" for a removal that came before our Add
     // (bluetoothd's reset racing the registration: a re-plugged controller on a real
     // kernel kept monitors [1, 2]), so ours is removed before the next Add.
-    let monitor_commands: Vec<u16> = k
-        .opcodes()
-        .into_iter()
-        .filter(|o| {
-            [
-                wire::OP_ADD_ADV_PATTERNS_MONITOR,
-                wire::OP_REMOVE_ADV_MONITOR,
-            ]
-            .contains(o)
-        })
-        .collect();
+    let monitor_commands = monitor_commands(&k);
     assert_eq!(
         &monitor_commands[..3],
         [
@@ -141,17 +143,7 @@ fn a_restart_waits_for_the_remove_and_busy_is_asked_again_not_taken_for_a_refusa
     heard(&k, &g, &d, 1, 2);
     let (status, log) = d.terminate(Duration::from_secs(10));
     assert!(status.success(), "{log}");
-    let opcodes: Vec<u16> = k
-        .opcodes()
-        .into_iter()
-        .filter(|o| {
-            [
-                wire::OP_ADD_ADV_PATTERNS_MONITOR,
-                wire::OP_REMOVE_ADV_MONITOR,
-            ]
-            .contains(o)
-        })
-        .collect();
+    let opcodes = monitor_commands(&k);
     assert_eq!(
         opcodes,
         [
