@@ -26,6 +26,9 @@ pub struct Air {
     /// scan may be off at a moment an advert is on air: the kernel restarts it).
     #[serde(default)]
     pub last_reported_counter: Option<u64>,
+    /// Reports in a row that carried `last_reported_counter`.
+    #[serde(default)]
+    pub reported_repeats: u64,
 }
 
 pub struct Radio<'a> {

@@ -37,7 +37,8 @@ answer `SEQ ok [JSON]` or `SEQ error WHY` is appended to ACKS (the share):
   unplug               close /dev/vhci: the kernel's controller is removed
   plug [legacy|extended]
                        open it again: a new controller (Extended Advertising feature or not)
-  stats                per advertiser: adverts sent, reports given, scan requests, last counter
+  stats                per advertiser: adverts sent, reports given, scan requests, last counter,
+                       the last counter reported and how many reports in a row had it
 """
 import asyncio
 import json
@@ -85,6 +86,8 @@ class Advertiser:
         self.scan_requests = 0
         self.last_counter = None
         self.last_reported_counter = None
+        # Reports in a row of the last reported counter.
+        self.reported_repeats = 0
         self.timer = None
         self.set(opts)
 
@@ -182,6 +185,10 @@ class Scanner(Controller):
     def hear(self, adv):
         if not self.le_scan_enable or self.wedged or not self.host:
             return
+        if adv.last_reported_counter == adv.last_counter:
+            adv.reported_repeats += 1
+        else:
+            adv.reported_repeats = 1
         adv.last_reported_counter = adv.last_counter
         adv.reported += 1
         self.report(adv, False, adv.data())
@@ -300,6 +307,7 @@ class Radio:
                     "scan_requests": a.scan_requests,
                     "last_counter": a.last_counter,
                     "last_reported_counter": a.last_reported_counter,
+                    "reported_repeats": a.reported_repeats,
                 }
                 for mac, a in self.advertisers.items()
             }
