@@ -76,7 +76,7 @@ fn boot_and_deliver(arch: &Arch) {
     let share = work.join("run/share");
     let _ = std::fs::remove_dir_all(&share);
     std::fs::create_dir_all(share.join("out")).unwrap();
-    for name in ["agent.py", "mock.py"] {
+    for name in ["agent.sh", "mock.py"] {
         std::fs::copy(
             vm::repo().join("tests/vm/guest").join(name),
             share.join(name),

@@ -138,7 +138,7 @@ fn fresh_share(work: &Path) -> PathBuf {
     std::fs::create_dir_all(share.join("bin")).unwrap();
     std::fs::create_dir_all(share.join("out")).unwrap();
     let guest = vm::repo().join("tests/vm/guest");
-    for name in ["agent.py", "radio.py", "mgmt.py"] {
+    for name in ["agent.sh", "radio.py", "mgmt.py"] {
         std::fs::copy(guest.join(name), share.join(name)).unwrap();
     }
     std::fs::copy(common::BIN, share.join("bin/tapegate")).unwrap();

@@ -94,7 +94,7 @@ fn fresh_share(work: &Path, previous: &Path) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(share.join("out"), std::fs::Permissions::from_mode(0o777)).unwrap();
     let guest = vm::repo().join("tests/vm/guest");
-    for name in ["agent.py", "witness.sh"] {
+    for name in ["agent.sh", "witness.sh"] {
         std::fs::copy(guest.join(name), share.join(name)).unwrap();
     }
     std::fs::copy(common::BIN, share.join("bin/tapegate")).unwrap();

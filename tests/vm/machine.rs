@@ -49,7 +49,7 @@ pub struct Job<'a> {
 
 impl Vm {
     /// Boots `machine` from `image` on `disk`, sharing `share` (which must hold the
-    /// agent, `agent.py`), and waits for the agent. The serial console goes to
+    /// agent, `agent.sh`), and waits for the agent. The serial console goes to
     /// `console`.
     pub fn boot(
         machine: &Machine,

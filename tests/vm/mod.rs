@@ -10,7 +10,7 @@
 //! - [`Disk`]: a writable copy of the image; it outlives the VM, so a test can cut the
 //!   power (kill QEMU) and boot again on the same disk.
 //! - [`Vm`] (`machine.rs`): a booted machine, with commands run by the guest's agent
-//!   (`guest/agent.py`) and results read from the share, which the host sees at once.
+//!   (`guest/agent.sh`) and results read from the share, which the host sees at once.
 //!
 //! TCG (software emulation) by default: `/dev/kvm` on the project's build machines runs
 //! no stock kernel. `TAPEGATE_VM_ACCEL=kvm` asks for KVM where it works.
