@@ -14,13 +14,16 @@ use super::CmdError;
 use crate::api::ServiceClient;
 use crate::clock::SharedClock;
 use crate::config::Config;
-use crate::operator::rate::{open_state, RateGate};
+use crate::operator::rate::RateGate;
 use crate::operator::{Interrupt, Operator, OperatorError};
-use crate::outbox::{OutboxError, Store};
+use crate::outbox::{OutboxError, Store, StoreOptions};
 
 /// The state database for the operator commands: the daemon's, or a new one.
 pub fn state(config: &Config) -> Result<Store, OutboxError> {
-    open_state(&config.gateway.state_dir)
+    match Store::open_existing(&config.gateway.state_dir)? {
+        Some(s) => Ok(s),
+        None => Ok(Store::open(&config.gateway.state_dir, StoreOptions::default())?.0),
+    }
 }
 
 /// What the commands tell a person on stderr while they run: waits, retries, the
@@ -107,7 +110,8 @@ pub fn operator_on(
                 d.as_secs_f64().ceil() as u64
             ));
         }),
-    );
+    )
+    .map_err(|e| CmdError::Failed(format!("could not start the rate window's thread: {e}")))?;
     let retries = console.clone();
     Ok(Operator::new(
         client,

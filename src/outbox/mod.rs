@@ -150,6 +150,7 @@ pub use handle::Outbox;
 pub use heard::HEARD_KEEP_MS;
 pub use latest::{LATEST_EVERY, LATEST_EVERY_ENV, LATEST_MAX};
 pub use lock::{LockError, StateLock, LOCK_FILE};
+pub(crate) use rate_window::RateWindow;
 pub use retention::{keep_bounds, Evictions};
 pub use settle::AnswerNotes;
 pub use status::{DeadLetter, FlusherState, ScannerCounts, Stats, TapeKnown};
