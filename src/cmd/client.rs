@@ -16,14 +16,11 @@ use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::operator::rate::RateGate;
 use crate::operator::{Interrupt, Operator, OperatorError};
-use crate::outbox::{OutboxError, Store, StoreOptions};
+use crate::outbox::{DeviceState, OutboxError};
 
-/// The state database for the operator commands: the daemon's, or a new one.
-pub fn state(config: &Config) -> Result<Store, OutboxError> {
-    match Store::open_existing(&config.gateway.state_dir)? {
-        Some(s) => Ok(s),
-        None => Ok(Store::open(&config.gateway.state_dir, StoreOptions::default())?.0),
-    }
+/// The state database for the device commands: the daemon's, or a new one.
+pub(crate) fn state(config: &Config) -> Result<DeviceState, OutboxError> {
+    DeviceState::open(&config.gateway.state_dir)
 }
 
 /// What the commands tell a person on stderr while they run: waits, retries, the

@@ -68,9 +68,9 @@ fate per capture, by construction, at one call a batch and no write.
   or evicted; a claimed row is never evicted, and only a row still pending can be
   claimed. A settle for a row already gone (its database replaced under the daemon)
   changes no counter.
-- **One owner.** One thread owns the connection ([`Outbox`] is its handle); the CLI
-  (`status`, `dead-letters`) opens its own short-lived connection, which WAL allows
-  while the daemon runs.
+- **One owner.** One thread owns the connection ([`Outbox`] is its handle); each
+  command (`status`, `dead-letters`, `device`, the rate window) opens its own
+  short-lived connection, which WAL allows while the daemon runs.
 - **A write that fails** (disk full, I/O error) rolls its transaction back; nothing
   already committed is lost and the caller keeps the group and retries later.
 - **One daemon per state directory.** `tapegate run` holds an exclusive `flock` on
@@ -106,7 +106,9 @@ readings written behind), `cursor.rs` (where the flusher's fetches resume). Then
 and applies the clock keeper's verdicts; `status.rs` is what `status`, `tapes` and
 `dead-letters` read and change, `fleet.rs` what the fleet's tools read;
 `rate_window.rs` and `heard.rs` the rate window and the tapes heard for the operator
-commands of the service interface.
+commands of the service interface; `commands.rs` the handles the commands hold over
+their own connection, one for each role (the reports' reader, the dead letters' desk,
+the device commands' state; the rate window's is `rate_window.rs`).
 `handle.rs` is the owner thread and `users/` the one small handle each user gets over
 it ([`Handles`]: the ingest writer, the flusher's, the clock keeper's, the readers', the
 scanner notes, the stages'), so that no stage can do to the database more than its few
@@ -119,6 +121,7 @@ this list; this file only declares the rooms and shows what they offer.
 
 mod access;
 mod clock;
+mod commands;
 mod cursor;
 mod db;
 mod enqueue;
@@ -143,6 +146,7 @@ mod words;
 
 pub use access::why_unwritable;
 pub use clock::{BootStart, ClockChange, ClockStatus, Released};
+pub(crate) use commands::{DeadLetterDesk, DeviceState, StateReader};
 pub use db::{OutboxError, DB_FILE, GROUP_MAX, MAX_DEAD_LETTERS};
 pub use fetch::Fetched;
 pub use fleet::{BootRecord, DeadLetterSummary};

@@ -61,7 +61,7 @@ pub const PUB_BUDGETS: &[(&str, usize)] = &[
     ("bin", 0),
     ("cli", 12),
     ("clock", 40),
-    ("cmd", 87),
+    ("cmd", 86),
     ("config", 117),
     ("debug_hooks", 7),
     ("dedup", 11),
