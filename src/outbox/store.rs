@@ -220,6 +220,11 @@ impl Store {
     pub fn set_max_pending(&mut self, max_pending: u64) {
         self.options.max_pending = max_pending;
     }
+
+    /// Sets the age and size bounds (`retention.rs`; at start, and on a reload).
+    pub fn set_retention(&mut self, retention: Retention) {
+        self.retention = retention;
+    }
 }
 
 impl Drop for Store {

@@ -28,14 +28,9 @@ pub const MOCK_CIRCLES: &[(&[&str], &str)] = &[];
 /// the commands' roles (as the daemon's stages already are), and the operator's
 /// capabilities gather their public entry points in `operator/client.rs`.
 pub const METHODS_AWAY: &[(&str, &str, &str)] = &[
-    ("Store", "src/outbox/clock.rs", STORE),
     ("Store", "src/outbox/enqueue.rs", STORE),
     ("Store", "src/outbox/existing.rs", STORE),
     ("Store", "src/outbox/fetch.rs", STORE),
-    ("Store", "src/outbox/fleet.rs", STORE),
-    ("Store", "src/outbox/heard.rs", STORE),
-    ("Store", "src/outbox/reopen.rs", STORE),
-    ("Store", "src/outbox/retention.rs", STORE),
     ("Store", "src/outbox/settle.rs", STORE),
     ("Store", "src/outbox/status.rs", STORE),
     ("Operator", "src/operator/add.rs", OPERATOR),
@@ -75,7 +70,7 @@ pub const PUB_BUDGETS: &[(&str, usize)] = &[
     ("main", 0),
     ("metrics", 23),
     ("operator", 91),
-    ("outbox", 172),
+    ("outbox", 159),
     ("pipeline", 15),
     ("products", 11),
     ("record", 19),
