@@ -16,8 +16,9 @@ use crate::inventory::Inventory;
 use crate::record::{EpochMillis, Mac};
 
 /// What the commands that report read (`status`, `tapes`, `dead-letters list`, `check`,
-/// `support-bundle`, the demo's lines): reads only.
-pub(crate) struct StateReader {
+/// `support-bundle`, the demo's lines), and the end-to-end tests beside a running
+/// daemon: reads only.
+pub struct StateReader {
     store: Store,
 }
 
@@ -31,7 +32,7 @@ impl StateReader {
 
     /// The database of `state_dir`, opened as the daemon's user opens it, creating and
     /// migrating nothing. `Ok(None)` when there is no database yet.
-    pub(crate) fn open(state_dir: &Path) -> Result<Option<StateReader>, OutboxError> {
+    pub fn open(state_dir: &Path) -> Result<Option<StateReader>, OutboxError> {
         Ok(Store::open_existing(state_dir)?.map(|store| StateReader { store }))
     }
 
@@ -41,7 +42,7 @@ impl StateReader {
     }
 
     /// Counters and state.
-    pub(crate) fn stats(&self) -> Result<Stats, OutboxError> {
+    pub fn stats(&self) -> Result<Stats, OutboxError> {
         self.store.stats()
     }
 
@@ -51,18 +52,28 @@ impl StateReader {
     }
 
     /// Tapes by most recent capture.
-    pub(crate) fn tapes(&self, limit: usize) -> Result<Vec<TapeRow>, OutboxError> {
+    pub fn tapes(&self, limit: usize) -> Result<Vec<TapeRow>, OutboxError> {
         self.store.tapes(limit)
     }
 
     /// Stored dead letters, newest first.
-    pub(crate) fn dead_letters(&self, limit: usize) -> Result<Vec<DeadLetter>, OutboxError> {
+    pub fn dead_letters(&self, limit: usize) -> Result<Vec<DeadLetter>, OutboxError> {
         self.store.dead_letters(limit)
     }
 
     /// The stored dead letters summed up, the lists cut at `top`.
     pub(crate) fn dead_letter_summary(&self, top: usize) -> Result<DeadLetterSummary, OutboxError> {
         self.store.dead_letter_summary(top)
+    }
+
+    /// Every pending capture in admission order (for tests and small tools).
+    pub fn pending_captures(&self) -> Result<Vec<PendingCapture>, OutboxError> {
+        self.store.pending_captures()
+    }
+
+    /// Rows in `pending` counted one by one (for checks and tests; `stats` is cheaper).
+    pub fn count_pending_rows(&self) -> Result<u64, OutboxError> {
+        self.store.count_pending_rows()
     }
 
     /// The last `n` boots recorded, newest first.

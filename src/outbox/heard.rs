@@ -14,7 +14,7 @@ use super::words::{HeardChanges, HeardTape};
 use crate::record::EpochMillis;
 
 /// Tapes not heard for this long are forgotten.
-pub const HEARD_KEEP_MS: EpochMillis = 10 * 60_000;
+pub(crate) const HEARD_KEEP_MS: EpochMillis = 10 * 60_000;
 
 impl Store {
     /// Tapes heard at or after `since` (capture time), loudest first.

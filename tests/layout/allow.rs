@@ -29,7 +29,6 @@ pub const MOCK_CIRCLES: &[(&[&str], &str)] = &[];
 /// capabilities gather their public entry points in `operator/client.rs`.
 pub const METHODS_AWAY: &[(&str, &str, &str)] = &[
     ("Store", "src/outbox/enqueue.rs", STORE),
-    ("Store", "src/outbox/existing.rs", STORE),
     ("Store", "src/outbox/fetch.rs", STORE),
     ("Store", "src/outbox/settle.rs", STORE),
     ("Store", "src/outbox/status.rs", STORE),
