@@ -69,7 +69,7 @@ pub const PUB_BUDGETS: &[(&str, usize)] = &[
     ("main", 0),
     ("metrics", 23),
     ("operator", 91),
-    ("outbox", 159),
+    ("outbox", 148),
     ("pipeline", 15),
     ("products", 11),
     ("record", 19),
