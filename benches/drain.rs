@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use tapegate::outbox::Durability;
-use tapegate::outbox::{Store, StoreOptions};
+use tapegate::outbox::{StateReader, Store, StoreOptions};
 use tapegate::record::{hex_upper, Mac};
 use tapegate_mock::{self as mock, Fault, MockConfig, MockHandle, Storm};
 
@@ -159,7 +159,7 @@ fn main() {
             break;
         }
         std::thread::sleep(SAMPLE_EVERY);
-        let Some(stats) = Store::open_existing(&state)
+        let Some(stats) = StateReader::open(&state)
             .ok()
             .flatten()
             .and_then(|s| s.stats().ok())
@@ -207,7 +207,7 @@ fn main() {
         "tapegate failed: {status}"
     );
 
-    let store = Store::open_existing(&state).expect("open").expect("exists");
+    let store = StateReader::open(&state).expect("open").expect("exists");
     let stats = store.stats().expect("stats");
     assert_eq!(stats.pending, 0, "drained");
     let cpu = usage.ru_utime.tv_sec as f64

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use common::*;
 use kernel::{Answers, FakeKernel};
 use stand_in::*;
-use tapegate::outbox::{PendingCapture, Store};
+use tapegate::outbox::{PendingCapture, StateReader};
 use tapegate::record::{hex_lower, hex_upper, Advertisement, Mac};
 use tapegate::source::ble::mgmt::wire::{self, build};
 
@@ -37,7 +37,7 @@ fn captured(g: &Gateway) -> Vec<(Mac, String)> {
 /// The packets captured so far, read while the daemon runs (none while it has not yet
 /// created the outbox or the read fails).
 fn captured_so_far(g: &Gateway) -> Vec<(Mac, String)> {
-    match Store::open_existing(&g.state_dir()) {
+    match StateReader::open(&g.state_dir()) {
         Ok(Some(store)) => store.pending_captures().map(packets).unwrap_or_default(),
         _ => Vec::new(),
     }

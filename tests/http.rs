@@ -352,7 +352,7 @@ async fn the_status_page_shows_the_tapes_of_a_sim_run_in_headless_chromium() {
     until_serving(&base).await;
     // Every tape of the fleet answered: four decoded, two refused as unknown.
     let refused = eventually_async(LIMIT, async || {
-        let store = tapegate::outbox::Store::open_existing(&g.state_dir()).ok()??;
+        let store = tapegate::outbox::StateReader::open(&g.state_dir()).ok()??;
         let mut refused: Vec<Mac> = store
             .dead_letters(1000)
             .ok()?

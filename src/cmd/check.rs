@@ -22,7 +22,7 @@ use crate::clock::{
     Verdict as ClockVerdict,
 };
 use crate::config::{Config, MacFormat, ServiceSettings};
-use crate::outbox::Store;
+use crate::outbox::StateReader;
 use crate::record::Mac;
 use advice::{decode_advice, doubled_path, token_advice};
 
@@ -279,11 +279,11 @@ pub fn config_only(
 /// real tape, as the daemon would send it), or else the probe MAC no tape has. With a
 /// sentence saying which.
 fn test_item(config: &Config, mac_format: MacFormat, now: i64) -> (BulkItem, String) {
-    let pending = Store::open_existing_read_only(&config.gateway.state_dir)
+    let pending = StateReader::open_read_only(&config.gateway.state_dir)
         .ok()
         .flatten()
-        .and_then(|store| store.next_batch(1, 1).ok())
-        .and_then(|batch| batch.into_iter().next());
+        .and_then(|store| store.oldest_pending().ok())
+        .flatten();
     match pending {
         Some(p) => {
             let c = p.capture;

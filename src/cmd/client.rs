@@ -14,13 +14,13 @@ use super::CmdError;
 use crate::api::ServiceClient;
 use crate::clock::SharedClock;
 use crate::config::Config;
-use crate::operator::rate::{open_state, RateGate};
+use crate::operator::rate::RateGate;
 use crate::operator::{Interrupt, Operator, OperatorError};
-use crate::outbox::{OutboxError, Store};
+use crate::outbox::{DeviceState, OutboxError};
 
-/// The state database for the operator commands: the daemon's, or a new one.
-pub fn state(config: &Config) -> Result<Store, OutboxError> {
-    open_state(&config.gateway.state_dir)
+/// The state database for the device commands: the daemon's, or a new one.
+pub(crate) fn state(config: &Config) -> Result<DeviceState, OutboxError> {
+    DeviceState::open(&config.gateway.state_dir)
 }
 
 /// What the commands tell a person on stderr while they run: waits, retries, the
@@ -107,7 +107,8 @@ pub fn operator_on(
                 d.as_secs_f64().ceil() as u64
             ));
         }),
-    );
+    )
+    .map_err(|e| CmdError::Failed(format!("could not start the rate window's thread: {e}")))?;
     let retries = console.clone();
     Ok(Operator::new(
         client,

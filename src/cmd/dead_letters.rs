@@ -7,7 +7,7 @@ use super::tapes::rows;
 use super::CmdError;
 use crate::clock::rfc3339;
 use crate::config::Config;
-use crate::outbox::{OutboxError, Store};
+use crate::outbox::{DeadLetterDesk, OutboxError};
 use crate::record::Mac;
 use crate::text::{shown, SHOWN_MAX_CHARS};
 
@@ -45,9 +45,9 @@ pub fn list(
 
 /// `tapegate dead-letters retry | purge`: returns how many rows were affected.
 pub fn change(config: &Config, retry: bool, mac: Option<Mac>) -> Result<u64, OutboxError> {
-    match Store::open_existing(&config.gateway.state_dir)? {
-        Some(mut store) if retry => store.retry_dead_letters(mac),
-        Some(mut store) => store.purge_dead_letters(mac),
+    match DeadLetterDesk::open(&config.gateway.state_dir)? {
+        Some(mut desk) if retry => desk.retry(mac),
+        Some(mut desk) => desk.purge(mac),
         None => Ok(0),
     }
 }

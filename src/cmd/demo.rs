@@ -27,7 +27,7 @@ use tapegate_mock::{self as mock, MockConfig, MockHandle, Storm};
 
 use crate::clock::{age, rfc3339, SharedClock};
 use crate::config;
-use crate::outbox::Store;
+use crate::outbox::StateReader;
 use crate::pipeline::{self, RunError, RunOptions};
 use crate::record::Mac;
 use crate::source::sim::{Sim, SimSettings};
@@ -114,7 +114,7 @@ pub async fn run(
         stage: "daemon",
         source,
     })??;
-    if let Ok(Some(store)) = Store::open_existing(&state_dir) {
+    if let Ok(Some(store)) = StateReader::open(&state_dir) {
         show.summary(&store, &report, &activated, out)?;
     }
     if temporary {
@@ -197,7 +197,7 @@ impl Show<'_> {
 
     /// The line of the second `elapsed`, from the state database.
     fn progress(&self, elapsed: Duration, down: bool, out: &mut (dyn Write + Send)) {
-        let Ok(Some(store)) = Store::open_existing(self.state_dir) else {
+        let Ok(Some(store)) = StateReader::open(self.state_dir) else {
             return;
         };
         let Ok(s) = store.stats() else {
@@ -229,7 +229,7 @@ impl Show<'_> {
     /// dock, a dead letter.
     fn summary(
         &self,
-        store: &Store,
+        store: &StateReader,
         report: &pipeline::RunReport,
         activated: &[Mac],
         out: &mut (dyn Write + Send),

@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::CmdError;
 use crate::clock::{age, rfc3339, Clock};
 use crate::config::Config;
-use crate::outbox::{ScannerCounts, Stats, Store};
+use crate::outbox::{ScannerCounts, StateReader, Stats};
 use crate::record::EpochMillis;
 use crate::text::{inert, SHOWN_MAX_CHARS};
 
@@ -93,7 +93,7 @@ impl StatusJson {
         let s = stats.cloned().unwrap_or_default();
         StatusJson {
             gateway_id: config.gateway.id.clone(),
-            database: Store::path_in(&config.gateway.state_dir)
+            database: StateReader::path_in(&config.gateway.state_dir)
                 .display()
                 .to_string(),
             database_exists: stats.is_some(),
@@ -148,11 +148,15 @@ pub fn status(
     json: bool,
     out: &mut dyn Write,
 ) -> Result<(), CmdError> {
-    let store = Store::open_existing_read_only(&config.gateway.state_dir)?;
-    let stats = store.as_ref().map(Store::stats).transpose()?;
+    let store = StateReader::open_read_only(&config.gateway.state_dir)?;
+    let stats = store.as_ref().map(StateReader::stats).transpose()?;
     let now = clock.wall_ms();
     let mut s = StatusJson::new(config, stats.as_ref(), now);
-    let inventory = store.as_ref().map(Store::inventory).transpose()?.flatten();
+    let inventory = store
+        .as_ref()
+        .map(StateReader::inventory)
+        .transpose()?
+        .flatten();
     s.inventory = inventory.map(|i| InventoryStatus::new(i, now));
     if json {
         writeln!(

@@ -37,7 +37,7 @@ use super::CmdError;
 use crate::clock::{rfc3339, Clock};
 use crate::config::{self, effective, Config, Password, DEFAULTS};
 use crate::inventory::Inventory;
-use crate::outbox::Store;
+use crate::outbox::StateReader;
 use journal::journal;
 use secrets::{environment, redact, Secrets};
 
@@ -179,7 +179,7 @@ impl Bundle {
         now: i64,
     ) -> Result<Option<Inventory>, CmdError> {
         let mut daemon = None;
-        match Store::open_existing(state_dir) {
+        match StateReader::open(state_dir) {
             Ok(Some(store)) => {
                 let stats = store.stats()?;
                 let inventory = store.inventory()?;

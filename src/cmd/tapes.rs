@@ -10,7 +10,7 @@ use super::status::ago;
 use super::CmdError;
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::outbox::{OutboxError, Store};
+use crate::outbox::{OutboxError, StateReader};
 use crate::text::{shown, SHOWN_MAX_CHARS};
 
 /// Reads rows from the state database. Prints them as JSON, or `empty` when there are
@@ -20,9 +20,9 @@ pub(super) fn rows<T: Serialize>(
     json: bool,
     empty: &str,
     out: &mut dyn Write,
-    read: impl FnOnce(&Store) -> Result<Vec<T>, OutboxError>,
+    read: impl FnOnce(&StateReader) -> Result<Vec<T>, OutboxError>,
 ) -> Result<Option<Vec<T>>, CmdError> {
-    let rows = match Store::open_existing_read_only(&config.gateway.state_dir)? {
+    let rows = match StateReader::open_read_only(&config.gateway.state_dir)? {
         Some(store) => read(&store)?,
         None => Vec::new(),
     };

@@ -24,16 +24,18 @@
 //!
 //! The rule is pure ([`take`], [`finish`], [`after_refusal`]: the stamps and `now` in, the
 //! stamps and the decision out); [`RateGate`] is its shell around the database, the
-//! one thing here that touches the state database (its `rate_sends` table).
+//! one thing here that touches the state database (its `rate_sends` table, through the
+//! outbox's [`RateWindow`] on a thread of its own).
 
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::path::PathBuf;
+use std::sync::mpsc;
 use std::time::Duration;
 
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
-use crate::outbox::{OutboxError, Store, StoreOptions};
+use crate::outbox::{OutboxError, RateWindow};
 use crate::record::EpochMillis;
 
 /// Requests per window (spec 8).
@@ -119,25 +121,22 @@ pub fn estimate(requests: u64, free: usize, window: Duration) -> Duration {
     span(window).saturating_mul(rounds.min(u32::MAX as u64) as u32)
 }
 
-/// The state database of `state_dir`: the daemon's, or a new one when the daemon has
-/// not run yet (the window must be shared all the same).
-pub fn open_state(state_dir: &Path) -> Result<Store, OutboxError> {
-    match Store::open_existing(state_dir)? {
-        Some(s) => Ok(s),
-        None => Ok(Store::open(state_dir, StoreOptions::default())?.0),
-    }
-}
-
 /// A slot taken: give it back to [`RateGate::finish`] when the answer came.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
 pub struct Ticket(EpochMillis);
 
-/// The rate window of one API identity, in the state database (opened at the first
-/// request that needs it, so that `locate` or `history` never touch it).
+/// A read and write of the stamps, run on the window's thread.
+type Job = Box<dyn FnOnce(&mut Opened) + Send>;
+
+/// The rate window of one API identity, in the state database. One thread of the gate's
+/// own owns the connection (opened at the first request that needs it, so that `locate`
+/// or `history` never touch it), so SQLite is never called from the async threads.
 pub struct RateGate {
-    state_dir: PathBuf,
-    store: Mutex<Option<Store>>,
+    jobs: mpsc::Sender<Job>,
+    /// The window's thread: joined when the gate is dropped, so its connection is closed
+    /// when the command ends.
+    thread: Option<std::thread::JoinHandle<()>>,
     identity: String,
     window: Duration,
     /// The stamps' clock (the command's, handed in).
@@ -146,24 +145,51 @@ pub struct RateGate {
     on_wait: Box<dyn Fn(Duration) + Send + Sync>,
 }
 
+/// The window's thread's state: the database, once opened.
+struct Opened {
+    state_dir: PathBuf,
+    window: Option<RateWindow>,
+}
+
+impl Opened {
+    fn window(&mut self) -> Result<&mut RateWindow, OutboxError> {
+        match self.window.take() {
+            Some(w) => Ok(self.window.insert(w)),
+            None => Ok(self.window.insert(RateWindow::open(&self.state_dir)?)),
+        }
+    }
+}
+
 impl RateGate {
     /// `identity` names the API identity (environment and user): windows of different
-    /// identities are separate.
+    /// identities are separate. Fails only when the window's thread cannot be started.
     pub fn new(
         state_dir: PathBuf,
         identity: String,
         window: Duration,
         clock: SharedClock,
         on_wait: Box<dyn Fn(Duration) + Send + Sync>,
-    ) -> RateGate {
-        RateGate {
-            state_dir,
-            store: Mutex::new(None),
+    ) -> std::io::Result<RateGate> {
+        let (jobs, rx) = mpsc::channel::<Job>();
+        let thread = std::thread::Builder::new()
+            .name("tapegate-rate".into())
+            .spawn(move || {
+                let mut opened = Opened {
+                    state_dir,
+                    window: None,
+                };
+                while let Ok(job) = rx.recv() {
+                    job(&mut opened);
+                }
+            })?;
+        Ok(RateGate {
+            jobs,
+            thread: Some(thread),
             identity,
             window,
             clock,
             on_wait,
-        }
+        })
     }
 
     /// The clock the window's stamps are read by.
@@ -176,26 +202,36 @@ impl RateGate {
         self.window
     }
 
-    fn with_stamps<R>(
+    /// Runs `decide` on the stamps in one write transaction, on the window's thread;
+    /// it gets the clock too, read there.
+    async fn with_stamps<R: Send + 'static>(
         &self,
-        decide: impl FnOnce(Vec<EpochMillis>) -> (Option<Vec<EpochMillis>>, R),
+        decide: impl FnOnce(Vec<EpochMillis>, &SharedClock) -> (Option<Vec<EpochMillis>>, R)
+            + Send
+            + 'static,
     ) -> Result<R, OutboxError> {
-        // No lock is held across an await, so a poisoned store is still consistent.
-        let mut slot = self.store.lock().unwrap_or_else(|e| e.into_inner());
-        let store = match slot.take() {
-            Some(s) => slot.insert(s),
-            None => slot.insert(open_state(&self.state_dir)?),
-        };
-        store.rate_sends(&self.identity, decide)
+        let (tx, rx) = oneshot::channel();
+        let identity = self.identity.clone();
+        let clock = self.clock.clone();
+        let job: Job = Box::new(move |opened| {
+            let answer = opened
+                .window()
+                .and_then(|w| w.sends(&identity, |s| decide(s, &clock)));
+            // The caller may have gone away (given up); the answer is then unwanted.
+            let _ = tx.send(answer);
+        });
+        self.jobs.send(job).map_err(|_| OutboxError::Closed)?;
+        rx.await.map_err(|_| OutboxError::Closed)?
     }
 
     /// Slots free now.
-    pub fn free_now(&self) -> Result<usize, OutboxError> {
-        let now = self.clock.wall_ms();
-        self.with_stamps(|s| {
-            let live = live(&s, now, self.window).len();
+    pub async fn free_now(&self) -> Result<usize, OutboxError> {
+        let (now, window) = (self.clock.wall_ms(), self.window);
+        self.with_stamps(move |s, _| {
+            let live = live(&s, now, window).len();
             (None, REQUESTS_PER_WINDOW - live)
         })
+        .await
     }
 
     /// Waits until a request may go, and takes its slot. `None`: `stop` was cancelled
@@ -205,10 +241,13 @@ impl RateGate {
             if stop.is_cancelled() {
                 return Ok(None);
             }
-            let slot = self.with_stamps(|s| {
-                let (next, slot) = take(&s, self.clock.wall_ms(), self.window);
-                (Some(next), slot)
-            })?;
+            let window = self.window;
+            let slot = self
+                .with_stamps(move |s, clock| {
+                    let (next, slot) = take(&s, clock.wall_ms(), window);
+                    (Some(next), slot)
+                })
+                .await?;
             match slot {
                 Slot::Go(at) => return Ok(Some(Ticket(at))),
                 Slot::Wait(d) => {
@@ -223,13 +262,25 @@ impl RateGate {
     }
 
     /// The request of `ticket` came back (answered or failed).
-    pub fn finish(&self, ticket: Ticket) -> Result<(), OutboxError> {
-        self.with_stamps(|s| (Some(finish(&s, ticket.0, self.clock.wall_ms())), ()))
+    pub async fn finish(&self, ticket: Ticket) -> Result<(), OutboxError> {
+        self.with_stamps(move |s, clock| (Some(finish(&s, ticket.0, clock.wall_ms())), ()))
+            .await
     }
 
     /// The service answered 429: the window is full from now.
-    pub fn refused(&self) -> Result<(), OutboxError> {
-        self.with_stamps(|_| (Some(after_refusal(self.clock.wall_ms())), ()))
+    pub async fn refused(&self) -> Result<(), OutboxError> {
+        self.with_stamps(|_, clock| (Some(after_refusal(clock.wall_ms())), ()))
+            .await
+    }
+}
+
+impl Drop for RateGate {
+    fn drop(&mut self) {
+        // Closing the channel ends the thread, which closes the database.
+        drop(std::mem::replace(&mut self.jobs, mpsc::channel().0));
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 
@@ -340,15 +391,16 @@ mod tests {
                     clock.clone(),
                     Box::new(|_| {}),
                 )
+                .unwrap()
             };
             let (a, b) = (open(), open());
             let go = CancellationToken::new();
             for _ in 0..5 {
                 let t = a.acquire(&go).await.unwrap().unwrap();
-                a.finish(t).unwrap();
+                a.finish(t).await.unwrap();
                 let _ = b.acquire(&go).await.unwrap().unwrap();
             }
-            assert_eq!(a.free_now().unwrap(), 0, "{}", day.rfc3339);
+            assert_eq!(a.free_now().await.unwrap(), 0, "{}", day.rfc3339);
             // A wait is cut short by `stop`.
             let stop = CancellationToken::new();
             stop.cancel();

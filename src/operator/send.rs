@@ -186,15 +186,17 @@ impl Operator {
             }
             attempt += 1;
             let tried = self.attempt(policy, call, lost_before).await?;
-            let (reason, retry_after) =
-                match self.next(policy, call, tried, &mut lost_before, &mut refreshed)? {
-                    Next::Done(sent) => return Ok(sent),
-                    Next::Resend => {
-                        attempt -= 1;
-                        continue;
-                    }
-                    Next::Retry(reason, retry_after) => (reason, retry_after),
-                };
+            let (reason, retry_after) = match self
+                .next(policy, call, tried, &mut lost_before, &mut refreshed)
+                .await?
+            {
+                Next::Done(sent) => return Ok(sent),
+                Next::Resend => {
+                    attempt -= 1;
+                    continue;
+                }
+                Next::Retry(reason, retry_after) => (reason, retry_after),
+            };
             if attempt >= policy.attempts {
                 return Ok(Sent::NoAnswer {
                     cause: format!("{reason} ({attempt} attempts)"),
@@ -215,7 +217,7 @@ impl Operator {
     }
 
     /// What follows an attempt that went as `tried`, by the table in the module doc.
-    fn next(
+    async fn next(
         &self,
         policy: Policy,
         call: &Call,
@@ -245,7 +247,7 @@ impl Operator {
             }
             Attempt::Answer(a) if a.status == StatusCode::TOO_MANY_REQUESTS => {
                 if policy.rate_limited {
-                    self.gate.refused()?;
+                    self.gate.refused().await?;
                 }
                 let why = if policy.rate_limited {
                     "the service's rate window was full (429)".to_string()
@@ -333,7 +335,7 @@ impl Operator {
         if let Some(t) = ticket {
             // The request went (or went and was given up): a failure to restamp its
             // slot only leaves the slot stamped when it was taken.
-            if let Err(e) = self.gate.finish(t) {
+            if let Err(e) = self.gate.finish(t).await {
                 tracing::warn!(error = %e, "the rate window's stamp of a request could not be updated");
             }
         }

@@ -83,7 +83,7 @@ fn hand_over(file: &File, uid: u32, gid: u32) -> std::io::Result<()> {
 
 /// Why this process cannot write the database at `db` (or create it, or its `-wal` and
 /// `-shm` beside it), with the fix, or `None` when nothing says it cannot.
-pub fn why_unwritable(db: &Path) -> Option<String> {
+pub(crate) fn why_unwritable(db: &Path) -> Option<String> {
     let dir = db.parent().unwrap_or(Path::new("."));
     let me = euid();
     if let Some(why) = why_read_only(dir) {

@@ -57,7 +57,7 @@ pub struct Released {
 impl Store {
     /// Records this boot (`boot_id` from the kernel) and reads what the clock keeper
     /// needs. Live captures committed after it carry this boot.
-    pub fn begin_boot(&mut self, boot_id: &str) -> Result<BootStart, OutboxError> {
+    pub(super) fn begin_boot(&mut self, boot_id: &str) -> Result<BootStart, OutboxError> {
         let tx = write_tx(&mut self.conn).map_err(OutboxError::WriteFailed)?;
         tx.execute(
             "INSERT INTO boots(boot_id) VALUES (?1) ON CONFLICT(boot_id) DO NOTHING",
@@ -94,7 +94,7 @@ impl Store {
     /// Applies a verdict of the clock keeper in one transaction: whether new live
     /// captures are held, the state `status` shows, and, when not holding, the release
     /// of every held row (counted `clock_repaired` or `clock_estimated`).
-    pub fn apply_clock(&mut self, change: &ClockChange) -> Result<Released, OutboxError> {
+    pub(super) fn apply_clock(&mut self, change: &ClockChange) -> Result<Released, OutboxError> {
         let boot = self.clock.boot;
         let tx = write_tx(&mut self.conn).map_err(OutboxError::WriteFailed)?;
         let released = (|| -> rusqlite::Result<Released> {

@@ -74,7 +74,7 @@ impl Store {
     }
 
     /// [`Store::enqueue`], saying which bound evicted how many.
-    pub fn enqueue_counted(&mut self, group: &[Capture]) -> Result<Evictions, OutboxError> {
+    pub(super) fn enqueue_counted(&mut self, group: &[Capture]) -> Result<Evictions, OutboxError> {
         if group.is_empty() {
             return Ok(Evictions::default());
         }

@@ -18,7 +18,7 @@ const MIGRATION_WAIT_STEPS: u32 = 100;
 impl Store {
     /// Opens an existing database for the CLI without creating or migrating anything.
     /// `Ok(None)` when there is no database yet.
-    pub fn open_existing(state_dir: &Path) -> Result<Option<Store>, OutboxError> {
+    pub(super) fn open_existing(state_dir: &Path) -> Result<Option<Store>, OutboxError> {
         let path = Self::path_in(state_dir);
         if !path.exists() {
             return Ok(None);
@@ -38,7 +38,7 @@ impl Store {
     /// lies on disk (SQLite's `immutable`), unless a write-ahead log left by a daemon
     /// that did not close it holds what the file lacks (then the error says whom to run
     /// as). `Ok(None)` when there is no database yet.
-    pub fn open_existing_read_only(state_dir: &Path) -> Result<Option<Store>, OutboxError> {
+    pub(super) fn open_existing_read_only(state_dir: &Path) -> Result<Option<Store>, OutboxError> {
         let path = Self::path_in(state_dir);
         let Ok(meta) = std::fs::metadata(&path) else {
             return Ok(None);

@@ -50,7 +50,7 @@ impl Store {
     /// in a batch in flight: a MAC is in at most one, so its captures keep their
     /// order). Also says whether the batch is as full as it can get. Walks from the
     /// front ([`Store::fetch_next_batch`] resumes where its last walk stopped).
-    pub fn next_batch_excluding(
+    pub(super) fn next_batch_excluding(
         &self,
         max: usize,
         scan_limit: usize,

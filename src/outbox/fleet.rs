@@ -13,7 +13,7 @@ use crate::inventory::Inventory;
 
 impl Store {
     /// Sets `outbox.durability` on the open database (a reload).
-    pub fn set_durability(&mut self, durability: Durability) -> Result<(), OutboxError> {
+    pub(super) fn set_durability(&mut self, durability: Durability) -> Result<(), OutboxError> {
         let sync = synchronous(durability);
         self.conn
             .execute_batch(&format!("PRAGMA synchronous={sync};"))?;
@@ -22,7 +22,7 @@ impl Store {
     }
 
     /// Records the running daemon's inventory.
-    pub fn note_inventory(&mut self, inventory: &Inventory) -> Result<(), OutboxError> {
+    pub(super) fn note_inventory(&mut self, inventory: &Inventory) -> Result<(), OutboxError> {
         let json = serde_json::to_string(inventory).unwrap_or_default();
         self.conn.execute(
             "INSERT INTO meta(key, value) VALUES ('inventory', ?1)
@@ -33,7 +33,7 @@ impl Store {
     }
 
     /// The inventory the daemon last recorded, if any (and if this version can read it).
-    pub fn inventory(&self) -> Result<Option<Inventory>, OutboxError> {
+    pub(super) fn inventory(&self) -> Result<Option<Inventory>, OutboxError> {
         let text: Option<String> = self
             .conn
             .query_row("SELECT value FROM meta WHERE key = 'inventory'", [], |r| {
@@ -69,7 +69,7 @@ pub struct BootRecord {
 
 impl Store {
     /// [`DeadLetterSummary`], the lists cut at `top`.
-    pub fn dead_letter_summary(&self, top: usize) -> Result<DeadLetterSummary, OutboxError> {
+    pub(super) fn dead_letter_summary(&self, top: usize) -> Result<DeadLetterSummary, OutboxError> {
         let c = &self.conn;
         let (stored, oldest, newest): (u64, Option<i64>, Option<i64>) = c.query_row(
             "SELECT COUNT(*), MIN(dead_at), MAX(dead_at) FROM dead_letters",
@@ -105,7 +105,7 @@ impl Store {
     }
 
     /// The last `n` boots recorded, newest first.
-    pub fn boots(&self, n: usize) -> Result<Vec<BootRecord>, OutboxError> {
+    pub(super) fn boots(&self, n: usize) -> Result<Vec<BootRecord>, OutboxError> {
         let mut stmt = self
             .conn
             .prepare("SELECT boot_id, synced_at FROM boots ORDER BY id DESC LIMIT ?1")?;

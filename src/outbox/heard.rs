@@ -14,11 +14,11 @@ use super::words::{HeardChanges, HeardTape};
 use crate::record::EpochMillis;
 
 /// Tapes not heard for this long are forgotten.
-pub const HEARD_KEEP_MS: EpochMillis = 10 * 60_000;
+pub(crate) const HEARD_KEEP_MS: EpochMillis = 10 * 60_000;
 
 impl Store {
     /// Tapes heard at or after `since` (capture time), loudest first.
-    pub fn heard_since(&self, since: EpochMillis) -> Result<Vec<HeardTape>, OutboxError> {
+    pub(super) fn heard_since(&self, since: EpochMillis) -> Result<Vec<HeardTape>, OutboxError> {
         let mut stmt = self.conn.prepare(
             "SELECT mac, last_at, best_rssi, best_at, known FROM heard WHERE last_at >= ?1
              ORDER BY best_rssi IS NULL, best_rssi DESC, mac",

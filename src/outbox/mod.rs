@@ -17,7 +17,7 @@ outcome (delivered, counted, or a dead letter). Delivery is therefore at-least-o
 | `meta` | `last_flush_ok_at`, `last_error`, `last_error_at`; the flusher's batches in flight and concurrency limit (`flush_in_flight`, `flush_concurrency`, and `last_flush_ok_at`: written at once for a new limit or the first delivery, else within `flush::STATE_EVERY` (5 s) of a change, and at stop; the running daemon's readers take them from memory); the BLE scanner's ladder counts (`scanner_*`); `clock_state` |
 | `boots` | each boot seen (`boot_id` from the kernel) and `synced_at`, when its clock was first seen synchronised |
 | `rate_sends` | per API identity, the times of its last requests that count in the service's shared rate window (spec 8; at most 10 each, see `api::rate`); shared by every CLI run |
-| `heard` | the tapes heard in the last [`HEARD_KEEP_MS`] that the service refused as unknown (not found): when last heard, strongest recent RSSI, `known` (1 once decoded since); written only in the transaction that records such a refusal (the daemon keeps every tape it hears in memory, `heard_now.rs`), read by `device add --nearest` |
+| `heard` | the tapes heard in the last ten minutes (`heard::HEARD_KEEP_MS`) that the service refused as unknown (not found): when last heard, strongest recent RSSI, `known` (1 once decoded since); written only in the transaction that records such a refusal (the daemon keeps every tape it hears in memory, `heard_now.rs`), read by `device add --nearest` |
 
 A live capture's `pending` row also has `boot` (its `boots.id`), `boot_ms` (`CLOCK_BOOTTIME`
 at capture) and `held` (1: the clock was not trusted when it was committed; not handed
@@ -68,9 +68,9 @@ fate per capture, by construction, at one call a batch and no write.
   or evicted; a claimed row is never evicted, and only a row still pending can be
   claimed. A settle for a row already gone (its database replaced under the daemon)
   changes no counter.
-- **One owner.** One thread owns the connection ([`Outbox`] is its handle); the CLI
-  (`status`, `dead-letters`) opens its own short-lived connection, which WAL allows
-  while the daemon runs.
+- **One owner.** One thread owns the connection ([`Outbox`] is its handle); each
+  command (`status`, `dead-letters`, `device`, the rate window) opens its own
+  short-lived connection, which WAL allows while the daemon runs.
 - **A write that fails** (disk full, I/O error) rolls its transaction back; nothing
   already committed is lost and the caller keeps the group and retries later.
 - **One daemon per state directory.** `tapegate run` holds an exclusive `flock` on
@@ -106,7 +106,9 @@ readings written behind), `cursor.rs` (where the flusher's fetches resume). Then
 and applies the clock keeper's verdicts; `status.rs` is what `status`, `tapes` and
 `dead-letters` read and change, `fleet.rs` what the fleet's tools read;
 `rate_window.rs` and `heard.rs` the rate window and the tapes heard for the operator
-commands of the service interface.
+commands of the service interface; `commands.rs` the handles the commands hold over
+their own connection, one for each role (the reports' reader, the dead letters' desk,
+the device commands' state; the rate window's is `rate_window.rs`).
 `handle.rs` is the owner thread and `users/` the one small handle each user gets over
 it ([`Handles`]: the ingest writer, the flusher's, the clock keeper's, the readers', the
 scanner notes, the stages'), so that no stage can do to the database more than its few
@@ -119,6 +121,7 @@ this list; this file only declares the rooms and shows what they offer.
 
 mod access;
 mod clock;
+mod commands;
 mod cursor;
 mod db;
 mod enqueue;
@@ -141,19 +144,21 @@ mod store;
 mod users;
 mod words;
 
-pub use access::why_unwritable;
+pub(crate) use access::why_unwritable;
 pub use clock::{BootStart, ClockChange, ClockStatus, Released};
+pub use commands::StateReader;
+pub(crate) use commands::{DeadLetterDesk, DeviceState};
 pub use db::{OutboxError, DB_FILE, GROUP_MAX, MAX_DEAD_LETTERS};
 pub use fetch::Fetched;
 pub use fleet::{BootRecord, DeadLetterSummary};
 pub use handle::Outbox;
-pub use heard::HEARD_KEEP_MS;
 pub use latest::{LATEST_EVERY, LATEST_EVERY_ENV, LATEST_MAX};
 pub use lock::{LockError, StateLock, LOCK_FILE};
+pub(crate) use rate_window::RateWindow;
 pub use retention::{keep_bounds, Evictions};
 pub use settle::AnswerNotes;
 pub use status::{DeadLetter, FlusherState, ScannerCounts, Stats, TapeKnown};
-pub use storage::why_read_only;
+pub(crate) use storage::why_read_only;
 pub use store::{OpenReport, Store, StoreOptions};
 pub use words::{HeardChanges, HeardTape, Outcome, PendingCapture, Reading, RowKey, Seen, TapeRow};
 // The settings' types are config's words (`[outbox]`), shown here for the store's users.

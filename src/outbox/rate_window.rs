@@ -1,24 +1,43 @@
 //! The times of the last requests in the service's shared rate window (spec 8), kept in
-//! the state database so that separate CLI runs share it. It touches `db` and the
-//! [`Store`] it reads and writes.
+//! the state database so that separate CLI runs share it: [`RateWindow`], the operator
+//! commands' handle on that table and nothing else. It touches `db` and the [`Store`]
+//! it reads and writes.
+
+use std::path::Path;
 
 use rusqlite::params;
 
 use super::db::{write_tx, OutboxError};
-use super::store::Store;
+use super::store::{Store, StoreOptions};
 use crate::record::EpochMillis;
 
-impl Store {
+/// The operator commands' handle on the rate window (`rate_sends`): synchronous, one
+/// connection; its user keeps it off the async threads.
+pub(crate) struct RateWindow {
+    store: Store,
+}
+
+impl RateWindow {
+    /// The state database of `state_dir`: the daemon's, or a new one when the daemon has
+    /// not run yet (the window must be shared all the same).
+    pub(crate) fn open(state_dir: &Path) -> Result<RateWindow, OutboxError> {
+        let store = match Store::open_existing(state_dir)? {
+            Some(s) => s,
+            None => Store::open(state_dir, StoreOptions::default())?.0,
+        };
+        Ok(RateWindow { store })
+    }
+
     /// Reads and replaces the times of an identity's last rate-limited requests in one
     /// write transaction, so two CLI runs cannot both take the last slot. `decide` gets
     /// the stored times and returns the times to store (or `None` to leave them) and its
     /// answer.
-    pub fn rate_sends<R>(
+    pub(crate) fn sends<R>(
         &mut self,
         identity: &str,
         decide: impl FnOnce(Vec<EpochMillis>) -> (Option<Vec<EpochMillis>>, R),
     ) -> Result<R, OutboxError> {
-        let tx = write_tx(&mut self.conn)?;
+        let tx = write_tx(&mut self.store.conn)?;
         let stored: Vec<EpochMillis> = tx
             .prepare_cached("SELECT sent_at FROM rate_sends WHERE identity = ?1 ORDER BY sent_at")?
             .query_map([identity], |r| r.get(0))?
@@ -40,23 +59,22 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outbox::StoreOptions;
 
-    fn store() -> (tempfile::TempDir, Store) {
+    fn store() -> (tempfile::TempDir, RateWindow) {
         let dir = tempfile::tempdir().unwrap();
-        let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let store = RateWindow::open(dir.path()).unwrap();
         (dir, store)
     }
 
     #[test]
     fn the_rate_sends_are_read_and_written_in_one_transaction() {
         let (_dir, mut store) = store();
-        let seen = store.rate_sends("id", |s| (Some(vec![7, 5]), s)).unwrap();
+        let seen = store.sends("id", |s| (Some(vec![7, 5]), s)).unwrap();
         assert!(seen.is_empty());
-        let seen = store.rate_sends("id", |s| (None, s)).unwrap();
+        let seen = store.sends("id", |s| (None, s)).unwrap();
         assert_eq!(seen, [5, 7]);
-        assert!(store.rate_sends("other", |s| (None, s)).unwrap().is_empty());
-        store.rate_sends("id", |_| (Some(vec![9]), ())).unwrap();
-        assert_eq!(store.rate_sends("id", |s| (None, s)).unwrap(), [9]);
+        assert!(store.sends("other", |s| (None, s)).unwrap().is_empty());
+        store.sends("id", |_| (Some(vec![9]), ())).unwrap();
+        assert_eq!(store.sends("id", |s| (None, s)).unwrap(), [9]);
     }
 }

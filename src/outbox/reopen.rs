@@ -11,7 +11,7 @@ impl Store {
     /// Why the file at our path is no longer the one we write to (deleted, or replaced
     /// by another file), or `None` while it is. One `stat`: cheap enough to ask before
     /// every commit.
-    pub fn replaced(&self) -> Option<&'static str> {
+    pub(super) fn replaced(&self) -> Option<&'static str> {
         let ours = self.identity?;
         match std::fs::metadata(&self.path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("deleted"),
@@ -27,7 +27,7 @@ impl Store {
     /// ERROR and starts a fresh database at the path, so that what comes next is kept
     /// (writing on into an unlinked file would lose it at stop, silently). What the old
     /// file held is beyond reach. Returns whether a fresh database was opened.
-    pub fn reopen_if_replaced(&mut self) -> bool {
+    pub(super) fn reopen_if_replaced(&mut self) -> bool {
         if self.identity.is_none() && self.id_floor == 0 {
             return false;
         }

@@ -220,14 +220,9 @@ pub(super) fn evict_past(
 }
 
 impl Store {
-    /// Sets the age and size bounds (at start, and on a reload).
-    pub fn set_retention(&mut self, retention: Retention) {
-        self.retention = retention;
-    }
-
     /// Evicts what the age and size bounds no longer allow, as of `now`, in one
     /// transaction; for a gateway that commits nothing for a while.
-    pub fn keep_bounds(&mut self, now: EpochMillis) -> Result<Evictions, OutboxError> {
+    pub(super) fn keep_bounds(&mut self, now: EpochMillis) -> Result<Evictions, OutboxError> {
         let mut evictions = Evictions::default();
         if self.retention == Retention::default() {
             return Ok(evictions);
@@ -261,13 +256,15 @@ impl Store {
         Ok(evictions)
     }
 
-    /// Rows evicted so far, by bound (kept across restarts).
-    pub fn evictions(&self) -> Result<Evictions, OutboxError> {
+    /// Rows evicted so far, by bound (kept across restarts); for the tests.
+    #[cfg(test)]
+    fn evictions(&self) -> Result<Evictions, OutboxError> {
         evictions_in(&self.conn)
     }
 
-    /// Bytes of the database's pages in use now.
-    pub fn database_bytes(&mut self) -> Result<u64, OutboxError> {
+    /// Bytes of the database's pages in use now; for the tests.
+    #[cfg(test)]
+    fn database_bytes(&mut self) -> Result<u64, OutboxError> {
         let tx = self.conn.transaction()?;
         let used = used_bytes(&tx)?;
         tx.finish()?;

@@ -42,7 +42,7 @@ impl Store {
 
     /// [`Store::settle`], recording in the same transaction (one commit, one sync) the
     /// flusher's state for `status` and the tapes heard that `--nearest` needs.
-    pub fn settle_noting(
+    pub(super) fn settle_noting(
         &mut self,
         outcomes: &[(PendingCapture, Outcome)],
         now: EpochMillis,

@@ -128,7 +128,7 @@ impl Store {
     }
 
     /// Records the flusher's state for `status`.
-    pub fn note_flusher(&mut self, state: &FlusherState) -> Result<(), OutboxError> {
+    pub(super) fn note_flusher(&mut self, state: &FlusherState) -> Result<(), OutboxError> {
         let tx = write_tx(&mut self.conn)?;
         state.write(&tx)?;
         tx.commit()?;
@@ -146,7 +146,7 @@ impl Store {
 
     /// Adds to the scanner's counts kept for `status` (they accumulate across restarts
     /// of the daemon), and records its last trouble.
-    pub fn add_scanner_counts(
+    pub(super) fn add_scanner_counts(
         &mut self,
         counts: &ScannerCounts,
         last_trouble: Option<(&str, EpochMillis)>,
@@ -176,7 +176,7 @@ impl Store {
 
     /// Records where the BLE source reads adverts and the reports per second measured
     /// up to `at` (the health keeper writes it at most once a minute: SD wear).
-    pub fn note_scanner_rate(
+    pub(super) fn note_scanner_rate(
         &mut self,
         path: Option<&str>,
         reports_per_sec: Option<f64>,
@@ -340,7 +340,7 @@ impl Store {
 impl Store {
     /// What is known of each of `macs` (in the same order): one query per table, so a
     /// page that shows a dock full of tapes costs two statements.
-    pub fn tapes_known(&self, macs: &[Mac]) -> Result<Vec<TapeKnown>, OutboxError> {
+    pub(super) fn tapes_known(&self, macs: &[Mac]) -> Result<Vec<TapeKnown>, OutboxError> {
         if macs.is_empty() {
             return Ok(Vec::new());
         }

@@ -26,7 +26,7 @@ struct Mount {
 
 /// Why the file system holding the state directory `dir` takes no writes, with what to
 /// do about it; `None` while nothing says it is read-only.
-pub fn why_read_only(dir: &Path) -> Option<String> {
+pub(crate) fn why_read_only(dir: &Path) -> Option<String> {
     let dev = std::fs::metadata(dir).ok()?.dev();
     let (major, minor) = (libc::major(dev), libc::minor(dev));
     let canonical = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());

@@ -192,7 +192,7 @@ impl Store {
     /// Writes the tapes' latest readings held in memory when they are due (`latest.rs`):
     /// the owner thread asks after every job, so that they are written within a minute
     /// or so even when no answer comes to carry them.
-    pub fn write_latest_if_due(&mut self) -> Result<(), OutboxError> {
+    pub(super) fn write_latest_if_due(&mut self) -> Result<(), OutboxError> {
         if self.latest.due() {
             self.write_latest()?;
         }
@@ -201,7 +201,7 @@ impl Store {
 
     /// Writes the tapes' latest readings held in memory, in a transaction of their own
     /// (when the outbox closes, and when they are due and no answer carries them).
-    pub fn write_latest(&mut self) -> Result<(), OutboxError> {
+    pub(super) fn write_latest(&mut self) -> Result<(), OutboxError> {
         if self.latest.is_empty() {
             return Ok(());
         }
@@ -213,12 +213,17 @@ impl Store {
     }
 
     /// Pending rows as the counters say (equal to the row count at every commit).
-    pub fn pending(&self) -> u64 {
+    pub(super) fn pending(&self) -> u64 {
         self.counters.pending()
     }
 
-    pub fn set_max_pending(&mut self, max_pending: u64) {
+    pub(super) fn set_max_pending(&mut self, max_pending: u64) {
         self.options.max_pending = max_pending;
+    }
+
+    /// Sets the age and size bounds (`retention.rs`; at start, and on a reload).
+    pub fn set_retention(&mut self, retention: Retention) {
+        self.retention = retention;
     }
 }
 

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use tapegate::outbox::{Stats, Store};
+use tapegate::outbox::{StateReader, Stats};
 use tapegate::record::Advertisement;
 
 /// Why a test that needs the BlueZ stand-in is ignored where build.rs did not find it
@@ -125,8 +125,8 @@ impl Gateway {
     }
 
     /// The outbox read back from the real file.
-    pub fn store(&self) -> Store {
-        Store::open_existing(&self.state_dir())
+    pub fn store(&self) -> StateReader {
+        StateReader::open(&self.state_dir())
             .unwrap()
             .expect("outbox exists")
     }
@@ -137,7 +137,7 @@ impl Gateway {
 
     /// The stats, or `None` while the daemon has not yet created the database.
     pub fn try_stats(&self) -> Option<Stats> {
-        Store::open_existing(&self.state_dir()).ok()??.stats().ok()
+        StateReader::open(&self.state_dir()).ok()??.stats().ok()
     }
 
     pub fn status_json(&self) -> serde_json::Value {

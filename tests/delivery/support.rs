@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use crate::common::{mock_with as mock_on_own_runtime, text, write_records, Gateway};
 use tapegate::config::{self, Config};
-use tapegate::outbox::{Stats, Store, StoreOptions};
+use tapegate::outbox::{StateReader, Stats, Store, StoreOptions};
 use tapegate::pipeline::{self, RunOptions, RunReport};
 use tapegate::record::{hex_upper, Advertisement, Capture, Mac};
 use tapegate::source::sim::tape::UNREGISTERED_PREFIX;
@@ -389,7 +389,7 @@ pub(crate) fn reports(g: &Gateway, text: &str) -> bool {
 
 /// The state database's counters, or `None` while it does not exist yet.
 pub(crate) fn stats_now(g: &Gateway) -> Option<Stats> {
-    Store::open_existing(&g.state_dir())
+    StateReader::open(&g.state_dir())
         .ok()
         .flatten()
         .and_then(|s| s.stats().ok())

@@ -28,15 +28,8 @@ pub const MOCK_CIRCLES: &[(&[&str], &str)] = &[];
 /// the commands' roles (as the daemon's stages already are), and the operator's
 /// capabilities gather their public entry points in `operator/client.rs`.
 pub const METHODS_AWAY: &[(&str, &str, &str)] = &[
-    ("Store", "src/outbox/clock.rs", STORE),
     ("Store", "src/outbox/enqueue.rs", STORE),
-    ("Store", "src/outbox/existing.rs", STORE),
     ("Store", "src/outbox/fetch.rs", STORE),
-    ("Store", "src/outbox/fleet.rs", STORE),
-    ("Store", "src/outbox/heard.rs", STORE),
-    ("Store", "src/outbox/rate_window.rs", STORE),
-    ("Store", "src/outbox/reopen.rs", STORE),
-    ("Store", "src/outbox/retention.rs", STORE),
     ("Store", "src/outbox/settle.rs", STORE),
     ("Store", "src/outbox/status.rs", STORE),
     ("Operator", "src/operator/add.rs", OPERATOR),
@@ -49,8 +42,9 @@ pub const METHODS_AWAY: &[(&str, &str, &str)] = &[
     ("Metrics", "src/metrics/render.rs", "the exposition beside the registries it writes"),
 ];
 
-const STORE: &str =
-    "the commands and the model tests still call Store directly; to go behind role handles";
+const STORE: &str = "the outbox model test, the fault tests and the drain benchmark still drive \
+    Store directly (admit, fetch, claim, settle, and read on the same connection); to go \
+    behind handles when they move into the crate";
 const OPERATOR: &str = "one capability a file; its entry point to move beside the type";
 
 /// The `pub` items (not `pub(crate)` or `pub(super)`, not fields) each top-level module
@@ -62,7 +56,7 @@ pub const PUB_BUDGETS: &[(&str, usize)] = &[
     ("bin", 0),
     ("cli", 12),
     ("clock", 40),
-    ("cmd", 87),
+    ("cmd", 86),
     ("config", 117),
     ("debug_hooks", 7),
     ("dedup", 11),
@@ -75,8 +69,8 @@ pub const PUB_BUDGETS: &[(&str, usize)] = &[
     ("lib", 26),
     ("main", 0),
     ("metrics", 23),
-    ("operator", 92),
-    ("outbox", 173),
+    ("operator", 91),
+    ("outbox", 148),
     ("pipeline", 15),
     ("products", 11),
     ("record", 19),

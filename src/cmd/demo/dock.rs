@@ -13,7 +13,7 @@ use crate::cmd::client;
 use crate::cmd::CmdError;
 use crate::config;
 use crate::operator::{AddDevice, HistoryFilter, HistoryQuery, HistoryRead, Operator};
-use crate::outbox::Store;
+use crate::outbox::DeviceState;
 use crate::record::Mac;
 
 /// What a person at the dock does after the outage: `device add` for each tape the
@@ -40,7 +40,7 @@ async fn activate_unknown(
     state_dir: &Path,
     out: &mut (dyn Write + Send),
 ) -> Result<Vec<Mac>, CmdError> {
-    let unknown: BTreeSet<Mac> = match Store::open_existing(state_dir)? {
+    let unknown: BTreeSet<Mac> = match DeviceState::open_existing(state_dir)? {
         Some(store) => store
             .heard_since(0)?
             .into_iter()
@@ -73,7 +73,7 @@ async fn activate_unknown(
                 );
             }
             Ok(o) => {
-                let requeued = client::state(config)?.retry_dead_letters(Some(mac))?;
+                let requeued = client::state(config)?.retry_dead_letters(mac)?;
                 let _ = writeln!(
                     out,
                     "  tapegate device add --qr {} --tape-id {}: HTTP {} {}; {requeued} dead letter(s) re-queued",

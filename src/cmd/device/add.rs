@@ -147,7 +147,7 @@ async fn add_each(
         match operator.add_device(&row.add).await {
             Ok(outcome) => {
                 let requeued = match (outcome.ok, row.mac) {
-                    (true, Some(mac)) => state(config)?.retry_dead_letters(Some(mac))?,
+                    (true, Some(mac)) => state(config)?.retry_dead_letters(mac)?,
                     _ => 0,
                 };
                 added.push(Added {

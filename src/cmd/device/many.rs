@@ -112,7 +112,7 @@ async fn send_all(
         entries.iter().filter(|e| seen.insert(&e.qrcode)).count()
     };
     let requests = requests_needed(&op, &entries);
-    let free = operator.gate().free_now()?;
+    let free = operator.gate().free_now().await?;
     let eta = rate::estimate(requests, free, window);
     if !eta.is_zero() {
         console.say(&format!(
