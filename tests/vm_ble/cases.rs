@@ -259,15 +259,22 @@ pub fn a_hundred_tapes(g: &Gateway, radio: &Radio) {
     radio.cmd("clear");
     g.start_unit_with(MGMT_ACTIVE, "window_secs = 60\nmin_interval_secs = 5");
     let mark = g.delivered("mock").len();
-    radio.cmd("fleet 100 interval=1000 step=1");
-    let started = now_secs();
-    g.wait("a minute of the fleet", Duration::from_secs(90), || {
-        (now_secs() - started >= 60).then_some(())
-    });
-    let minute = radio.air();
     let fleet: Vec<String> = (1..=100)
         .map(|i| format!("C0:FF:EE:10:00:{i:02X}"))
         .collect();
+    radio.cmd("fleet 100 interval=1000 step=1");
+    // Sixty adverts of every tape, about a minute: counted, not timed (a loaded machine
+    // slows the radio, not what is asserted).
+    let started = std::time::Instant::now();
+    let minute = g.wait(
+        "sixty adverts of every tape",
+        Duration::from_secs(240),
+        || {
+            let air = radio.air();
+            fleet.iter().all(|m| air[m].sent >= 60).then_some(air)
+        },
+    );
+    let took = started.elapsed().as_secs_f64();
     // Every tape then holds its newest state on air until the controller has reported
     // it three times. The kernel ends an LE discovery after 10.24 s and bluetoothd starts
     // the next; while the scan is off, and for reports in flight as it stops, nothing
@@ -330,7 +337,7 @@ pub fn a_hundred_tapes(g: &Gateway, radio: &Radio) {
         || g.status()["scanner_reports_per_sec"].as_f64(),
     );
     eprintln!(
-        "vm_ble: a hundred tapes: {sent} adverts on air in a minute ({reported} HCI reports), \
+        "vm_ble: a hundred tapes: {sent} adverts on air in {took:.0} s ({reported} HCI reports), \
          {} captures delivered, at most {worst_gap} adverts between two captures of a tape, \
          {reports:.1} reports/s in status",
         items.len()
@@ -341,6 +348,5 @@ pub fn a_hundred_tapes(g: &Gateway, radio: &Radio) {
         worst_gap <= 7,
         "a tape's captures at most the dedup interval apart"
     );
-    assert!(sent >= 100 * 55, "the radio kept up: {sent} adverts");
     radio.cmd("clear");
 }
