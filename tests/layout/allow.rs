@@ -26,7 +26,7 @@ pub const MOCK_CIRCLES: &[(&[&str], &str)] = &[];
 /// Public methods of a type in a file other than the one that defines it: (type, file,
 /// why). Each is to be mended: the outbox's `Store` goes behind narrow handles named for
 /// the commands' roles (as the daemon's stages already are), and the operator's
-/// capabilities gather their public entry points in `operator/client.rs`.
+/// capabilities gather their public entry points in `operator/base.rs`.
 pub const METHODS_AWAY: &[(&str, &str, &str)] = &[
     ("Store", "src/outbox/enqueue.rs", STORE),
     ("Store", "src/outbox/fetch.rs", STORE),
