@@ -141,6 +141,8 @@ mod settle;
 mod status;
 mod storage;
 mod store;
+#[cfg(test)]
+mod tests;
 mod users;
 mod words;
 
