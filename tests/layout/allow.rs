@@ -42,9 +42,10 @@ pub const METHODS_AWAY: &[(&str, &str, &str)] = &[
     ("Metrics", "src/metrics/render.rs", "the exposition beside the registries it writes"),
 ];
 
-const STORE: &str = "the outbox model test, the fault tests and the drain benchmark still drive \
-    Store directly (admit, fetch, claim, settle, and read on the same connection); to go \
-    behind handles when they move into the crate";
+const STORE: &str = "the fault tests, the clock and support-bundle tests, delivery's seeding \
+    and the drain benchmark still drive Store directly (open, admit, fetch, settle, note, and \
+    read on the same connection; the model test does so from inside the outbox); to go \
+    behind handles, or into the crate";
 const OPERATOR: &str = "one capability a file; its entry point to move beside the type";
 
 /// The `pub` items (not `pub(crate)` or `pub(super)`, not fields) each top-level module
