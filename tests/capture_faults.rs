@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use common::*;
-use tapegate::outbox::{OutboxError, Outcome, Reading, Store, StoreOptions};
+use tapegate::outbox::{OutboxError, Outcome, Reading, StateReader, Store, StoreOptions};
 use tapegate::record::{Advertisement, Capture, Mac};
 
 // ---------------------------------------------------------------------------------
@@ -209,7 +209,7 @@ fn a_full_disk_holds_the_group_and_loses_nothing_committed() {
     assert_eq!(assert_gap_free_prefix(&g), sent as usize);
     assert_eq!(s.admitted, s.pending);
     assert_eq!(s.evicted, 0);
-    assert_eq!(integrity_check(&Store::path_in(&g.state_dir())), "ok");
+    assert_eq!(integrity_check(&StateReader::path_in(&g.state_dir())), "ok");
     assert!(
         daemon.stderr().contains("outbox write recovered"),
         "{}",
@@ -611,7 +611,7 @@ fn status_of_a_gateway_that_never_ran_is_all_zeros_and_creates_nothing() {
     let human = text(&out.stdout);
     assert!(human.contains("not created yet"), "{human}");
     assert_eq!(human_number(&human, "pending"), 0);
-    assert!(!Store::path_in(&g.state_dir()).exists());
+    assert!(!StateReader::path_in(&g.state_dir()).exists());
 }
 
 /// Status after a run reports the counts, the oldest pending age, the last flush and
@@ -857,7 +857,7 @@ fn an_operator_command_run_as_root_creates_the_database_for_the_daemons_user() {
         "{}",
         text(&out.stderr)
     );
-    let db = Store::path_in(&g.state_dir());
+    let db = StateReader::path_in(&g.state_dir());
     for file in std::fs::read_dir(g.state_dir()).unwrap() {
         let file = file.unwrap();
         let m = file.metadata().unwrap();
@@ -905,7 +905,7 @@ fn a_daemon_that_cannot_write_its_database_exits_5_naming_the_path_and_the_fix()
         empty.path().display()
     ));
     // As an older tapegate's root-run command left it: root's, readable by all.
-    let db = Store::path_in(&g.state_dir());
+    let db = StateReader::path_in(&g.state_dir());
     drop(Store::open(&g.state_dir(), StoreOptions::default()).unwrap());
     std::os::unix::fs::chown(&db, Some(0), Some(0)).unwrap();
     std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -945,7 +945,7 @@ fn read_commands_work_for_a_user_who_may_read_but_not_write_the_state() {
     std::fs::set_permissions(g.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(g.config_path(), std::fs::Permissions::from_mode(0o644)).unwrap();
     // The daemon's state, opened to a group the reader is in (the reader: nobody).
-    let db = Store::path_in(&g.state_dir());
+    let db = StateReader::path_in(&g.state_dir());
     drop(Store::open(&g.state_dir(), StoreOptions::default()).unwrap());
     for (path, mode) in [(g.state_dir(), 0o750), (db.clone(), 0o640)] {
         std::os::unix::fs::chown(&path, Some(0), Some(NOBODY)).unwrap();

@@ -569,7 +569,7 @@ fn an_error_and_its_cause_are_said_once_not_twice() {
     let g = Gateway::new("");
     std::fs::create_dir_all(g.state_dir()).unwrap();
     std::fs::write(
-        tapegate::outbox::Store::path_in(&g.state_dir()),
+        tapegate::outbox::StateReader::path_in(&g.state_dir()),
         b"this is not a database, but it is long enough to be mistaken for one".repeat(100),
     )
     .unwrap();
@@ -626,7 +626,7 @@ fn state_files_are_created_0600_in_a_0700_directory_whatever_the_umask() {
         .unwrap_or_else(|| panic!("not committed:\n{}", d.stderr()));
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&g.state_dir()), 0o700, "the state directory");
-    let db = tapegate::outbox::Store::path_in(&g.state_dir());
+    let db = tapegate::outbox::StateReader::path_in(&g.state_dir());
     for file in [
         db.clone(),
         db.with_extension("db-wal"),
@@ -680,7 +680,8 @@ fn service_texts_are_stored_and_shown_bounded_and_inert() {
         .unwrap_or_else(|| panic!("not refused:\n{}", d.stderr()));
 
     // Stored bounded, as every other text from elsewhere.
-    let db = rusqlite::Connection::open(tapegate::outbox::Store::path_in(&g.state_dir())).unwrap();
+    let db =
+        rusqlite::Connection::open(tapegate::outbox::StateReader::path_in(&g.state_dir())).unwrap();
     let longest: i64 = db
         .query_row("SELECT MAX(length(error)) FROM dead_letters", [], |r| {
             r.get(0)
@@ -810,7 +811,8 @@ fn a_token_endpoint_echoing_the_password_form_encoded_shows_it_nowhere() {
     let check = g.run(&["check"]);
     let check = format!("{}{}", text(&check.stdout), text(&check.stderr));
     assert!(check.contains("wrong username or password"), "{check}");
-    let db = rusqlite::Connection::open(tapegate::outbox::Store::path_in(&g.state_dir())).unwrap();
+    let db =
+        rusqlite::Connection::open(tapegate::outbox::StateReader::path_in(&g.state_dir())).unwrap();
     let meta: Vec<String> = db
         .prepare("SELECT key || '=' || value FROM meta")
         .unwrap()

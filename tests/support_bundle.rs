@@ -13,7 +13,7 @@ use std::process::Command;
 
 use base64::Engine;
 use common::{tape_advert, tape_mac, Gateway, T0_MS};
-use tapegate::outbox::{Store, StoreOptions};
+use tapegate::outbox::{StateReader, Store, StoreOptions};
 
 /// Distinctive secrets, with characters that JSON and URLs write differently.
 const SERVICE_INLINE: &str = "pw-INLINE 7/+@:q";
@@ -259,7 +259,7 @@ fn the_bundle_holds_what_support_needs_and_no_secret_in_any_form() {
             &["gw-user"]
         };
         let leaked: Vec<String> = secrets.iter().flat_map(|s| forms_with(s, users)).collect();
-        let c = rusqlite::Connection::open(Store::path_in(&state)).unwrap();
+        let c = rusqlite::Connection::open(StateReader::path_in(&state)).unwrap();
         c.execute("DELETE FROM dead_letters", []).unwrap();
         c.execute(
             "INSERT INTO dead_letters(mac, captured_at, product_id, packet, rssi, error, dead_at)

@@ -8,7 +8,7 @@ use std::io::Write;
 use jiff::tz::TimeZone;
 use jiff::Timestamp;
 
-use super::client::{interrupts, operator_on, Console};
+use super::operator_run::{interrupts, operator_on, Console};
 use super::CmdError;
 use crate::clock::SharedClock;
 use crate::config::Config;

@@ -6,7 +6,7 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use super::client::{interrupts, operator_on, Console};
+use super::operator_run::{interrupts, operator_on, Console};
 use super::CmdError;
 use crate::clock::SharedClock;
 use crate::config::Config;

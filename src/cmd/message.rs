@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::client::{interrupts, operator_on, Console};
+use super::operator_run::{interrupts, operator_on, Console};
 use super::CmdError;
 use crate::clock::SharedClock;
 use crate::config::Config;

@@ -6,7 +6,6 @@
 
 mod archive;
 pub mod check;
-pub mod client;
 pub mod dead_letters;
 pub mod decode;
 #[cfg(feature = "mock")]
@@ -15,6 +14,7 @@ pub mod device;
 pub mod history;
 pub mod locate;
 pub mod message;
+pub mod operator_run;
 pub mod run;
 pub mod scan;
 pub mod side_channel;

@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::assumed::DeviceEntry;
-use super::client::{Operator, OperatorError};
+use super::base::{Operator, OperatorError};
 use super::send::{Call, Policy, Sent};
 use crate::api::{Account, Answer};
 use crate::record::Mac;

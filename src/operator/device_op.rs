@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::assumed::LabelRecord;
-use super::client::{Operator, OperatorError};
+use super::base::{Operator, OperatorError};
 use super::send::{Call, Policy};
 use crate::api::{Account, ApiError};
 

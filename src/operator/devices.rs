@@ -26,7 +26,7 @@ its own rules; none of them touches it.
 use std::collections::{HashMap, HashSet};
 
 use super::assumed::{ConfigChange, DeviceEntry};
-use super::client::{Operator, OperatorError, Progress};
+use super::base::{Operator, OperatorError, Progress};
 use super::device_op::{ChunkEnd, DeviceOp, DeviceOutcome, DeviceReport, DeviceRun, Request};
 use super::send::{Call, Sent};
 use super::{configure, deactivate, label, show};

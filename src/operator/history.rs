@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use super::assumed;
-use super::client::{Operator, OperatorError};
+use super::base::{Operator, OperatorError};
 use super::locate::SensorReading;
 use super::send::{Call, Policy, Sent};
 use crate::api::{join, Account, ApiError};

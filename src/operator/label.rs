@@ -12,7 +12,7 @@ use reqwest::Method;
 use serde_json::Value;
 
 use super::assumed::{self, DeviceEntry, LabelRecord, LabelState};
-use super::client::Operator;
+use super::base::Operator;
 use super::device_op::{ChunkEnd, DeviceOp, DeviceOutcome, Request};
 
 /// Rounds of a label chunk at most: the first, and the repeats for the devices the

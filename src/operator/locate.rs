@@ -14,7 +14,7 @@ use std::time::Duration;
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use super::client::{check_id, Operator, OperatorError};
+use super::base::{check_id, Operator, OperatorError};
 use super::send::{Call, Policy, Sent};
 use crate::api::{Account, ApiError};
 

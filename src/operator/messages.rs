@@ -10,7 +10,7 @@ use reqwest::Method;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::client::{Operator, OperatorError};
+use super::base::{Operator, OperatorError};
 use super::send::{Call, Policy, Sent};
 use crate::api::Account;
 

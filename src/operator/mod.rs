@@ -9,14 +9,14 @@ One file per capability: `add.rs` (4.6), `label.rs` (label and relabel), `show.r
 (`devices.rs`) and its words (`device_op.rs`); `locate.rs` (4.1), `history.rs` (4.2), `messages.rs` (4.5). Every call
 goes through the one send of `send.rs` with the retry policy it declares; `rate.rs` is
 the shared window; `assumed.rs` holds the request shapes the spec does not show and how
-both readings of its open points are read; `client.rs` is the client ([`Operator`]), its
+both readings of its open points are read; `base.rs` is the client ([`Operator`]), its
 error, and the check of what a person typed, under them all. This file only declares
 the rooms and shows what they offer.
 */
 
 mod add;
 mod assumed;
-mod client;
+mod base;
 mod configure;
 mod deactivate;
 mod device_op;
@@ -31,7 +31,7 @@ mod show;
 
 pub use add::{AddDevice, AddOutcome};
 pub use assumed::{ConfigChange, DeviceEntry, LabelDevice, LabelRecord, LabelState};
-pub use client::{check_id, Interrupt, Operator, OperatorError, Progress, MAX_ID_CHARS};
+pub use base::{check_id, Interrupt, Operator, OperatorError, Progress, MAX_ID_CHARS};
 pub use device_op::{hint, DeviceOp, DeviceOutcome, DeviceReport, DeviceRun};
 pub use history::{
     merge, month_windows, HistoricalEvent, HistoryFilter, HistoryQuery, HistoryRead, HistoryWindow,

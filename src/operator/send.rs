@@ -26,7 +26,7 @@ use bytes::Bytes;
 use reqwest::{Method, StatusCode};
 use url::Url;
 
-use super::client::{Operator, OperatorError};
+use super::base::{Operator, OperatorError};
 use crate::api::TransportKind;
 use crate::api::{Account, Answer, ApiError};
 use crate::backoff::Backoff;

@@ -9,7 +9,7 @@ look before they claim what a lost answer did. It may touch the send, the shapes
 use reqwest::Method;
 
 use super::assumed::{self, DeviceEntry, LabelRecord};
-use super::client::{Operator, OperatorError};
+use super::base::{Operator, OperatorError};
 use super::device_op::{DeviceOp, DeviceOutcome, Request};
 use super::send::{Policy, Sent};
 use crate::api::Answer;

@@ -37,7 +37,7 @@ impl StateReader {
     }
 
     /// Where the database of `state_dir` is (whether or not it exists).
-    pub(crate) fn path_in(state_dir: &Path) -> std::path::PathBuf {
+    pub fn path_in(state_dir: &Path) -> std::path::PathBuf {
         Store::path_in(state_dir)
     }
 

@@ -88,7 +88,7 @@ fate per capture, by construction, at one call a batch and no write.
 - Exactly-once delivery: a batch whose answer is lost (timeout, crash after sending) is
   sent again, so the service may see a capture twice.
 - Order across MACs: batches take the oldest pending capture of each MAC not in a
-  batch in flight ([`Store::next_batch_excluding`]); captures of one MAC are delivered
+  batch in flight (`next_batch_excluding`, `fetch.rs`); captures of one MAC are delivered
   in admission order, which is capture order, however many batches are in flight.
 
 # Code
@@ -141,6 +141,8 @@ mod settle;
 mod status;
 mod storage;
 mod store;
+#[cfg(test)]
+mod tests;
 mod users;
 mod words;
 

@@ -91,7 +91,7 @@ pub struct Store {
 
 impl Store {
     /// The database path inside `state_dir`.
-    pub fn path_in(state_dir: &Path) -> PathBuf {
+    pub(super) fn path_in(state_dir: &Path) -> PathBuf {
         state_dir.join(DB_FILE)
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::common::{eventually, eventually_async, mock_with as mock_on_own_runtime, Gateway};
-use tapegate::outbox::Store;
+use tapegate::outbox::StateReader;
 use tapegate::pipeline::{self, RunOptions};
 use tapegate_mock::{
     self as mock, Fault, MockConfig, MockEnvironment, MockHandle, Received, Storm,
@@ -314,7 +314,7 @@ async fn a_failing_database_write_records_the_answer_again_and_sends_nothing() {
     // A real write failure of the real file: every transaction that would take a row
     // out of `pending` is aborted (as a full disk or an I/O error aborts it); admitting
     // captures still works.
-    let db = rusqlite::Connection::open(Store::path_in(&g.state_dir())).unwrap();
+    let db = rusqlite::Connection::open(StateReader::path_in(&g.state_dir())).unwrap();
     db.execute_batch(
         "CREATE TRIGGER fail_settle BEFORE DELETE ON pending BEGIN SELECT RAISE(ABORT, 'disk I/O error (injected)'); END;",
     )
@@ -642,7 +642,7 @@ fn a_delivery_error_that_cannot_be_recorded_is_logged_once() {
         stats_now(&g).is_some_and(|s| s.last_error.is_some())
     })
     .expect("timed out waiting for the first failure recorded");
-    let db = rusqlite::Connection::open(Store::path_in(&g.state_dir())).unwrap();
+    let db = rusqlite::Connection::open(StateReader::path_in(&g.state_dir())).unwrap();
     db.busy_timeout(Duration::from_secs(5)).unwrap();
     db.execute_batch(
         "CREATE TRIGGER full_insert BEFORE INSERT ON meta BEGIN SELECT RAISE(ABORT, 'database or disk is full (injected)'); END;

@@ -1,7 +1,7 @@
 //! What a person at the dock does in the demo once the outage is over: `device add` for
 //! each tape the service refused as unknown, its dead letters re-queued; then `locate`
 //! and `history` of one asset of the mock's seeded account. It may touch the operator's
-//! client (`cmd::client`), the state database and the mock's seed (which asset to ask).
+//! client (`cmd::operator_run`), the state database and the mock's seed (which asset to ask).
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -9,7 +9,7 @@ use std::path::Path;
 
 use tapegate_mock as mock;
 
-use crate::cmd::client;
+use crate::cmd::operator_run;
 use crate::cmd::CmdError;
 use crate::config;
 use crate::operator::{AddDevice, HistoryFilter, HistoryQuery, HistoryRead, Operator};
@@ -25,7 +25,7 @@ pub(super) async fn at_the_dock(
     state_dir: &Path,
     out: &mut (dyn Write + Send),
 ) -> Result<Vec<Mac>, CmdError> {
-    let operator = client::operator(config, clock)?;
+    let operator = operator_run::operator(config, clock)?;
     let activated = activate_unknown(&operator, config, state_dir, out).await?;
     locate(&operator, out).await;
     history(&operator, out).await;
@@ -73,7 +73,7 @@ async fn activate_unknown(
                 );
             }
             Ok(o) => {
-                let requeued = client::state(config)?.retry_dead_letters(mac)?;
+                let requeued = operator_run::state(config)?.retry_dead_letters(mac)?;
                 let _ = writeln!(
                     out,
                     "  tapegate device add --qr {} --tape-id {}: HTTP {} {}; {requeued} dead letter(s) re-queued",

@@ -2,7 +2,7 @@
 //! or a manifest's rows, each through [`Operator::add_device`], then each added tape's
 //! dead letters back in the outbox. A refusal of one tape goes on to the next; an error
 //! no retry fixes, no answer, or Ctrl-C stops the run, and every row is reported all
-//! the same. It may touch the operator's client (`cmd::client`), the input checks and
+//! the same. It may touch the operator's client (`cmd::operator_run`), the input checks and
 //! the state database (re-queued dead letters).
 
 use std::collections::HashSet;
@@ -16,7 +16,7 @@ use super::manifest::{self, BadRow, Row};
 use super::nearest::{nearest, NearestPrinted};
 use super::shared::{note_cell, print_bad_rows, print_json, Added, CELL};
 use crate::clock::{Clock, SharedClock};
-use crate::cmd::client::{interrupts, operator_on, state, Console};
+use crate::cmd::operator_run::{interrupts, operator_on, state, Console};
 use crate::cmd::CmdError;
 use crate::config::Config;
 use crate::operator::{check_id, AddDevice, AddOutcome, Operator, OperatorError};

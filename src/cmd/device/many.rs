@@ -1,7 +1,7 @@
 //! `tapegate device label|relabel|show|deactivate|configure`: the multi-device calls of
 //! spec 4.7 through [`Operator::devices`], with the estimate of a long run, its progress
 //! on a terminal, and a table for a person (the lookup's records for `show`) or one JSON
-//! document with `--json`. It may touch the operator's client (`cmd::client`) and the
+//! document with `--json`. It may touch the operator's client (`cmd::operator_run`) and the
 //! input checks of `input.rs`.
 
 use std::io::Write;
@@ -13,7 +13,7 @@ use super::input::{gather, Devices};
 use super::manifest::BadRow;
 use super::shared::{note_cell, print_bad_rows, print_json, CELL};
 use crate::clock::SharedClock;
-use crate::cmd::client::{human, interrupts, operator_on, Console};
+use crate::cmd::operator_run::{human, interrupts, operator_on, Console};
 use crate::cmd::CmdError;
 use crate::config::Config;
 use crate::operator::rate;

@@ -2,7 +2,7 @@
 //! spec 4.6 and 4.7 through the operator room, with devices from `--qr` or a CSV
 //! manifest (`--csv FILE`, `-` for stdin), a table for a person or one JSON document
 //! with `--json`, and the exit code of DESIGN.md (0 every device succeeded, 1 any
-//! failed, 2 usage or config). It may touch the operator's client (`cmd::client`) and,
+//! failed, 2 usage or config). It may touch the operator's client (`cmd::operator_run`) and,
 //! for `add`, the state database.
 //!
 //! What a person typed is checked before anything is sent. This file dispatches the

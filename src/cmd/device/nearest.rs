@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::shared::{print_json, Added};
 use crate::clock::Clock;
-use crate::cmd::client::state;
+use crate::cmd::operator_run::state;
 use crate::cmd::CmdError;
 use crate::config::Config;
 use crate::outbox::HeardTape;

@@ -30,20 +30,18 @@
 //! - **Claims.** The outbox's claims are exactly the rows on the wire and those
 //!   answered and not yet recorded: a batch that waits holds none.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use proptest::prelude::*;
 use tokio::time::Instant;
 
-use tapegate::config::FlushSettings;
-use tapegate::flush::{Action, Batch, Planner, Resolution, Step};
-use tapegate::outbox::Durability;
-use tapegate::outbox::{Outcome, PendingCapture, Reading, RowKey, Store, StoreOptions};
+use crate::config::FlushSettings;
+use crate::flush::{Action, Batch, Planner, Resolution, Step};
+use crate::outbox::Durability;
+use crate::outbox::{Outcome, PendingCapture, Reading, RowKey, Store, StoreOptions};
 
-use tapegate::record::{Capture, Mac};
+use crate::record::{Capture, Mac};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -82,7 +80,14 @@ fn mac(i: u8) -> Mac {
 }
 
 fn capture(i: u8, seq: u64) -> Capture {
-    common::fixture::capture(mac(i), 1_000 + seq as i64, format!("{seq:08X}"))
+    Capture {
+        mac: mac(i),
+        ts_ms: 1_000 + seq as i64,
+        product_id: "tape".into(),
+        packet: format!("{seq:08X}"),
+        rssi: Some(-60),
+        boot_ms: None,
+    }
 }
 
 fn seq_of(p: &PendingCapture) -> u64 {
@@ -93,11 +98,11 @@ const MAX_PENDING: u64 = 20;
 
 fn open(dir: &std::path::Path) -> Store {
     let options = StoreOptions {
-        latest_every: tapegate::outbox::LATEST_EVERY,
+        latest_every: crate::outbox::LATEST_EVERY,
         durability: Durability::Normal,
         max_pending: MAX_PENDING,
         max_page_count: None,
-        clock: tapegate::clock::system(),
+        clock: crate::clock::system(),
     };
     Store::open(dir, options).unwrap().0
 }
@@ -331,11 +336,11 @@ fn world_settings() -> FlushSettings {
 
 fn world_open(dir: &std::path::Path) -> Store {
     let options = StoreOptions {
-        latest_every: tapegate::outbox::LATEST_EVERY,
+        latest_every: crate::outbox::LATEST_EVERY,
         durability: Durability::Normal,
         max_pending: WORLD_MAX_PENDING,
         max_page_count: None,
-        clock: tapegate::clock::system(),
+        clock: crate::clock::system(),
     };
     Store::open(dir, options).unwrap().0
 }
