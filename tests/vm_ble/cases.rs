@@ -265,7 +265,7 @@ pub fn a_hundred_tapes(g: &Gateway, radio: &Radio) {
     radio.cmd("fleet 100 interval=1000 step=1");
     // Sixty adverts of every tape, about a minute: counted, not timed (a loaded machine
     // slows the radio, not what is asserted).
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let minute = g.wait(
         "sixty adverts of every tape",
         Duration::from_secs(240),
