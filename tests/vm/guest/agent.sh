@@ -12,8 +12,9 @@
 # half a minute of a TCG boot to start on a loaded machine.
 set -u
 DIR=${1:-/share/agent}
-export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-export LANG=C.UTF-8 HOME=/root SYSTEMD_PAGER= SYSTEMD_COLORS=0
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+LANG=C.UTF-8
+HOME=/root
 
 put() {
   printf '%s' "$2" > "$1.tmp" && mv -f "$1.tmp" "$1"
@@ -35,7 +36,10 @@ while :; do
     [ -e "$base.rc" ] && continue
     (
       cd /root || exit 126
-      bash "$script" < /dev/null > "$base.out" 2> "$base.err"
+      # A clean environment: none of the agent's own service's (JOURNAL_STREAM would
+      # send a command's log to the journal instead of its stderr).
+      env -i PATH="$PATH" LANG="$LANG" HOME="$HOME" SYSTEMD_PAGER= SYSTEMD_COLORS=0 \
+        bash "$script" < /dev/null > "$base.out" 2> "$base.err" 9<&-
       put "$base.rc" "$?
 "
     ) &
