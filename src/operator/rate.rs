@@ -226,9 +226,9 @@ impl RateGate {
 
     /// Slots free now.
     pub async fn free_now(&self) -> Result<usize, OutboxError> {
-        let (now, window) = (self.clock.wall_ms(), self.window);
-        self.with_stamps(move |s, _| {
-            let live = live(&s, now, window).len();
+        let window = self.window;
+        self.with_stamps(move |s, clock| {
+            let live = live(&s, clock.wall_ms(), window).len();
             (None, REQUESTS_PER_WINDOW - live)
         })
         .await

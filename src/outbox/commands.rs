@@ -10,7 +10,7 @@ use std::path::Path;
 use super::db::OutboxError;
 use super::fleet::{BootRecord, DeadLetterSummary};
 use super::status::{DeadLetter, Stats};
-use super::store::{Store, StoreOptions};
+use super::store::Store;
 use super::words::{HeardTape, PendingCapture, TapeRow};
 use crate::inventory::Inventory;
 use crate::record::{EpochMillis, Mac};
@@ -122,11 +122,9 @@ impl DeviceState {
     /// The state database of `state_dir`: the daemon's, or a new one when the daemon has
     /// not run yet.
     pub(crate) fn open(state_dir: &Path) -> Result<DeviceState, OutboxError> {
-        let store = match Store::open_existing(state_dir)? {
-            Some(s) => s,
-            None => Store::open(state_dir, StoreOptions::default())?.0,
-        };
-        Ok(DeviceState { store })
+        Ok(DeviceState {
+            store: Store::open_or_create(state_dir)?,
+        })
     }
 
     /// The database of `state_dir`, creating and migrating nothing (the demo's dock).

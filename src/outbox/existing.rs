@@ -30,6 +30,15 @@ impl Store {
         Self::existing(conn, path)
     }
 
+    /// The daemon's database of `state_dir`, or a new one when the daemon has not run
+    /// yet (the device commands, the rate window).
+    pub(super) fn open_or_create(state_dir: &Path) -> Result<Store, OutboxError> {
+        match Self::open_existing(state_dir)? {
+            Some(store) => Ok(store),
+            None => Ok(Store::open(state_dir, StoreOptions::default())?.0),
+        }
+    }
+
     /// Opens an existing database to read it only (`status`, `tapes`, `dead-letters
     /// list`, `check`), creating nothing, so that it works for a user who may read the
     /// state directory but not write it. Such a user cannot make the shared-memory file

@@ -8,7 +8,7 @@ use std::path::Path;
 use rusqlite::params;
 
 use super::db::{write_tx, OutboxError};
-use super::store::{Store, StoreOptions};
+use super::store::Store;
 use crate::record::EpochMillis;
 
 /// The operator commands' handle on the rate window (`rate_sends`): synchronous, one
@@ -21,11 +21,9 @@ impl RateWindow {
     /// The state database of `state_dir`: the daemon's, or a new one when the daemon has
     /// not run yet (the window must be shared all the same).
     pub(crate) fn open(state_dir: &Path) -> Result<RateWindow, OutboxError> {
-        let store = match Store::open_existing(state_dir)? {
-            Some(s) => s,
-            None => Store::open(state_dir, StoreOptions::default())?.0,
-        };
-        Ok(RateWindow { store })
+        Ok(RateWindow {
+            store: Store::open_or_create(state_dir)?,
+        })
     }
 
     /// Reads and replaces the times of an identity's last rate-limited requests in one
