@@ -1,4 +1,5 @@
-//! A booted VM: QEMU running the image's kernel on a [`Disk`], no network (`-nic none`),
+//! A booted VM: QEMU running the image's kernel on a [`Disk`], no network (`-nic none`,
+//! or one forward to the host: [`Machine::service_port`]),
 //! and a directory of the host shared as `/share` (9p). The guest's agent runs each
 //! script the host drops into `share/agent/` and writes its output back there; results
 //! the guest writes to the share survive the VM being killed.
@@ -47,6 +48,19 @@ pub struct Job<'a> {
     script: String,
 }
 
+/// The machine's network card: none, or QEMU's user network restricted to one forward,
+/// [`super::GUEST_SERVICE`] to the host's loopback port, a `busybox nc` per connection
+/// (a forward to a chardev would carry one connection for the VM's life).
+fn nic(machine: &Machine) -> String {
+    match machine.service_port {
+        None => "none".to_string(),
+        Some(port) => format!(
+            "user,model=virtio-net-pci,restrict=on,guestfwd=tcp:{}-cmd:/bin/busybox nc 127.0.0.1 {port}",
+            super::GUEST_SERVICE
+        ),
+    }
+}
+
 impl Vm {
     /// Boots `machine` from `image` on `disk`, sharing `share` (which must hold the
     /// agent, `agent.sh`), and waits for the agent. The serial console goes to
@@ -92,7 +106,9 @@ impl Vm {
                 "local,path={},mount_tag=share,security_model=none,id=share",
                 share.display()
             ))
-            .args(["-nic", "none", "-nographic", "-no-reboot"])
+            .arg("-nic")
+            .arg(nic(machine))
+            .args(["-nographic", "-no-reboot"])
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log);

@@ -3,7 +3,7 @@
 //!
 //! - [`Arch`]: what differs between the machines a gateway runs on (the Debian
 //!   architecture and kernel package, the QEMU system and its console). x86_64 (the BLE and
-//!   power-cut tests) and the Arm ones are booted (`tests/vm_arm.rs`), all under TCG.
+//!   power-cut tests) and the Arm ones are booted (`tests/vm_boots/arm.rs`), all under TCG.
 //! - [`Image`]: the kernel, the initramfs and the root's disk image, built by
 //!   `scripts/vm/image.sh` from this machine's apt mirror and PyPI and cached under
 //!   `target/vm/<arch>/` (a cold build is a debootstrap: a few minutes).
@@ -46,13 +46,16 @@ pub struct Arch {
     pub image_env: &'static [(&'static str, &'static str)],
 }
 
-/// The Arm roots' packages: systemd as PID 1, python3 for the agent and the service's
-/// stand-in, sqlite3, and busybox-static for the initramfs.
+/// The Arm roots' packages: systemd as PID 1 with udev and kmod (the network card's
+/// module), adduser (the package's postinst), and busybox-static (the initramfs, and
+/// `ip` for the guest's address). Nothing more: a foreign root's second stage runs
+/// under qemu-user, where each package configured costs (python3 alone took most of
+/// 20 minutes); the agent is bash and the service is the host's mock.
 const ARM_IMAGE: &[(&str, &str)] = &[
     ("BUMBLE", "none"),
     (
         "PACKAGES",
-        "systemd,systemd-sysv,dbus,python3,kmod,udev,procps,adduser,sqlite3,busybox-static",
+        "systemd,systemd-sysv,udev,kmod,adduser,busybox-static",
     ),
 ];
 
@@ -68,7 +71,7 @@ pub const X86_64: Arch = Arch {
 };
 
 /// A Raspberry Pi 3/4-class 64-bit gateway: Debian's arm64 kernel on QEMU's `virt`
-/// board (`tests/vm_arm.rs`). The root is debootstrapped for arm64 under qemu-user.
+/// board (`tests/vm_boots/arm.rs`). The root is debootstrapped for arm64 under qemu-user.
 pub const AARCH64: Arch = Arch {
     name: "aarch64",
     deb_arch: "arm64",
@@ -80,7 +83,7 @@ pub const AARCH64: Arch = Arch {
     image_env: ARM_IMAGE,
 };
 
-/// A 32-bit Pi OS-class gateway: Debian's armmp-lpae kernel on `virt` (`tests/vm_arm.rs`).
+/// A 32-bit Pi OS-class gateway: Debian's armmp-lpae kernel on `virt` (`tests/vm_boots/arm.rs`).
 pub const ARMHF: Arch = Arch {
     name: "armhf",
     deb_arch: "armhf",
@@ -120,7 +123,15 @@ pub struct Machine {
     /// cuts the power and needs the disk to hold only what a real one would
     /// ([`Machine::power_cuts`]).
     pub disk_cache: &'static str,
+    /// The host's loopback port the guest reaches as [`GUEST_SERVICE`] (QEMU's user
+    /// network, restricted: that forward and nothing else); `None`: no network card.
+    pub service_port: Option<u16>,
 }
+
+/// Where a guest whose machine has a [`Machine::service_port`] reaches it, once its
+/// card has [`GUEST_ADDRESS`] (QEMU's user network: the guest is 10.0.2.15/24).
+pub const GUEST_SERVICE: &str = "10.0.2.100:8080";
+pub const GUEST_ADDRESS: &str = "10.0.2.15/24";
 
 impl Machine {
     /// One CPU (the build machines' two cores are shared) and 1 GiB.
@@ -131,6 +142,7 @@ impl Machine {
             memory_mb: 1024,
             cpus: 1,
             disk_cache: "unsafe",
+            service_port: None,
         }
     }
 
@@ -274,17 +286,6 @@ pub fn prerequisites(arch: &Arch) -> Result<(), String> {
         return Err("no pip for python3 (apt-get install python3-pip)".into());
     }
     Ok(())
-}
-
-/// Whether an opt-in test was asked for (`var` set to 1); if not, says so (under CI
-/// too: these tests take longer under TCG on the project's machines than a CI run can
-/// give them, docs/testing.md).
-pub fn opted_in(var: &str, test: &str) -> bool {
-    if std::env::var(var).is_ok_and(|v| v == "1") {
-        return true;
-    }
-    eprintln!("\n*** NOT RUN {test}: opt-in, set {var}=1 (docs/testing.md) ***\n");
-    false
 }
 
 /// Skips the test (returns `true`) when `why` is `Some`, loudly; under CI (`CI` set)

@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::vm::Vm;
 use super::witness::Snapshot;
+use crate::vm::Vm;
 
 pub const DB: &str = "/var/lib/tapegate/outbox.db";
 const PORT: u16 = 8080;
@@ -84,7 +84,7 @@ pub fn start_mock(vm: &Vm, boot: usize) {
         "systemd-run --unit=mock --collect /share/bin/tapegate mock --listen 127.0.0.1:{PORT} \
          --record /share/out/mock-{boot:03}.jsonl"
     ));
-    wait("the mock service", Duration::from_secs(30), || {
+    wait("the mock service", Duration::from_secs(120), || {
         vm.sh(&format!("exec 3<>/dev/tcp/127.0.0.1/{PORT}"))
             .success()
             .then_some(())

@@ -17,31 +17,26 @@
 //! `TAPEGATE_VM_SEED=N` replays a run (the seed is printed). Skips, loudly, as
 //! `tests/vm_ble.rs` does, without root, QEMU or the image's tools, except under CI.
 
-mod common;
-#[path = "vm_power/cycle.rs"]
+#[path = "power/cycle.rs"]
 mod cycle;
-#[path = "vm_power/ends.rs"]
+#[path = "power/ends.rs"]
 mod ends;
-#[path = "vm_power/gateway.rs"]
+#[path = "power/gateway.rs"]
 mod gateway;
-#[path = "vm/mod.rs"]
-mod vm;
-#[path = "vm_power/witness.rs"]
+#[path = "power/witness.rs"]
 mod witness;
 
 use std::path::{Path, PathBuf};
 use tokio::time::Instant;
 
-use vm::{Disk, Image, Machine, X86_64};
+use crate::common;
+use crate::vm::{self, Disk, Image, Machine, X86_64};
 
-const TEST: &str = "the power-cut VM test (tests/vm_power.rs)";
+const TEST: &str = "the power-cut VM test (tests/vm_boots/power.rs)";
 
 #[test]
 fn committed_captures_survive_power_cuts_on_a_real_kernel() {
     let started = Instant::now();
-    if !vm::opted_in("TAPEGATE_VM_POWER", TEST) {
-        return;
-    }
     if vm::skip(TEST, vm::prerequisites(&X86_64).err()) {
         return;
     }

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use super::cycle::{user_version, Run, FULL};
 use super::gateway::{self, Settings};
-use super::vm::Vm;
 use super::witness::Key;
+use crate::vm::Vm;
 
 /// Makes `/var/lib/tapegate-v3/outbox.db` with the earlier commit's binary (schema 3):
 /// 20 s of the simulated fleet delivered (its readings kept, as that schema did), then

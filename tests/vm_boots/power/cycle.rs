@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::gateway::{self, Settings};
-use super::vm::{Disk, Image, Machine, Vm};
 use super::witness::{self, Key, Snapshot};
+use crate::vm::{Disk, Image, Machine, Vm};
 
 pub const FULL: Settings = Settings {
     durability: "full",
