@@ -403,7 +403,8 @@ mod tests {
         let clock = Arc::new(crate::clock::fake::HandClock::at(day.wall_ms));
         let mut keeper = HealthKeeper::new(health.clone(), clock);
         let notes = crate::outbox::Handles::new(&outbox).scanner();
-        let stats = || async { outbox.call(|s| s.stats()).await.unwrap() };
+        let reader = crate::outbox::Handles::new(&outbox).reader();
+        let stats = || async { reader.stats().await.unwrap() };
         // Before the source says where it reads, nothing is written.
         keeper.keep(&notes).await;
         assert_eq!(stats().await.scanner_adverts, None);

@@ -222,7 +222,9 @@ mod tests {
     use super::*;
     use crate::clock::fake::HandClock;
     use crate::clock::policy::Hold;
-    use crate::outbox::{Outbox, Store, StoreOptions};
+    use std::collections::HashSet;
+
+    use crate::outbox::{Handles, Outbox, Stats, Store, StoreOptions};
     use crate::record::{Capture, Mac};
 
     const WRONG: i64 = 1_700_000_000_000;
@@ -259,9 +261,21 @@ mod tests {
         (dir, outbox, Arc::new(HandClock::new("boot-a")))
     }
 
+    /// What the flusher would take next (its fetch claims nothing).
     async fn deliverable(outbox: &Outbox) -> Vec<i64> {
-        let b = outbox.call(|s| s.next_batch(250, 1000)).await.unwrap();
+        let flusher = Handles::new(outbox).flusher();
+        let b = flusher.fetch(250, 1000, HashSet::new(), Vec::new());
+        let b = b.await.unwrap().rows;
         b.iter().map(|p| p.capture.ts_ms).collect()
+    }
+
+    /// Commits `group` as the ingest stage does.
+    async fn enqueue(outbox: &Outbox, group: Vec<Capture>) {
+        Handles::new(outbox).ingest().commit(group).await.0.unwrap();
+    }
+
+    async fn stats(outbox: &Outbox) -> Stats {
+        Handles::new(outbox).reader().stats().await.unwrap()
     }
 
     #[tokio::test]
@@ -282,10 +296,7 @@ mod tests {
             assert_eq!(keeper.verdict(), Verdict::Hold(Hold::AwaitingSync));
             assert!(keeper.next_check.is_some());
 
-            outbox
-                .call(move |s| s.enqueue(&[live_by(wrong, 20_000)]))
-                .await
-                .unwrap();
+            enqueue(&outbox, vec![live_by(wrong, 20_000)]).await;
             clock.set(wrong + 30_000, 30_000, false, true);
             assert_eq!(keeper.check().await.unwrap(), 0);
             assert!(deliverable(&outbox).await.is_empty());
@@ -320,7 +331,7 @@ mod tests {
         )
         .await
         .unwrap();
-        outbox.call(|s| s.enqueue(&[live(10_500)])).await.unwrap();
+        enqueue(&outbox, vec![live(10_500)]).await;
         clock.set(WRONG + 10_999, 10_999, false, true);
         assert_eq!(keeper.check().await.unwrap(), 0);
         assert!(keeper.verdict().holds());
@@ -330,8 +341,8 @@ mod tests {
         assert_eq!(keeper.verdict(), Verdict::Trusted(Trust::HoldExpired));
         assert_eq!(deliverable(&outbox).await, vec![WRONG + 10_500]);
         // What comes after is no longer held.
-        outbox.call(|s| s.enqueue(&[live(12_000)])).await.unwrap();
-        let stats = outbox.call(|s| s.stats()).await.unwrap();
+        enqueue(&outbox, vec![live(12_000)]).await;
+        let stats = stats(&outbox).await;
         assert_eq!(
             (stats.pending, stats.clock.held, stats.clock.estimated),
             (2, 0, 1)
@@ -350,9 +361,9 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(keeper.verdict(), Verdict::Trusted(Trust::NoTimeService));
-        outbox.call(|s| s.enqueue(&[live(2)])).await.unwrap();
+        enqueue(&outbox, vec![live(2)]).await;
         assert_eq!(deliverable(&outbox).await, vec![WRONG + 2]);
-        let stats = outbox.call(|s| s.stats()).await.unwrap();
+        let stats = stats(&outbox).await;
         assert_eq!(
             stats.clock.state.as_deref(),
             Some("unsynchronised, no time service: trusted")
