@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use tapegate::outbox::Durability;
-use tapegate::outbox::{StateReader, Store, StoreOptions};
+use tapegate::outbox::{Seeder, StateReader, StoreOptions};
 use tapegate::record::{hex_upper, Mac};
 use tapegate_mock::{self as mock, Fault, MockConfig, MockHandle, Storm};
 
@@ -68,7 +68,7 @@ fn fill_outbox(state: &std::path::Path, captures: u64) {
         max_page_count: None,
         clock: tapegate::clock::system(),
     };
-    let (mut store, _) = Store::open(state, options).expect("outbox");
+    let (mut store, _) = Seeder::open(state, options).expect("outbox");
     let mut group = Vec::with_capacity(10_000);
     for i in 0..captures {
         let m = (i % u64::from(MACS)) as u32;

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use common::*;
-use tapegate::outbox::{OutboxError, Outcome, Reading, StateReader, Store, StoreOptions};
+use tapegate::outbox::{OutboxError, Outcome, Reading, Seeder, StateReader, StoreOptions};
 use tapegate::record::{Advertisement, Capture, Mac};
 
 // ---------------------------------------------------------------------------------
@@ -239,7 +239,7 @@ fn a_group_that_does_not_fit_fails_retryably_and_changes_nothing() {
         ..StoreOptions::default()
     };
     let group = |n: u32| -> Vec<Capture> { (n * 50..n * 50 + 50).map(capture).collect() };
-    let (mut store, _) = Store::open(dir.path(), capped(16)).unwrap();
+    let (mut store, _) = Seeder::open(dir.path(), capped(16)).unwrap();
 
     let mut n = 0;
     let (err, stats_before, rows_before) = loop {
@@ -268,7 +268,7 @@ fn a_group_that_does_not_fit_fails_retryably_and_changes_nothing() {
     assert_eq!(store.stats().unwrap(), stats_before);
     drop(store);
 
-    let (mut store, report) = Store::open(dir.path(), capped(1000)).unwrap();
+    let (mut store, report) = Seeder::open(dir.path(), capped(1000)).unwrap();
     assert_eq!(report.pending, u64::from(n) * 50);
     assert_eq!(store.enqueue(&group(n)).unwrap(), 0);
     let s = store.stats().unwrap();
@@ -412,7 +412,7 @@ fn capture_of(mac: Mac, ts_ms: i64) -> Capture {
 /// pending. Admitted 5 = delivered 1 + dead letters 3 + pending 1.
 fn gateway_with_dead_letters() -> Gateway {
     let g = Gateway::new("");
-    let (mut store, _) = Store::open(&g.state_dir(), StoreOptions::default()).unwrap();
+    let (mut store, _) = Seeder::open(&g.state_dir(), StoreOptions::default()).unwrap();
     store
         .enqueue(&[
             capture_of(MAC_A, 1_000),
@@ -653,7 +653,7 @@ fn status_after_a_run_reports_counts_ages_and_the_last_error() {
     let flush_ok_at = 1_763_719_200_000;
     let error = "the service refused the credentials (401): credentials or permission";
     {
-        let (mut store, _) = Store::open(&g.state_dir(), StoreOptions::default()).unwrap();
+        let (mut store, _) = Seeder::open(&g.state_dir(), StoreOptions::default()).unwrap();
         let batch = store.next_batch(250, 10_000).unwrap();
         let of = |i: usize| {
             batch
@@ -906,7 +906,7 @@ fn a_daemon_that_cannot_write_its_database_exits_5_naming_the_path_and_the_fix()
     ));
     // As an older tapegate's root-run command left it: root's, readable by all.
     let db = StateReader::path_in(&g.state_dir());
-    drop(Store::open(&g.state_dir(), StoreOptions::default()).unwrap());
+    drop(Seeder::open(&g.state_dir(), StoreOptions::default()).unwrap());
     std::os::unix::fs::chown(&db, Some(0), Some(0)).unwrap();
     std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o644)).unwrap();
 
@@ -946,7 +946,7 @@ fn read_commands_work_for_a_user_who_may_read_but_not_write_the_state() {
     std::fs::set_permissions(g.config_path(), std::fs::Permissions::from_mode(0o644)).unwrap();
     // The daemon's state, opened to a group the reader is in (the reader: nobody).
     let db = StateReader::path_in(&g.state_dir());
-    drop(Store::open(&g.state_dir(), StoreOptions::default()).unwrap());
+    drop(Seeder::open(&g.state_dir(), StoreOptions::default()).unwrap());
     for (path, mode) in [(g.state_dir(), 0o750), (db.clone(), 0o640)] {
         std::os::unix::fs::chown(&path, Some(0), Some(NOBODY)).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();

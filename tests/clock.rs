@@ -455,15 +455,15 @@ async fn the_ingest_stage_stamps_captures_by_the_clock_it_is_handed() {
     use tapegate::dedup::DedupSettings;
     use tapegate::heard_now::HeardNow;
     use tapegate::ingest::{run, IngestSettings};
-    use tapegate::outbox::{Outbox, Store, StoreOptions};
+    use tapegate::outbox::{Seeder, StoreOptions};
     use tapegate::record::{Advertisement, Mac};
     use tapegate::source::Heard;
     use tokio::sync::{mpsc, watch};
 
     const WALL: i64 = 1_600_000_000_000;
     let dir = tempfile::tempdir().unwrap();
-    let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
-    let (outbox, _owner) = Outbox::start(store).unwrap();
+    let (store, _) = Seeder::open(dir.path(), StoreOptions::default()).unwrap();
+    let (outbox, _owner) = store.start().unwrap();
     let time = Arc::new(tapegate::clock::fake::HandClock::new("boot-a"));
     time.set(WALL, 7_000, true, false);
     let tapes_heard = Arc::new(HeardNow::default());
@@ -511,7 +511,9 @@ async fn the_ingest_stage_stamps_captures_by_the_clock_it_is_handed() {
     committed.changed().await.unwrap();
     let heard_at: Vec<i64> = tapes_heard.since(0, 10).iter().map(|s| s.at).collect();
     assert_eq!(heard_at, vec![WALL]);
-    let batch = outbox.call(|s| s.next_batch(10, 100)).await.unwrap();
+    let flusher = tapegate::outbox::Handles::new(&outbox).flusher();
+    let fetched = flusher.fetch(10, 100, Default::default(), Vec::new());
+    let batch = fetched.await.unwrap().rows;
     assert_eq!(batch[0].capture.boot_ms, Some(7_000));
     drop(tx);
     assert_eq!(task.await.unwrap().accepted, 1);

@@ -13,7 +13,7 @@ use std::process::Command;
 
 use base64::Engine;
 use common::{tape_advert, tape_mac, Gateway, T0_MS};
-use tapegate::outbox::{StateReader, Store, StoreOptions};
+use tapegate::outbox::{Seeder, StateReader, StoreOptions};
 
 /// Distinctive secrets, with characters that JSON and URLs write differently.
 const SERVICE_INLINE: &str = "pw-INLINE 7/+@:q";
@@ -228,7 +228,7 @@ fn the_bundle_holds_what_support_needs_and_no_secret_in_any_form() {
 
     // A state database with captures.
     {
-        let (mut store, _) = Store::open(&state, StoreOptions::default()).unwrap();
+        let (mut store, _) = Seeder::open(&state, StoreOptions::default()).unwrap();
         let captures: Vec<_> = (0..3)
             .map(|i| {
                 let a = tape_advert(tape_mac(i), T0_MS + i64::from(i), 1);

@@ -69,7 +69,7 @@ impl Store {
     /// the service gets is never counted evicted. (The new rows are unclaimed, so the
     /// count bound always holds; only when every older row is claimed are new ones
     /// evicted.) Returns how many were evicted. On error nothing changed.
-    pub fn enqueue(&mut self, group: &[Capture]) -> Result<u64, OutboxError> {
+    pub(super) fn enqueue(&mut self, group: &[Capture]) -> Result<u64, OutboxError> {
         self.enqueue_counted(group).map(|e| e.total())
     }
 

@@ -28,7 +28,7 @@ pub struct Fetched {
     /// With `complete`: some MAC of `rows` has more captures pending behind the one
     /// taken. (Without it, only what the walk happened to see: not to be relied on.)
     pub backlog: bool,
-    /// When the rows were read, for claiming them later ([`Store::claim`]).
+    /// When the rows were read, for claiming them later ([`super::FlusherOutbox::claim`]).
     pub seen: Seen,
 }
 
@@ -36,7 +36,7 @@ impl Store {
     /// The next batch: the oldest pending capture of each MAC, oldest first, at most
     /// `max` and each MAC once, none held for the clock (`clock.rs`). Looks at most
     /// `scan_limit` rows deep.
-    pub fn next_batch(
+    pub(super) fn next_batch(
         &self,
         max: usize,
         scan_limit: usize,
@@ -90,7 +90,7 @@ impl Store {
     /// [`Store::next_batch_excluding`] for the flusher: after taking back the rows in
     /// `unclaim` (see [`Store::unclaim`]), resuming where its last walk stopped
     /// (`scan.rs`). Claims nothing (see the module doc).
-    pub fn fetch_next_batch(
+    pub(super) fn fetch_next_batch(
         &mut self,
         max: usize,
         scan_limit: usize,
@@ -109,7 +109,7 @@ impl Store {
     /// row it sent is never counted evicted. In memory: no write; and when nothing but
     /// the flusher's answers has left `pending` since `seen`, no read either (the rows
     /// are its own: no other batch settles them).
-    pub fn claim(&mut self, rows: &[RowKey], seen: Seen) -> Result<Vec<i64>, OutboxError> {
+    pub(super) fn claim(&mut self, rows: &[RowKey], seen: Seen) -> Result<Vec<i64>, OutboxError> {
         let present: Vec<i64> = if seen == self.seen {
             rows.iter().map(|r| r.id).collect()
         } else {
@@ -146,29 +146,30 @@ impl Store {
     /// Lets go of the claims on `ids` (a request answered with a failure, or rows whose
     /// answer left them out), and takes back those the flusher no longer holds: they
     /// may be evicted again, and a later fetch finds them.
-    pub fn unclaim(&mut self, ids: &[i64]) {
+    pub(super) fn unclaim(&mut self, ids: &[i64]) {
         for id in ids {
             self.claimed.remove(id);
             self.cursor.lower(*id);
         }
     }
 
-    /// The rows claimed now, in id order (for checks).
-    pub fn claimed(&self) -> Vec<i64> {
+    /// The rows claimed now, in id order (for the tests' checks).
+    #[cfg(test)]
+    pub(super) fn claimed(&self) -> Vec<i64> {
         let mut ids: Vec<i64> = self.claimed.iter().copied().collect();
         ids.sort_unstable();
         ids
     }
 
     /// Rows in `pending` counted one by one (for checks and tests; `stats` is cheaper).
-    pub fn count_pending_rows(&self) -> Result<u64, OutboxError> {
+    pub(super) fn count_pending_rows(&self) -> Result<u64, OutboxError> {
         Ok(self
             .conn
             .query_row("SELECT COUNT(*) FROM pending", [], |r| r.get(0))?)
     }
 
     /// Every pending capture in admission order (for tests and small tools).
-    pub fn pending_captures(&self) -> Result<Vec<PendingCapture>, OutboxError> {
+    pub(super) fn pending_captures(&self) -> Result<Vec<PendingCapture>, OutboxError> {
         let mut stmt = self.conn.prepare(
             "SELECT id, mac, captured_at, product_id, packet, rssi, boot_ms FROM pending ORDER BY id",
         )?;

@@ -1,8 +1,9 @@
 //! The owner thread: one thread owns the [`Store`] and runs the jobs sent to it, so no
 //! lock is ever held across an `.await` and async stages never block on SQLite.
 //!
-//! It touches only the [`Store`] it owns and [`OutboxError`]; every user of the outbox
-//! outside it goes through [`Outbox::call`].
+//! It touches only the [`Store`] it owns and [`OutboxError`]. The daemon's pipeline
+//! and the [`super::Seeder`] start it; only the outbox's own handles (`users/`) send
+//! it jobs, and every user outside the outbox holds one of them.
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -12,8 +13,8 @@ use super::store::Store;
 type Job = Box<dyn FnOnce(&mut Store) + Send>;
 
 /// A clonable handle to the store's owner thread. The thread ends (closing the
-/// database cleanly) when the last handle is dropped; [`Outbox::start`] returns its
-/// join handle so shutdown can wait for that.
+/// database cleanly) when the last handle is dropped; starting it returns its join
+/// handle so shutdown can wait for that.
 #[derive(Clone)]
 pub struct Outbox {
     jobs: mpsc::Sender<Job>,
@@ -21,7 +22,7 @@ pub struct Outbox {
 
 impl Outbox {
     /// Moves `store` to a new owner thread.
-    pub fn start(store: Store) -> std::io::Result<(Outbox, std::thread::JoinHandle<()>)> {
+    pub(crate) fn start(store: Store) -> std::io::Result<(Outbox, std::thread::JoinHandle<()>)> {
         // Few jobs are ever queued: each caller awaits its answer.
         let (jobs, mut rx) = mpsc::channel::<Job>(64);
         let thread = std::thread::Builder::new()
@@ -45,7 +46,7 @@ impl Outbox {
     }
 
     /// Runs `f` on the owner thread and returns its result.
-    pub async fn call<T, F>(&self, f: F) -> Result<T, OutboxError>
+    pub(super) async fn call<T, F>(&self, f: F) -> Result<T, OutboxError>
     where
         T: Send + 'static,
         F: FnOnce(&mut Store) -> Result<T, OutboxError> + Send + 'static,

@@ -33,12 +33,12 @@ letters back to `pending`.
 
 **Claims** (in memory, on the owner thread; no write): the rows of a request on the
 wire, or answered and not yet recorded. A fetch claims nothing
-([`Store::fetch_next_batch`]): a batch found may wait (to fill, out a backoff or the
-service's `Retry-After`, for a token), and a batch that waits holds no claim. Its request
-claims its rows as it goes on the wire ([`Store::claim`], which returns only the rows
-still pending, and looks nothing up when nothing but the flusher's answers has left
-`pending` since they were read: [`Seen`]); [`Store::settle`] lets go of what it records,
-and the request lets go at once of an answer that settles nothing ([`Store::unclaim`]).
+(`Store::fetch_next_batch`, `fetch.rs`): a batch found may wait (to fill, out a backoff
+or the service's `Retry-After`, for a token), and a batch that waits holds no claim. Its
+request claims its rows as it goes on the wire (`Store::claim`, which returns only the
+rows still pending, and looks nothing up when nothing but the flusher's answers has left
+`pending` since they were read: [`Seen`]); `Store::settle` lets go of what it records,
+and the request lets go at once of an answer that settles nothing (`Store::unclaim`).
 So a row the outbox evicted is never sent, a row on the wire is never counted evicted, and whatever waits is evicted in age order like any other row: one
 fate per capture, by construction, at one call a batch and no write.
 
@@ -92,8 +92,8 @@ fate per capture, by construction, at one call a batch and no write.
   in admission order, which is capture order, however many batches are in flight.
 
 # Code
-[`Store`] is one type in several rooms, by seam. At the bottom, `db` (a leaf: the
-connection and its pragmas, the schema and its migrations, the counters' and meta rows,
+`Store` is one type in several rooms, by seam, and not public: every user holds a
+handle named for its role. At the bottom, `db` (a leaf: the connection and its pragmas, the schema and its migrations, the counters' and meta rows,
 how a MAC and a packet are kept, [`OutboxError`]) and `words.rs` (the outbox's
 vocabulary: a pending capture and its [`Outcome`], a tape's latest reading, the tapes
 heard that an answer tells the database about). Above them, what the store holds in
@@ -108,7 +108,9 @@ and applies the clock keeper's verdicts; `status.rs` is what `status`, `tapes` a
 `rate_window.rs` and `heard.rs` the rate window and the tapes heard for the operator
 commands of the service interface; `commands.rs` the handles the commands hold over
 their own connection, one for each role (the reports' reader, the dead letters' desk,
-the device commands' state; the rate window's is `rate_window.rs`).
+the device commands' state; the rate window's is `rate_window.rs`), and `seeder.rs`
+the [`Seeder`], with which the end-to-end tests and the benchmarks seed a state directory
+when no daemon runs.
 `handle.rs` is the owner thread and `users/` the one small handle each user gets over
 it ([`Handles`]: the ingest writer, the flusher's, the clock keeper's, the readers', the
 scanner notes, the stages'), so that no stage can do to the database more than its few
@@ -137,6 +139,7 @@ mod rate_window;
 mod reopen;
 mod retention;
 mod scan;
+mod seeder;
 mod settle;
 mod status;
 mod storage;
@@ -158,10 +161,12 @@ pub use latest::{LATEST_EVERY, LATEST_EVERY_ENV, LATEST_MAX};
 pub use lock::{LockError, StateLock, LOCK_FILE};
 pub(crate) use rate_window::RateWindow;
 pub use retention::{keep_bounds, Evictions};
+pub use seeder::Seeder;
 pub use settle::AnswerNotes;
 pub use status::{DeadLetter, FlusherState, ScannerCounts, Stats, TapeKnown};
 pub(crate) use storage::why_read_only;
-pub use store::{OpenReport, Store, StoreOptions};
+pub(crate) use store::Store;
+pub use store::{OpenReport, StoreOptions};
 pub use words::{HeardChanges, HeardTape, Outcome, PendingCapture, Reading, RowKey, Seen, TapeRow};
 // The settings' types are config's words (`[outbox]`), shown here for the store's users.
 pub use crate::config::{Durability, Retention};

@@ -32,7 +32,7 @@ impl Store {
     /// row is never evicted) changes no counter. A delivered capture's reading becomes
     /// its tape's latest, kept in memory and written behind (`latest.rs`).
     /// Returns how many rows left.
-    pub fn settle(
+    pub(super) fn settle(
         &mut self,
         outcomes: &[(PendingCapture, Outcome)],
         now: EpochMillis,

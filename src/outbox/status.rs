@@ -122,7 +122,7 @@ fn bounded(s: &str) -> String {
 
 impl Store {
     /// Records a successful flush.
-    pub fn note_flush_ok(&mut self, at: EpochMillis) -> Result<(), OutboxError> {
+    pub(super) fn note_flush_ok(&mut self, at: EpochMillis) -> Result<(), OutboxError> {
         set_meta(&self.conn, "last_flush_ok_at", &at.to_string())?;
         Ok(())
     }
@@ -136,7 +136,7 @@ impl Store {
     }
 
     /// Records the operator-readable cause of the latest failure.
-    pub fn note_error(&mut self, cause: &str, at: EpochMillis) -> Result<(), OutboxError> {
+    pub(super) fn note_error(&mut self, cause: &str, at: EpochMillis) -> Result<(), OutboxError> {
         let tx = write_tx(&mut self.conn)?;
         set_meta(&tx, "last_error", &bounded(cause))?;
         set_meta(&tx, "last_error_at", &at.to_string())?;
@@ -195,7 +195,7 @@ impl Store {
     }
 
     /// Counters and state, read in one transaction.
-    pub fn stats(&self) -> Result<Stats, OutboxError> {
+    pub(super) fn stats(&self) -> Result<Stats, OutboxError> {
         let tx = self.conn.unchecked_transaction()?;
         let c = read_counters(&tx)?;
         let meta = |k: &str| -> rusqlite::Result<Option<String>> {
@@ -247,7 +247,7 @@ impl Store {
     }
 
     /// Stored dead letters, newest first.
-    pub fn dead_letters(&self, limit: usize) -> Result<Vec<DeadLetter>, OutboxError> {
+    pub(super) fn dead_letters(&self, limit: usize) -> Result<Vec<DeadLetter>, OutboxError> {
         let mut stmt = self.conn.prepare(
             "SELECT id, mac, captured_at, product_id, packet, rssi, substr(error, 1, ?2), dead_at FROM dead_letters ORDER BY id DESC LIMIT ?1",
         )?;
@@ -270,7 +270,7 @@ impl Store {
 
     /// Moves dead letters (all, or those of `mac`) back to `pending`, in one
     /// transaction. Returns how many.
-    pub fn retry_dead_letters(&mut self, mac: Option<Mac>) -> Result<u64, OutboxError> {
+    pub(super) fn retry_dead_letters(&mut self, mac: Option<Mac>) -> Result<u64, OutboxError> {
         let filter = mac.map(mac_to_int);
         let tx = write_tx(&mut self.conn)?;
         let moved = tx.execute(
@@ -300,7 +300,7 @@ impl Store {
 
     /// Deletes stored dead letters (all, or those of `mac`). Counters keep counting
     /// them as refused. Returns how many.
-    pub fn purge_dead_letters(&mut self, mac: Option<Mac>) -> Result<u64, OutboxError> {
+    pub(super) fn purge_dead_letters(&mut self, mac: Option<Mac>) -> Result<u64, OutboxError> {
         let filter = mac.map(mac_to_int);
         Ok(self.conn.execute(
             "DELETE FROM dead_letters WHERE ?1 IS NULL OR mac = ?1",
@@ -310,7 +310,7 @@ impl Store {
 
     /// Tapes by most recent capture: the table, and in the daemon the readings it has
     /// not written yet.
-    pub fn tapes(&self, limit: usize) -> Result<Vec<TapeRow>, OutboxError> {
+    pub(super) fn tapes(&self, limit: usize) -> Result<Vec<TapeRow>, OutboxError> {
         let mut stmt = self.conn.prepare(
             "SELECT mac, qr_code, captured_at, decoded_at, rssi, temp, bat FROM tapes ORDER BY captured_at DESC LIMIT ?1",
         )?;

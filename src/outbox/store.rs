@@ -62,7 +62,7 @@ pub struct OpenReport {
 }
 
 /// The outbox database.
-pub struct Store {
+pub(crate) struct Store {
     pub(super) conn: Connection,
     pub(super) options: StoreOptions,
     pub(super) counters: Counters,
@@ -97,7 +97,7 @@ impl Store {
 
     /// Opens (creating `state_dir` and the database if needed), checks and migrates.
     /// A corrupt database is moved aside and a fresh one started; the report says so.
-    pub fn open(
+    pub(crate) fn open(
         state_dir: &Path,
         options: StoreOptions,
     ) -> Result<(Store, OpenReport), OutboxError> {
@@ -185,7 +185,7 @@ impl Store {
         }
     }
 
-    pub fn path(&self) -> &Path {
+    pub(super) fn path(&self) -> &Path {
         &self.path
     }
 
@@ -222,7 +222,7 @@ impl Store {
     }
 
     /// Sets the age and size bounds (`retention.rs`; at start, and on a reload).
-    pub fn set_retention(&mut self, retention: Retention) {
+    pub(crate) fn set_retention(&mut self, retention: Retention) {
         self.retention = retention;
     }
 }

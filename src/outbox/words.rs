@@ -37,7 +37,7 @@ pub struct RowKey {
 /// When the flusher read its rows, counted in what left `pending` other than by its
 /// own answers (an eviction, a database replaced under the daemon): rows read at the
 /// count the outbox still holds are all still there, so claiming them looks nothing up
-/// ([`crate::outbox::Store::claim`]).
+/// ([`crate::outbox::FlusherOutbox::claim`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Seen(pub(super) u64);
 

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use crate::common::{mock_with as mock_on_own_runtime, text, write_records, Gateway};
 use tapegate::config::{self, Config};
-use tapegate::outbox::{StateReader, Stats, Store, StoreOptions};
+use tapegate::outbox::{Seeder, StateReader, Stats, StoreOptions};
 use tapegate::pipeline::{self, RunOptions, RunReport};
 use tapegate::record::{hex_upper, Advertisement, Capture, Mac};
 use tapegate::source::sim::tape::UNREGISTERED_PREFIX;
@@ -514,7 +514,7 @@ pub(crate) fn assert_capture_order<'a>(
 /// whose daemon replays nothing.
 pub(crate) fn backlog_gateway(mock: &MockHandle, shots: &[Shot], k: &Knobs) -> Gateway {
     let g = gateway(mock, &[], k);
-    let (mut store, _) = Store::open(&g.state_dir(), StoreOptions::default()).unwrap();
+    let (mut store, _) = Seeder::open(&g.state_dir(), StoreOptions::default()).unwrap();
     let captures: Vec<Capture> = shots
         .iter()
         .map(|s| crate::common::fixture::capture(s.mac, s.ts_ms, s.packet()))

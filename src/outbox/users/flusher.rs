@@ -25,7 +25,7 @@ impl FlusherOutbox {
     }
 
     /// Claims the rows of a request about to go on the wire, read when the outbox was
-    /// at `seen`; returns the ids of those still pending (see [`crate::outbox::Store::claim`]).
+    /// at `seen`; returns the ids of those still pending (see `Store::claim`).
     pub async fn claim(&self, rows: Vec<RowKey>, seen: Seen) -> Result<Vec<i64>, OutboxError> {
         self.outbox.call(move |s| s.claim(&rows, seen)).await
     }
