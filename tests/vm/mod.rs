@@ -288,6 +288,17 @@ pub fn prerequisites(arch: &Arch) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether an opt-in test was asked for (`var` set to 1); if not, says so (under CI
+/// too: the power cuts take longer under TCG on the project's machines than a CI run
+/// can give them, docs/testing.md).
+pub fn opted_in(var: &str, test: &str) -> bool {
+    if std::env::var(var).is_ok_and(|v| v == "1") {
+        return true;
+    }
+    eprintln!("\n*** NOT RUN {test}: opt-in, set {var}=1 (docs/testing.md) ***\n");
+    false
+}
+
 /// Skips the test (returns `true`) when `why` is `Some`, loudly; under CI (`CI` set)
 /// panics instead.
 pub fn skip(test: &str, why: Option<String>) -> bool {
