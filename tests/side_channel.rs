@@ -1,5 +1,5 @@
 //! The side channel's commands against a fake kernel that answers as the kernel does
-//! (net/bluetooth/mgmt.c; Debian's 6.1 in the VM tests, `tests/vm_ble.rs`) where its
+//! (net/bluetooth/mgmt.c; Debian's 6.1 in the VM tests, `tests/vm_x86_64/ble.rs`) where its
 //! behaviour cannot be provoked at will there: a Remove answered late, with Adds
 //! answered Busy meanwhile; a kernel answering Busy until the adapter is power-cycled;
 //! "Advertisement Monitor Removed" with handle 0; a monitor left by a killed daemon;

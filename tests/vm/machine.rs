@@ -18,6 +18,10 @@ const BOOT_LIMIT: Duration = Duration::from_secs(300);
 /// How often the host looks at the share for an answer.
 const POLL: Duration = Duration::from_millis(50);
 
+/// Shell that names the guest's network card (`$card`) and busybox (`$bb`).
+const CARD: &str = "card=$(ls /sys/class/net | grep -vx lo | head -1); \
+                    bb=$(command -v busybox || echo /share/busybox)";
+
 /// What a script run in the guest printed, and how it ended.
 #[derive(Debug, Clone)]
 pub struct Output {
@@ -213,6 +217,45 @@ impl Vm {
         }
         let _ = self.qemu.kill();
         let _ = self.qemu.wait();
+    }
+
+    /// Installs the package at `deb` (a path in the guest) with apt; without its
+    /// Recommends (bluez, ca-certificates) unless `recommends`: the VM reaches no mirror
+    /// to fetch them from, and the sim source and a plain-HTTP service need neither.
+    pub fn apt_install(&self, deb: &str, recommends: bool) {
+        let flag = if recommends {
+            ""
+        } else {
+            " --no-install-recommends"
+        };
+        let out = self.run(
+            &format!("DEBIAN_FRONTEND=noninteractive apt-get install -y -q{flag} {deb}"),
+            Duration::from_secs(900),
+        );
+        assert!(
+            out.success(),
+            "apt-get install: {}\n{}",
+            out.stdout,
+            out.stderr
+        );
+        self.ok("dpkg -s tapegate | grep -q '^Status: install ok installed'");
+    }
+
+    /// Gives the guest's card ([`super::Machine::service_port`]) its address, so that
+    /// [`super::GUEST_SERVICE`] reaches the host's service: the card's module (udev may
+    /// not have loaded it yet), its name, busybox's `ip` (the root's, or `busybox` in
+    /// the share).
+    pub fn link_up(&self) {
+        self.ok(&format!(
+            "modprobe virtio_net; udevadm settle; {CARD}; \
+             $bb ip link set \"$card\" up && $bb ip addr add {} dev \"$card\"",
+            super::GUEST_ADDRESS
+        ));
+    }
+
+    /// Takes the guest's card down: the service is unreachable (as with no uplink).
+    pub fn link_down(&self) {
+        self.ok(&format!("{CARD}; $bb ip link set \"$card\" down"));
     }
 
     fn alive(&mut self) -> bool {

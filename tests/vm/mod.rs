@@ -3,7 +3,8 @@
 //!
 //! - [`Arch`]: what differs between the machines a gateway runs on (the Debian
 //!   architecture and kernel package, the QEMU system and its console). x86_64 (the BLE and
-//!   power-cut tests) and the Arm ones are booted (`tests/vm_boots/arm.rs`), all under TCG.
+//!   power-cut tests, `tests/vm_x86_64.rs`) and the Arm ones are booted (`tests/vm_arm.rs`),
+//!   all under TCG.
 //! - [`Image`]: the kernel, the initramfs and the root's disk image, built by
 //!   `scripts/vm/image.sh` from this machine's apt mirror and PyPI and cached under
 //!   `target/vm/<arch>/` (a cold build is a debootstrap: a few minutes).
@@ -71,7 +72,7 @@ pub const X86_64: Arch = Arch {
 };
 
 /// A Raspberry Pi 3/4-class 64-bit gateway: Debian's arm64 kernel on QEMU's `virt`
-/// board (`tests/vm_boots/arm.rs`). The root is debootstrapped for arm64 under qemu-user.
+/// board (`tests/vm_arm.rs`). The root is debootstrapped for arm64 under qemu-user.
 pub const AARCH64: Arch = Arch {
     name: "aarch64",
     deb_arch: "arm64",
@@ -83,7 +84,7 @@ pub const AARCH64: Arch = Arch {
     image_env: ARM_IMAGE,
 };
 
-/// A 32-bit Pi OS-class gateway: Debian's armmp-lpae kernel on `virt` (`tests/vm_boots/arm.rs`).
+/// A 32-bit Pi OS-class gateway: Debian's armmp-lpae kernel on `virt` (`tests/vm_arm.rs`).
 pub const ARMHF: Arch = Arch {
     name: "armhf",
     deb_arch: "armhf",
@@ -170,8 +171,12 @@ pub struct Image {
 }
 
 impl Image {
-    /// Builds (or finds cached) the image of `arch` under `work`.
+    /// Builds (or finds cached) the image of `arch` under `work`. One at a time: tests
+    /// that boot the same image wait for the first to build it, and `scripts/vm/image.sh`
+    /// registers binfmt_misc handlers for a foreign root.
     pub fn build(arch: &Arch, work: &Path) -> Result<Image, String> {
+        static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let script = repo().join("scripts/vm/image.sh");
         let out = Command::new(&script)
             .arg(work)
@@ -239,6 +244,45 @@ pub fn target_dir() -> PathBuf {
         .unwrap_or_else(|| repo().join("target"))
 }
 
+/// Whether `cmd` is on this machine's PATH.
+pub fn has(cmd: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {cmd}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A line of a long VM test's progress, written to the test's stderr past libtest's
+/// capture, so that a CI log shows the figures of a passing run too.
+pub fn say(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
+/// The `[service]` section of a guest's config: the mock service's "ppe" environment
+/// on the host, as the guest reaches it ([`GUEST_SERVICE`]), its password in
+/// `password_file = "password"` (next to the config, as a Pi's is).
+pub fn service_toml(mock: &tapegate_mock::MockHandle, request_timeout_secs: u32) -> String {
+    let e = mock.environment("ppe").expect("the mock serves ppe");
+    let host = format!("http://{GUEST_SERVICE}");
+    let on_host = format!("http://{}", mock.addr());
+    let url = |u: url::Url| u.as_str().replacen(&on_host, &host, 1);
+    format!(
+        "[service]\nenvironment = \"ppe\"\nrequest_timeout_secs = {request_timeout_secs}\n\
+         [service.environments.ppe]\nbase_url = \"{}\"\nauth_url = \"{}\"\n\
+         client_id = \"{}\"\naudience = \"{}\"\nusername = \"{}\"\n\
+         password_file = \"password\"\ncustomer_id = \"{}\"\nauthorized_groups = \"{}\"\n",
+        url(mock.base_url("ppe")),
+        url(mock.auth_url("ppe")),
+        e.client_id,
+        e.audience,
+        e.username,
+        e.customer_id,
+        e.authorized_groups
+    )
+}
+
 /// Why a VM of `arch` cannot be booted here, if it cannot: root, QEMU, and what
 /// `scripts/vm/image.sh` needs (debootstrap only until the base is cached).
 pub fn prerequisites(arch: &Arch) -> Result<(), String> {
@@ -246,13 +290,6 @@ pub fn prerequisites(arch: &Arch) -> Result<(), String> {
     if unsafe { libc::geteuid() } != 0 {
         return Err("not root (debootstrap, mkfs.ext4 -d and chroot need root)".into());
     }
-    let has = |cmd: &str| {
-        Command::new("sh")
-            .args(["-c", &format!("command -v {cmd}")])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
     let needs = [
         (arch.qemu, "qemu-system-x86 (or -arm)"),
         ("debootstrap", "debootstrap"),
@@ -286,17 +323,6 @@ pub fn prerequisites(arch: &Arch) -> Result<(), String> {
         return Err("no pip for python3 (apt-get install python3-pip)".into());
     }
     Ok(())
-}
-
-/// Whether an opt-in test was asked for (`var` set to 1); if not, says so (under CI
-/// too: the power cuts take longer under TCG on the project's machines than a CI run
-/// can give them, docs/testing.md).
-pub fn opted_in(var: &str, test: &str) -> bool {
-    if std::env::var(var).is_ok_and(|v| v == "1") {
-        return true;
-    }
-    eprintln!("\n*** NOT RUN {test}: opt-in, set {var}=1 (docs/testing.md) ***\n");
-    false
 }
 
 /// Skips the test (returns `true`) when `why` is `Some`, loudly; under CI (`CI` set)

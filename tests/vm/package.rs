@@ -20,6 +20,9 @@ pub fn amd64(out: &Path) {
         std::fs::copy(&deb, out).expect("TAPEGATE_VM_DEB names a readable .deb");
         return;
     }
+    // The tests beside each other share the build (and its man pages).
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let docs = Command::new(repo().join("scripts/package-docs.sh"))
         .status()
         .expect("scripts/package-docs.sh runs");
@@ -52,7 +55,7 @@ pub fn built_by_ci(arch: &Arch, out: &Path) {
         return;
     }
     let (name, triple) = triple(arch);
-    let status = Command::new(repo().join("scripts/build-deb.sh"))
+    let status = as_from_a_shell(&mut Command::new(repo().join("scripts/build-deb.sh")))
         .arg(name)
         .current_dir(repo())
         .status()
@@ -66,6 +69,34 @@ pub fn built_by_ci(arch: &Arch, out: &Path) {
         .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
         .unwrap_or_else(|| panic!("no .deb in {}", dir.display()));
     std::fs::copy(&deb, out).unwrap();
+}
+
+/// `cmd` without what `cargo test` adds to a test's environment (the package's
+/// `CARGO_PKG_*` and `CARGO_MANIFEST_*`, `OUT_DIR`, build.rs's `TAPEGATE_COMMIT`, the
+/// library path), so that a build it starts is the one `.ci/run` starts from its shell:
+/// ring's build script reads `CARGO_PKG_NAME` and build.rs `TAPEGATE_COMMIT`, and with
+/// them set every Arm package was built twice in a CI run (6 min 30 s).
+fn as_from_a_shell(cmd: &mut Command) -> &mut Command {
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        let added_by_cargo_test = name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_MANIFEST_")
+            || name.starts_with("CARGO_BIN_")
+            || [
+                "CARGO_CRATE_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "OUT_DIR",
+                "TAPEGATE_COMMIT",
+                "TAPEGATE_VERSION_LINE",
+                "LD_LIBRARY_PATH",
+            ]
+            .contains(&name.as_ref());
+        if added_by_cargo_test {
+            cmd.env_remove(name.as_ref());
+        }
+    }
+    cmd
 }
 
 /// The package of the earlier commit the container's upgrade test installs as

@@ -1,6 +1,6 @@
 #!/bin/bash
 # What a reader of the outbox sees committed, written to the share as fast as it can
-# read it (the VM tests' power cuts, tests/vm_boots/power/). Each snapshot is one read
+# read it (the VM tests' power cuts, tests/vm_x86_64/power/). Each snapshot is one read
 # transaction, so its counters and its pending rows are one committed state: lines
 # `C name value` (the counters table) and `P MAC SECONDS PACKET` (each pending row; a
 # packet kept as its bytes, or as text by an older schema, written as hex digits).

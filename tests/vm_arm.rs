@@ -10,12 +10,16 @@
 //! `tapegate status`, and a clean stop (exit 0, the daemon's "stopped" line in the
 //! journal).
 //!
-//! The two machines boot side by side, each on one of the build machines' two cores
-//! (and beside the power cuts, [`super::power`]). Skips, loudly, without root, QEMU for
-//! Arm, qemu-user-static or the image's tools, except under CI.
+//! The two machines boot side by side, each on one of the build machines' two cores,
+//! in threads of one test. Their packages are built one at a time (one machine's package
+//! builds while the other's root is debootstrapped). Skips, loudly, without root, QEMU
+//! for Arm, qemu-user-static or the image's tools, except under CI.
+
+mod common;
+#[path = "vm/mod.rs"]
+mod vm;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -23,18 +27,13 @@ use serde_json::Value;
 use tapegate_mock::{MockConfig, MockHandle};
 use tokio::time::Instant;
 
-use crate::common;
-use crate::vm::{self, Arch, Disk, Image, Machine, Vm, AARCH64, ARMHF};
+use vm::{Arch, Disk, Image, Machine, Vm, AARCH64, ARMHF};
 
-/// The images are made one after the other (`scripts/vm/image.sh` registers
-/// binfmt_misc handlers), and so are the packages (`scripts/build-deb.sh` makes its
-/// tools' virtual environment on first use): one machine's package builds while the
-/// other's root is debootstrapped, and the machines then run side by side.
-static ONE_IMAGE_AT_A_TIME: Mutex<()> = Mutex::new(());
+/// The packages are built one after the other (`scripts/build-deb.sh` makes its tools'
+/// virtual environment on first use).
 static ONE_PACKAGE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// Both machines at once, in one test: the test binary's other test (the power cuts)
-/// starts beside them rather than after one of them.
+/// Both machines at once, in one test.
 #[test]
 fn the_arm64_and_armhf_packages_run_under_systemd_on_debians_kernels() {
     std::thread::scope(|s| {
@@ -58,21 +57,14 @@ fn why_not(arch: &Arch) -> Option<String> {
         "arm64" => "qemu-aarch64-static",
         _ => "qemu-arm-static",
     };
-    let has = |cmd: &str| {
-        Command::new("sh")
-            .args(["-c", &format!("command -v {cmd}")])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if !has(user) {
+    if !vm::has(user) {
         return Some(format!("no {user} (apt-get install qemu-user-static)"));
     }
-    (!has("cargo-deb")).then(|| "no cargo-deb (cargo install cargo-deb)".to_string())
+    (!vm::has("cargo-deb")).then(|| "no cargo-deb (cargo install cargo-deb)".to_string())
 }
 
 fn boot_and_deliver(arch: &Arch) {
-    let test = format!("the {} VM test (tests/vm_boots/arm.rs)", arch.name);
+    let test = format!("the {} VM test (tests/vm_arm.rs)", arch.name);
     if vm::skip(&test, why_not(arch)) {
         return;
     }
@@ -87,12 +79,7 @@ fn boot_and_deliver(arch: &Arch) {
         share.join("agent.sh"),
     )
     .unwrap();
-    let image = {
-        let _one = ONE_IMAGE_AT_A_TIME
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        Image::build(arch, &work).unwrap_or_else(|e| panic!("the VM image: {e}"))
-    };
+    let image = Image::build(arch, &work).unwrap_or_else(|e| panic!("the VM image: {e}"));
     let imaged = started.elapsed();
     {
         let _one = ONE_PACKAGE_AT_A_TIME
@@ -115,68 +102,53 @@ fn boot_and_deliver(arch: &Arch) {
         &work.join("run/console.log"),
     )
     .unwrap_or_else(|e| panic!("the {} VM did not boot: {e}", arch.name));
-    eprintln!(
+    vm::say(&format!(
         "vm_arm {}: image {:.0} s, package and disk {:.0} s, booted in {:.0} s (kernel {})",
         arch.name,
         imaged.as_secs_f64(),
         (prepared - imaged).as_secs_f64(),
         vm.booted_in.as_secs_f64(),
         image.kernel_abi
-    );
+    ));
     let seen = vm.ok("uname -m; dpkg --print-architecture; systemctl --version | head -1");
-    eprintln!("vm_arm {}: {}", arch.name, seen.replace('\n', "; "));
+    vm::say(&format!(
+        "vm_arm {}: {}",
+        arch.name,
+        seen.replace('\n', "; ")
+    ));
     assert!(seen.contains(arch.deb_arch), "the guest is {seen}");
     deliver(&vm, &share, &mock, arch.name);
     vm.power_off(Duration::from_secs(120));
-    eprintln!(
+    vm::say(&format!(
         "vm_arm {}: {:.0} s in all",
         arch.name,
         started.elapsed().as_secs_f64()
-    );
+    ));
 }
 
 /// Installs the package, gives the guest its address, starts the unit, waits for
 /// deliveries, reads the status, stops the unit cleanly.
 fn deliver(vm: &Vm, share: &Path, mock: &MockHandle, name: &str) {
     let t = Instant::now();
-    // Without its Recommends (bluez, ca-certificates): the VM reaches no mirror to fetch
-    // them from, and the sim source and a plain-HTTP service need neither.
-    let out = vm.run(
-        "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-         /share/tapegate.deb",
-        Duration::from_secs(900),
-    );
-    assert!(
-        out.success(),
-        "apt-get install: {}\n{}",
-        out.stdout,
-        out.stderr
-    );
-    vm.ok("dpkg -s tapegate | grep -q '^Status: install ok installed'");
+    vm.apt_install("/share/tapegate.deb", false);
     let ppe = mock.environment("ppe").expect("the mock serves ppe");
     std::fs::write(share.join("password"), format!("{}\n", ppe.password)).unwrap();
     vm.ok("install -m 600 /share/password /etc/tapegate/password && rm /share/password");
     std::fs::write(share.join("config.toml"), config(mock)).unwrap();
     vm.ok("install -m 640 -g tapegate /share/config.toml /etc/tapegate/config.toml");
-    // The card's module (udev may not have loaded it yet), its final name, the address.
-    vm.ok(&format!(
-        "modprobe virtio_net; udevadm settle; \
-         card=$(ls /sys/class/net | grep -vx lo | head -1); \
-         busybox ip link set \"$card\" up && busybox ip addr add {} dev \"$card\"",
-        vm::GUEST_ADDRESS
-    ));
-    eprintln!(
+    vm.link_up();
+    vm::say(&format!(
         "vm_arm {name}: installed in {:.0} s",
         t.elapsed().as_secs_f64()
-    );
+    ));
     vm.run("systemctl start tapegate", Duration::from_secs(300));
     assert_eq!(vm.ok("systemctl is-active tapegate").trim(), "active");
     let ready = vm.ok("systemctl show -p StatusText --value tapegate");
-    eprintln!(
+    vm::say(&format!(
         "vm_arm {name}: READY after {:.0} s; STATUS={}",
         t.elapsed().as_secs_f64(),
         ready.trim()
-    );
+    ));
     let deadline = Instant::now() + Duration::from_secs(300);
     let status = loop {
         let s: Value = serde_json::from_str(&vm.ok("tapegate status --json")).unwrap();
@@ -189,11 +161,11 @@ fn deliver(vm: &Vm, share: &Path, mock: &MockHandle, name: &str) {
         );
         std::thread::sleep(Duration::from_millis(500));
     };
-    eprintln!(
+    vm::say(&format!(
         "vm_arm {name}: delivering after {:.0} s; status {status}; the service decoded {}",
         t.elapsed().as_secs_f64(),
         mock.decoded_items()
-    );
+    ));
     vm.run("systemctl stop tapegate", Duration::from_secs(120));
     let code = vm.ok("systemctl show -p ExecMainStatus --value tapegate");
     assert_eq!(code.trim(), "0", "the daemon's exit status");
@@ -204,24 +176,10 @@ fn deliver(vm: &Vm, share: &Path, mock: &MockHandle, name: &str) {
 /// The unit's config: five simulated tapes, one advert a second each, delivering to the
 /// mock service's "ppe" environment on the host, as the guest reaches it.
 fn config(mock: &MockHandle) -> String {
-    let e = mock.environment("ppe").expect("the mock serves ppe");
-    let host = format!("http://{}", vm::GUEST_SERVICE);
-    let on_host = format!("http://{}", mock.addr());
-    let url = |u: url::Url| u.as_str().replacen(&on_host, &host, 1);
     format!(
-        "[gateway]\nid = \"vm-arm\"\nstate_dir = \"/var/lib/tapegate\"\nclock = \"trust\"\n\
-         [service]\nenvironment = \"ppe\"\nrequest_timeout_secs = 30\n\
-         [service.environments.ppe]\nbase_url = \"{}\"\nauth_url = \"{}\"\n\
-         client_id = \"{}\"\naudience = \"{}\"\nusername = \"{}\"\n\
-         password_file = \"password\"\ncustomer_id = \"{}\"\nauthorized_groups = \"{}\"\n\
+        "[gateway]\nid = \"vm-arm\"\nstate_dir = \"/var/lib/tapegate\"\nclock = \"trust\"\n{}\
          [flush]\nmax_delay_secs = 1\n[dedup]\nwindow_secs = 0\nmin_interval_secs = 0\n\
          [scanner]\nsource = \"sim\"\nsim_tapes = 5\nsim_interval_ms = 1000\n",
-        url(mock.base_url("ppe")),
-        url(mock.auth_url("ppe")),
-        e.client_id,
-        e.audience,
-        e.username,
-        e.customer_id,
-        e.authorized_groups
+        vm::service_toml(mock, 30)
     )
 }

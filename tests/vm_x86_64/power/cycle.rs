@@ -5,9 +5,11 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use tapegate_mock::MockHandle;
+
 use super::gateway::{self, Settings};
 use super::witness::{self, Key, Snapshot};
-use crate::vm::{Disk, Image, Machine, Vm};
+use crate::vm::{self, Disk, Image, Machine, Vm};
 
 pub const FULL: Settings = Settings {
     durability: "full",
@@ -70,6 +72,9 @@ const PHASES: [Phase; 5] = [
 ];
 
 pub struct Run {
+    /// The service, on the host: the guest reaches it through its one forward when a
+    /// phase brings the link up.
+    pub(super) mock: MockHandle,
     pub(super) machine: Machine,
     pub(super) image: Image,
     pub(super) disk: Disk,
@@ -87,6 +92,7 @@ pub struct Run {
 
 impl Run {
     pub fn new(
+        mock: MockHandle,
         machine: Machine,
         image: Image,
         disk: Disk,
@@ -95,6 +101,7 @@ impl Run {
         seed: u64,
     ) -> Run {
         Run {
+            mock,
             machine,
             image,
             disk,
@@ -116,7 +123,8 @@ impl Run {
         lo + self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) % (hi - lo).max(1)
     }
 
-    pub(super) fn boot(&mut self) -> Vm {
+    /// Boots the machine; with `service`, the guest's link to the service comes up.
+    pub(super) fn boot(&mut self, service: bool) -> Vm {
         self.boots += 1;
         let vm = Vm::boot(
             &self.machine,
@@ -126,11 +134,14 @@ impl Run {
             &self.console,
         )
         .unwrap_or_else(|e| panic!("boot {} failed: {e}", self.boots));
-        eprintln!(
+        vm::say(&format!(
             "vm_power: boot {} in {:.0} s",
             self.boots,
             vm.booted_in.as_secs_f64()
-        );
+        ));
+        if service {
+            vm.link_up();
+        }
         vm
     }
 
@@ -144,11 +155,14 @@ impl Run {
         // The setup (the install by apt, the older outbox) on QEMU's fast cache, ended by
         // a clean power-off; every boot that is cut runs on the cut's own.
         let cuts = self.machine;
-        self.machine = Machine::new(cuts.arch);
-        let vm = self.boot();
-        gateway::install(&vm);
+        self.machine = Machine {
+            service_port: cuts.service_port,
+            ..Machine::new(cuts.arch)
+        };
+        let vm = self.boot(true);
+        gateway::install(&vm, &self.mock);
         if wanted("migration") {
-            super::ends::older_schema(&vm);
+            super::ends::older_schema(&vm, &self.mock);
         }
         vm.power_off(Duration::from_secs(120));
         self.machine = cuts;
@@ -165,30 +179,46 @@ impl Run {
     /// One boot of `phase`: the checks of what the last cut left, the daemon started,
     /// the power cut at a random moment.
     fn cut(&mut self, n: usize, phase: &Phase) {
-        let vm = self.boot();
+        let vm = self.boot(phase.service);
         self.after_boot(&vm);
-        gateway::configure(&vm, phase.settings);
+        let mut script = vec![gateway::configure(&vm, phase.settings, &self.mock).to_string()];
         if phase.name == "migration" {
-            vm.ok("install -d -o tapegate -g tapegate /var/lib/tapegate; rm -f /var/lib/tapegate/outbox.db*; cp -a /var/lib/tapegate-v3/outbox.db* /var/lib/tapegate/; chown tapegate: /var/lib/tapegate/outbox.db*; sync");
-            let before = gateway::read_db(&vm);
-            assert_eq!(user_version(&vm), 3, "the older schema is restored");
-            self.known = Some((before, phase.name));
+            // The older outbox restored, and read as it was before the daemon starts.
+            script.push(
+                "install -d -o tapegate -g tapegate /var/lib/tapegate; \
+                 rm -f /var/lib/tapegate/outbox.db*; \
+                 cp -a /var/lib/tapegate-v3/outbox.db* /var/lib/tapegate/; \
+                 chown tapegate: /var/lib/tapegate/outbox.db*; sync"
+                    .into(),
+            );
+            script.push("/bin/bash /share/boot-check.sh none".into());
         }
-        if phase.service {
-            gateway::start_mock(&vm, self.boots);
-        }
-        gateway::start_witness(&vm, self.boots);
-        let delay = self.random(phase.span_ms);
+        script.push(gateway::witness(self.boots));
         if phase.name == "migration" {
             // The cut falls after the daemon's own process started (it migrates first).
-            vm.ok("systemctl start --no-block tapegate");
-            gateway::wait("the daemon's process", Duration::from_secs(120), || {
-                let pid = vm.ok("systemctl show -p MainPID --value tapegate");
-                (pid.trim() != "0").then_some(())
-            });
+            script.push(
+                "systemctl start --no-block tapegate; \
+                 while [ \"$(systemctl show -p MainPID --value tapegate)\" = 0 ]; do sleep 0.05; done"
+                    .into(),
+            );
         } else {
-            gateway::start(&vm);
+            // READY (the unit is `Type=notify`).
+            script.push("systemctl start tapegate".into());
         }
+        let out = vm.run(&script.join(" &&\n"), Duration::from_secs(180));
+        assert!(
+            out.success(),
+            "the daemon's start (exit {}):\n{}\n{}",
+            out.code,
+            out.stdout,
+            out.stderr
+        );
+        if phase.name == "migration" {
+            let before = gateway::found(&out.stdout).expect("the older outbox restored");
+            assert_eq!(before.version, 3, "the older schema is restored");
+            self.known = Some((before.snapshot, phase.name));
+        }
+        let delay = self.random(phase.span_ms);
         // The moment of the cut is the test's input, not a wait for a condition.
         std::thread::sleep(Duration::from_millis(delay));
         let log = vm
@@ -201,12 +231,12 @@ impl Run {
         )
         .unwrap_or_default();
         let snap = Snapshot::parse(&text);
-        eprintln!(
+        vm::say(&format!(
             "vm_power: cut {n} ({}, {delay} ms after the daemon's start): last seen {} [{}]",
             phase.name,
             snap.summary(),
             log.lines().last().unwrap_or("")
-        );
+        ));
         if !text.is_empty() {
             if phase.settings.durability == "full" {
                 self.witnessed.extend(snap.pending.iter().cloned());
@@ -218,33 +248,27 @@ impl Run {
     /// What every boot checks before the daemon starts: the database not moved aside,
     /// quick_check, the status's sum, and what the last snapshot before the cut saw.
     pub(super) fn after_boot(&mut self, vm: &Vm) {
-        if self.known.is_none() && !vm.sh(&format!("test -e {}", gateway::DB)).success() {
+        let Some(now) = gateway::boot_check(vm) else {
+            assert!(self.known.is_none(), "the outbox is gone after a cut");
             return;
-        }
-        gateway::integrity(vm);
-        let now = gateway::read_db(vm);
+        };
+        let (version, now) = (now.version, now.snapshot);
         assert!(
             now.adds_up(),
             "the counters do not add up: {}",
             now.summary()
         );
-        // `status` reads only a migrated outbox (a cut before the migration leaves
-        // schema 3, which the next start migrates).
-        let version = user_version(vm);
-        if version == 6 {
-            gateway::status(vm);
-        }
         let Some((before, durability)) = self.known.take() else {
             return;
         };
         let found = witness::compare(&before, &now);
-        eprintln!(
+        vm::say(&format!(
             "vm_power: boot {} found schema {version}, {} (quick_check ok); lost: {} admitted, {} pending",
             self.boots,
             now.summary(),
             found.lost_admitted,
             found.lost_pending
-        );
+        ));
         if durability == "normal" {
             self.normal_losses.push(found.lost_admitted);
         } else {

@@ -1,6 +1,6 @@
 //! Power cuts on a real kernel: the amd64 package installed by apt in a QEMU VM
 //! (`tests/vm/`), its unit run by systemd with the simulated fleet delivering to the
-//! mock service on the VM's loopback, and the VM's power cut (QEMU killed) at seeded
+//! mock service on the host (the VM's one forward, [`vm::GUEST_SERVICE`]), and the VM's power cut (QEMU killed) at seeded
 //! random moments, at least 20 times: while captures are committed, while they are
 //! delivered, while the outbox evicts, while the daemon migrates an older schema on its
 //! first start, and with `durability = "normal"`. The disk is QEMU's `writethrough`
@@ -12,13 +12,11 @@
 //! `admitted = delivered + dead_letters + evicted + pending` in `tapegate status`, and
 //! (under `durability = "full"`) every counter and pending capture of the last snapshot
 //! still there or gone with a fate; under "normal" the loss is measured. At the end the
-//! service must have received every pending capture the witness ever saw.
-//!
-//! Opt-in (`TAPEGATE_VM_POWER=1`): its 22 boots under TCG would take a CI run past its
-//! 90 minutes (docs/testing.md).
+//! service must have received every pending capture the witness ever saw (its record is
+//! on the host, so a cut takes none of it).
 //!
 //! `TAPEGATE_VM_SEED=N` replays a run (the seed is printed). Skips, loudly, as
-//! `tests/vm_ble.rs` does, without root, QEMU or the image's tools, except under CI.
+//! `tests/vm_x86_64/ble.rs` does, without root, QEMU or the image's tools, except under CI.
 
 #[path = "power/cycle.rs"]
 mod cycle;
@@ -32,17 +30,16 @@ mod witness;
 use std::path::{Path, PathBuf};
 use tokio::time::Instant;
 
+use tapegate_mock::MockConfig;
+
 use crate::common;
 use crate::vm::{self, Disk, Image, Machine, X86_64};
 
-const TEST: &str = "the power-cut VM test (tests/vm_boots/power.rs)";
+const TEST: &str = "the power-cut VM test (tests/vm_x86_64/power.rs)";
 
 #[test]
 fn committed_captures_survive_power_cuts_on_a_real_kernel() {
     let started = Instant::now();
-    if !vm::opted_in("TAPEGATE_VM_POWER", TEST) {
-        return;
-    }
     if vm::skip(TEST, vm::prerequisites(&X86_64).err()) {
         return;
     }
@@ -55,7 +52,9 @@ fn committed_captures_survive_power_cuts_on_a_real_kernel() {
                 .unwrap()
                 .as_nanos() as u64
         });
-    eprintln!("vm_power: seed {seed} (TAPEGATE_VM_SEED={seed} replays these cuts)");
+    vm::say(&format!(
+        "vm_power: seed {seed} (TAPEGATE_VM_SEED={seed} replays these cuts)"
+    ));
     let Some(previous) = vm::package::previous() else {
         let why = "no package of the earlier commit (outbox schema 3) under \
                    target/systemd-container/: run tests/systemd_container.rs first";
@@ -67,13 +66,20 @@ fn committed_captures_survive_power_cuts_on_a_real_kernel() {
     let image = Image::build(&X86_64, &work).unwrap_or_else(|e| panic!("the VM image: {e}"));
     let share = fresh_share(&work, &previous);
     vm::package::amd64(&share.join("tapegate.deb"));
+    let (_rt, mock) = common::mock_with(MockConfig::demo());
+    mock.set_record_limit(usize::MAX);
     let disk = Disk::fresh(&image, &work.join("power/disk.img")).unwrap();
-    eprintln!(
+    vm::say(&format!(
         "vm_power: image and package ready after {:.0} s",
         started.elapsed().as_secs_f64()
-    );
+    ));
+    let machine = Machine {
+        service_port: Some(mock.addr().port()),
+        ..Machine::power_cuts(X86_64)
+    };
     let mut run = cycle::Run::new(
-        Machine::power_cuts(X86_64),
+        mock,
+        machine,
         image,
         disk,
         share,
@@ -81,24 +87,26 @@ fn committed_captures_survive_power_cuts_on_a_real_kernel() {
         seed,
     );
     run.all();
-    eprintln!("vm_power: {:.0} s in all", started.elapsed().as_secs_f64());
+    vm::say(&format!(
+        "vm_power: {:.0} s in all",
+        started.elapsed().as_secs_f64()
+    ));
 }
 
-/// The share: the agent, the witness, this build's binary (with the mock service) as
-/// `bin/tapegate`, and the earlier commit's binary as `old/usr/bin/tapegate`.
+/// The share: the agent, the boot's check, the witness, busybox (the guest's `ip`), and
+/// the earlier commit's binary as `old/usr/bin/tapegate`.
 fn fresh_share(work: &Path, previous: &Path) -> PathBuf {
     let share = work.join("power/share");
     let _ = std::fs::remove_dir_all(&share);
-    std::fs::create_dir_all(share.join("bin")).unwrap();
     std::fs::create_dir_all(share.join("out")).unwrap();
     // The witness runs as the service user (9p passes the guest's own permissions).
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(share.join("out"), std::fs::Permissions::from_mode(0o777)).unwrap();
     let guest = vm::repo().join("tests/vm/guest");
-    for name in ["agent.sh", "witness.sh"] {
+    for name in ["agent.sh", "boot-check.sh", "witness.sh"] {
         std::fs::copy(guest.join(name), share.join(name)).unwrap();
     }
-    std::fs::copy(common::BIN, share.join("bin/tapegate")).unwrap();
+    std::fs::copy("/bin/busybox", share.join("busybox")).unwrap();
     let status = std::process::Command::new("dpkg-deb")
         .arg("-x")
         .arg(previous)

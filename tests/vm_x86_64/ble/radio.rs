@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::vm::Vm;
+use crate::vm::Vm;
 
 /// Per advertiser, what the radio did (its `stats` command).
 #[derive(Debug, Clone, Default, serde::Deserialize)]

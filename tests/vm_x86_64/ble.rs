@@ -11,29 +11,27 @@
 //! under CI (`CI` set), where it fails. `.ci/run` installs them. Cold, it builds the
 //! image (a debootstrap, a few minutes); warm, it takes the minutes of its cases.
 
-#[path = "vm_ble/cases.rs"]
+#[path = "ble/cases.rs"]
 mod cases;
-mod common;
-#[path = "vm_ble/faults.rs"]
+#[path = "ble/faults.rs"]
 mod faults;
-#[path = "vm_ble/modes.rs"]
+#[path = "ble/modes.rs"]
 mod modes;
-#[path = "vm_ble/radio.rs"]
+#[path = "ble/radio.rs"]
 mod radio;
-#[path = "vm_ble/stack.rs"]
+#[path = "ble/stack.rs"]
 mod stack;
-#[path = "vm_ble/trace.rs"]
+#[path = "ble/trace.rs"]
 mod trace;
-#[path = "vm/mod.rs"]
-mod vm;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use tokio::time::Instant;
 
-use vm::{Disk, Image, Machine, Vm, X86_64};
+use crate::common;
+use crate::vm::{self, Disk, Image, Machine, Vm, X86_64};
 
-const TEST: &str = "the VM test (tests/vm_ble.rs)";
+const TEST: &str = "the BLE VM test (tests/vm_x86_64/ble.rs)";
 
 #[test]
 fn a_gateway_in_a_vm_hears_tapes_through_a_real_kernel_and_bluez() {
@@ -57,12 +55,12 @@ fn a_gateway_in_a_vm_hears_tapes_through_a_real_kernel_and_bluez() {
         &work.join("run/console.log"),
     )
     .unwrap_or_else(|e| panic!("the VM did not boot: {e}"));
-    eprintln!(
+    vm::say(&format!(
         "vm_ble: image and package ready after {:.0} s; booted in {:.0} s (kernel {})",
         prepared.as_secs_f64(),
         vm.booted_in.as_secs_f64(),
         image.kernel_abi
-    );
+    ));
     let radio = radio::Radio::start(&vm, "extended");
     let g = stack::Gateway::install(&vm);
     cases::main_air(&radio);
@@ -104,12 +102,18 @@ fn a_gateway_in_a_vm_hears_tapes_through_a_real_kernel_and_bluez() {
         }
         let t = Instant::now();
         case();
-        eprintln!("vm_ble: {name}: {:.0} s", t.elapsed().as_secs_f64());
+        vm::say(&format!(
+            "vm_ble: {name}: {:.0} s",
+            t.elapsed().as_secs_f64()
+        ));
     }
     drop(all);
     drop(radio);
     vm.power_off(std::time::Duration::from_secs(60));
-    eprintln!("vm_ble: {:.0} s in all", started.elapsed().as_secs_f64());
+    vm::say(&format!(
+        "vm_ble: {:.0} s in all",
+        started.elapsed().as_secs_f64()
+    ));
 }
 
 /// Why the test cannot run here, if it cannot.

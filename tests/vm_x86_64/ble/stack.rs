@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use serde_json::Value;
 
-use super::vm::Vm;
+use crate::vm::Vm;
 
 /// The mock service's port for the unit, and for a second daemon run by hand.
 pub const UNIT_PORT: u16 = 8080;
