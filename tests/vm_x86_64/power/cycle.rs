@@ -30,14 +30,14 @@ struct Phase {
 const PHASES: [Phase; 5] = [
     Phase {
         name: "migration",
-        cuts: 2,
+        cuts: 3,
         settings: FULL,
         service: false,
         span_ms: (500, 8000),
     },
     Phase {
         name: "ingest",
-        cuts: 4,
+        cuts: 3,
         settings: FULL,
         service: false,
         span_ms: (300, 6000),
@@ -72,6 +72,9 @@ const PHASES: [Phase; 5] = [
 ];
 
 pub struct Run {
+    /// This machine's name, and the phases it runs.
+    pub(super) chain: &'static str,
+    phases: &'static [&'static str],
     /// The service, on the host: the guest reaches it through its one forward when a
     /// phase brings the link up.
     pub(super) mock: MockHandle,
@@ -88,10 +91,16 @@ pub struct Run {
     pub(super) witnessed: BTreeSet<Key>,
     /// Captures lost per cut under "normal".
     pub(super) normal_losses: Vec<i64>,
+    /// The schema each boot after a cut of the migration phase found (3: the cut came
+    /// before the first step committed; 4 or 5: between steps; 6: after).
+    pub(super) migration_found: Vec<i64>,
 }
 
 impl Run {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
+        chain: &'static str,
+        phases: &'static [&'static str],
         mock: MockHandle,
         machine: Machine,
         image: Image,
@@ -101,6 +110,8 @@ impl Run {
         seed: u64,
     ) -> Run {
         Run {
+            chain,
+            phases,
             mock,
             machine,
             image,
@@ -112,6 +123,7 @@ impl Run {
             known: None,
             witnessed: BTreeSet::new(),
             normal_losses: Vec::new(),
+            migration_found: Vec::new(),
         }
     }
 
@@ -121,6 +133,11 @@ impl Run {
         self.rng ^= self.rng << 25;
         self.rng ^= self.rng >> 27;
         lo + self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) % (hi - lo).max(1)
+    }
+
+    /// A line of progress, named by this machine.
+    pub(super) fn say(&self, line: &str) {
+        vm::say(&format!("vm_power {}: {line}", self.chain));
     }
 
     /// Boots the machine; with `service`, the guest's link to the service comes up.
@@ -134,8 +151,8 @@ impl Run {
             &self.console,
         )
         .unwrap_or_else(|e| panic!("boot {} failed: {e}", self.boots));
-        vm::say(&format!(
-            "vm_power: boot {} in {:.0} s",
+        self.say(&format!(
+            "boot {} in {:.0} s",
             self.boots,
             vm.booted_in.as_secs_f64()
         ));
@@ -145,12 +162,15 @@ impl Run {
         vm
     }
 
-    /// Every phase, or those `TAPEGATE_VM_PHASES=ingest,normal` names.
+    /// This machine's phases, or those of them `TAPEGATE_VM_PHASES=ingest,normal` names.
     pub fn all(&mut self) {
         let only = std::env::var("TAPEGATE_VM_PHASES").ok();
+        let phases = self.phases;
         let wanted = |name: &str| {
-            only.as_ref()
-                .is_none_or(|o| o.split(',').any(|n| n.trim() == name))
+            phases.contains(&name)
+                && only
+                    .as_ref()
+                    .is_none_or(|o| o.split(',').any(|n| n.trim() == name))
         };
         // The setup (the install by apt, the older outbox) on QEMU's fast cache, ended by
         // a clean power-off; every boot that is cut runs on the cut's own.
@@ -221,9 +241,15 @@ impl Run {
         let delay = self.random(phase.span_ms);
         // The moment of the cut is the test's input, not a wait for a condition.
         std::thread::sleep(Duration::from_millis(delay));
-        let log = vm
-            .sh("journalctl --no-pager -o cat -u tapegate -b 0 | tail -3")
-            .stdout;
+        // What the daemon was doing (a trip through the agent: not where the moment
+        // of a cut in the migration must be kept).
+        let log = match phase.name {
+            "migration" => String::new(),
+            _ => {
+                vm.sh("journalctl --no-pager -o cat -u tapegate -b 0 | tail -3")
+                    .stdout
+            }
+        };
         vm.power_cut();
         let text = std::fs::read_to_string(
             self.share
@@ -231,8 +257,8 @@ impl Run {
         )
         .unwrap_or_default();
         let snap = Snapshot::parse(&text);
-        vm::say(&format!(
-            "vm_power: cut {n} ({}, {delay} ms after the daemon's start): last seen {} [{}]",
+        self.say(&format!(
+            "cut {n} ({}, {delay} ms after the daemon's start): last seen {} [{}]",
             phase.name,
             snap.summary(),
             log.lines().last().unwrap_or("")
@@ -241,7 +267,11 @@ impl Run {
             if phase.settings.durability == "full" {
                 self.witnessed.extend(snap.pending.iter().cloned());
             }
-            self.known = Some((snap, phase.settings.durability));
+            let tag = match phase.name {
+                "migration" => "migration",
+                _ => phase.settings.durability,
+            };
+            self.known = Some((snap, tag));
         }
     }
 
@@ -261,9 +291,12 @@ impl Run {
         let Some((before, durability)) = self.known.take() else {
             return;
         };
+        if durability == "migration" {
+            self.migration_found.push(version);
+        }
         let found = witness::compare(&before, &now);
-        vm::say(&format!(
-            "vm_power: boot {} found schema {version}, {} (quick_check ok); lost: {} admitted, {} pending",
+        self.say(&format!(
+            "boot {} found schema {version}, {} (quick_check ok); lost: {} admitted, {} pending",
             self.boots,
             now.summary(),
             found.lost_admitted,

@@ -16,7 +16,7 @@ use crate::vm::{self, Vm};
 /// Makes `/var/lib/tapegate-v3/outbox.db` with the earlier commit's binary (schema 3):
 /// 20 s of the simulated fleet delivered (its readings kept, as that schema did), then
 /// 20 s more held while the service is unreachable (the guest's link down), the daemon
-/// stopped cleanly. The guest's link is up when this starts.
+/// stopped cleanly, and its readings multiplied. The guest's link is up when this starts.
 pub fn older_schema(vm: &Vm, mock: &MockHandle) {
     let old = |seed: u32| {
         let text = gateway::config(
@@ -55,7 +55,15 @@ pub fn older_schema(vm: &Vm, mock: &MockHandle) {
                 .then_some(())
         },
     );
-    vm.ok("systemctl stop old; chown -R tapegate: /var/lib/tapegate-v3; sync");
+    // 64 times the readings (102,400), as a dock's older outbox holds after weeks: the
+    // migration's last step drops them, which widens the moment a cut can fall inside.
+    let columns = "mac, qr_code, captured_at, decoded_at, rssi, temp, bat, raw";
+    let double = format!("INSERT INTO readings({columns}) SELECT {columns} FROM readings;");
+    vm.ok(&format!(
+        "systemctl stop old && sqlite3 -bail /var/lib/tapegate-v3/outbox.db '{}' && \
+         chown -R tapegate: /var/lib/tapegate-v3 && sync",
+        double.repeat(6)
+    ));
     let v = vm.ok("runuser -u tapegate -- sqlite3 /var/lib/tapegate-v3/outbox.db \
                    'PRAGMA user_version; SELECT COUNT(*) FROM readings; SELECT COUNT(*) FROM pending;'");
     vm::say(&format!(
@@ -68,7 +76,7 @@ pub fn older_schema(vm: &Vm, mock: &MockHandle) {
 }
 
 /// The last boot: the service up, the fleet ending, everything delivered, a clean stop,
-/// no database moved aside by this boot's daemon, and every capture a snapshot showed
+/// no database moved aside in any boot's journal, and every capture a snapshot showed
 /// pending received by the service or a dead letter (or evicted: the outbox counts
 /// each capture it evicted). The service is on the host: its record of what it
 /// answered outlives every cut.
@@ -93,15 +101,16 @@ pub fn finish(run: &mut Run, cuts: usize) {
                 .success())
         .then_some(s)
     });
-    vm::say(&format!(
-        "vm_power: the last boot drained in {:.0} s",
+    run.say(&format!(
+        "the last boot drained in {:.0} s",
         drained.elapsed().as_secs_f64()
     ));
     vm.ok("systemctl stop tapegate");
     let code = vm.ok("systemctl show -p ExecMainStatus --value tapegate");
     assert_eq!(code.trim(), "0", "the daemon's clean stop");
+    // Every boot's daemon, as far as its journal reached the disk before a cut.
     let said = vm
-        .sh("journalctl --no-pager -o cat -u tapegate -b 0 | grep -i 'moved aside\\|corrupt'")
+        .sh("journalctl --no-pager -o cat -u tapegate | grep -i 'moved aside\\|corrupt'")
         .stdout;
     assert!(said.trim().is_empty(), "the daemon said:\n{said}");
     let s = gateway::status(&vm.ok("tapegate status --json"));
@@ -117,15 +126,17 @@ pub fn finish(run: &mut Run, cuts: usize) {
         .filter(|k| !received.contains(*k) && !dead.contains(*k))
         .collect();
     let n = |k: &str| s[k].as_u64().unwrap_or(0) as usize;
-    vm::say(&format!(
-        "vm_power: {cuts} cuts; in the end {s}; the service received {} distinct captures; \
+    run.say(&format!(
+        "{cuts} cuts; in the end {s}; the service received {} distinct captures; \
          of {} witnessed pending, {} not received (evicted {}); \
-         lost per cut under durability = \"normal\": {:?}",
+         lost per cut under durability = \"normal\": {:?}; schema found after each \
+         migration cut: {:?}",
         received.len(),
         run.witnessed.len(),
         missing.len(),
         n("evicted"),
-        run.normal_losses
+        run.normal_losses,
+        run.migration_found
     ));
     assert!(
         missing.len() <= n("evicted"),
