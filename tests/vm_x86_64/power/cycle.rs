@@ -11,6 +11,10 @@ use super::gateway::{self, Settings};
 use super::witness::{self, Key, Snapshot};
 use crate::vm::{self, Disk, Image, Machine, Vm};
 
+/// What the README says a power cut may take under `durability = "normal"`: about 35 s
+/// of captures (what the kernel had not yet written back), at the fleet's 80 a second.
+const NORMAL_LOSS_BOUND: i64 = 35 * 80;
+
 pub const FULL: Settings = Settings {
     durability: "full",
     max_pending: 1_000_000,
@@ -303,6 +307,12 @@ impl Run {
             found.lost_pending
         ));
         if durability == "normal" {
+            assert!(
+                found.lost_admitted <= NORMAL_LOSS_BOUND,
+                "durability = \"normal\" lost {} captures in a power cut, more than the \
+                 README's 35 s of them ({NORMAL_LOSS_BOUND})",
+                found.lost_admitted
+            );
             self.normal_losses.push(found.lost_admitted);
         } else {
             assert!(
