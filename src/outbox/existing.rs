@@ -78,16 +78,22 @@ impl Store {
 
     fn existing(conn: Connection, path: PathBuf) -> Result<Option<Store>, OutboxError> {
         conn.busy_timeout(Duration::from_secs(5))?;
-        let read_version = || conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0));
-        let mut version = read_version()?;
-        if version == 0 {
+        // The version and the schema in one statement, so one snapshot: read in two, a
+        // daemon's first migration step could commit between them (version 0, tables).
+        let read = || {
+            conn.query_row(
+                "SELECT (SELECT user_version FROM pragma_user_version), \
+                        (SELECT COUNT(*) FROM sqlite_master)",
+                [],
+                |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
+            )
+        };
+        let read_version = || read().map(|(version, _)| version);
+        let (mut version, tables) = read()?;
+        if version == 0 && tables == 0 {
             // The daemon has created the file but not yet committed its schema (it is
             // starting right now), or the file is empty: either way nothing is stored yet.
-            let tables: i64 =
-                conn.query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get(0))?;
-            if tables == 0 {
-                return Ok(None);
-            }
+            return Ok(None);
         }
         // A daemon starting beside us may be migrating it, one step a transaction:
         // give it the moment that takes before calling the version wrong.
@@ -137,5 +143,63 @@ mod tests {
             uri_path(Path::new("/tmp/a b?c#d%e/é~")),
             "/tmp/a%20b%3Fc%23d%25e/%C3%A9~"
         );
+    }
+}
+
+#[cfg(test)]
+mod beside_a_daemon {
+    use super::*;
+
+    /// The CLI reading the state directory while a daemon creates and migrates the
+    /// database beside it sees either no database yet or the finished one, never a
+    /// version in between (CI once saw "schema version 0" here: the version and the
+    /// schema had been read in two transactions, with the daemon's first step between).
+    #[test]
+    fn a_database_being_created_beside_the_cli_reads_as_absent_or_finished() {
+        for _ in 0..100 {
+            let dir = tempfile::tempdir().unwrap();
+            let state = dir.path().to_path_buf();
+            let daemon = std::thread::spawn({
+                let state = state.clone();
+                move || drop(Store::open(&state, StoreOptions::default()).unwrap())
+            });
+            loop {
+                let done = daemon.is_finished();
+                match Store::open_existing_read_only(&state) {
+                    Ok(Some(_)) => break,
+                    Ok(None) if !done => {}
+                    Ok(None) => panic!("the daemon finished but the database reads as absent"),
+                    Err(e) => panic!("read beside its creation: {e}"),
+                }
+            }
+            daemon.join().unwrap();
+        }
+    }
+
+    /// The daemon's first start and an operator's `tapegate activate` (which creates
+    /// the database when the daemon has not run yet) at the same moment: both end with
+    /// the one finished database; neither fails, and neither takes the other's
+    /// half-built schema for a foreign file and moves it aside.
+    #[test]
+    fn the_daemon_and_an_operator_creating_the_database_at_once_both_open_it() {
+        for _ in 0..100 {
+            let dir = tempfile::tempdir().unwrap();
+            let state = dir.path().to_path_buf();
+            let daemon = std::thread::spawn({
+                let state = state.clone();
+                move || Store::open(&state, StoreOptions::default()).map(|(_, report)| report)
+            });
+            let operator = Store::open_or_create(&state);
+            let report = daemon.join().unwrap();
+            let report = report.unwrap_or_else(|e| panic!("the daemon, beside: {e}"));
+            operator.unwrap_or_else(|e| panic!("the operator, beside: {e}"));
+            assert_eq!(report.quarantined, None, "a fresh database moved aside");
+            let names: Vec<_> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter(|n| n.contains("corrupt"))
+                .collect();
+            assert!(names.is_empty(), "{names:?}");
+        }
     }
 }

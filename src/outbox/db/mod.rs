@@ -54,9 +54,7 @@ pub(super) fn connect(
     let conn = Connection::open(path).map_err(Broken::from_sqlite)?;
     conn.busy_timeout(Duration::from_secs(5))
         .map_err(Broken::from_sqlite)?;
-    let mode: String = conn
-        .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
-        .map_err(Broken::from_sqlite)?;
+    let mode = wal_mode(&conn).map_err(Broken::from_sqlite)?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(Broken::Other(format!(
             "cannot use WAL journal (got {mode})"
@@ -81,6 +79,31 @@ pub(super) fn connect(
     }
     schema::migrate(&conn)?;
     Ok(conn)
+}
+
+/// How long opening waits, at most, for another process that holds a new database
+/// while switching it to WAL (steps of this, this many times).
+const WAL_WAIT_STEP: Duration = Duration::from_millis(10);
+const WAL_WAIT_STEPS: u32 = 500;
+
+/// Switches the database to WAL (a no-op once it is) and returns the mode it is in.
+/// On a database just created, another process opening it at the same moment holds a
+/// lock that makes the switch fail at once as busy (SQLite calls no busy handler for
+/// it): tried again, a step at a time, for as long as the busy timeout.
+fn wal_mode(conn: &Connection) -> rusqlite::Result<String> {
+    let mut tries = 0;
+    loop {
+        match conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)) {
+            Err(e)
+                if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
+                    && tries < WAL_WAIT_STEPS =>
+            {
+                tries += 1;
+                std::thread::sleep(WAL_WAIT_STEP);
+            }
+            result => return result,
+        }
+    }
 }
 
 /// `PRAGMA synchronous` for `durability`.

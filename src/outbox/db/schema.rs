@@ -134,39 +134,65 @@ DROP TABLE readings;
 ";
 
 pub fn migrate(conn: &Connection) -> Result<(), Broken> {
-    let version: i64 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .map_err(Broken::from_sqlite)?;
-    if version > SCHEMA_VERSION {
-        return Err(Broken::Newer(version));
-    }
-    if version == 0 {
-        // A file that is not empty but has no schema of ours is not ours to reuse.
-        let tables: i64 = conn
-            .query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get(0))
+    // Each step in its own transaction with its version, so an interrupted upgrade
+    // resumes at the step it did not finish. The version is read inside the step's
+    // write transaction: a second process creating the database at the same moment
+    // (the daemon's first start and an operator's `activate`) waits for the other's
+    // step and then finds it done, rather than building the tables again or taking the
+    // half-built schema for a foreign file.
+    let mut migrated = false;
+    loop {
+        conn.execute_batch("BEGIN IMMEDIATE")
             .map_err(Broken::from_sqlite)?;
-        if tables > 0 {
-            return Err(Broken::Corrupt(format!(
-                "it has {tables} schema objects but no tapegate schema version"
-            )));
+        let step = next_step(conn);
+        let done = match step {
+            Ok(Some((to, step))) => conn
+                .execute_batch(&format!("{step} PRAGMA user_version = {to};"))
+                .map(|()| false)
+                .map_err(Broken::from_sqlite),
+            Ok(None) => Ok(true),
+            Err(e) => Err(e),
+        };
+        let end = if done.is_ok() { "COMMIT" } else { "ROLLBACK" };
+        let ended = conn.execute_batch(end).map_err(Broken::from_sqlite);
+        match (done?, ended) {
+            (_, Err(e)) => return Err(e),
+            (true, Ok(())) => break,
+            (false, Ok(())) => migrated = true,
         }
     }
-    // Each step in its own transaction with its version, so an interrupted upgrade
-    // resumes at the step it did not finish.
-    for (from, step) in MIGRATIONS.iter().enumerate().skip(version.max(0) as usize) {
-        let to = from + 1;
-        conn.execute_batch(&format!(
-            "BEGIN; {step} PRAGMA user_version = {to}; COMMIT;"
-        ))
-        .map_err(Broken::from_sqlite)?;
-    }
-    if version < SCHEMA_VERSION {
+    if migrated {
         // The new version into the main file now, not at some later checkpoint: the
         // package's preinst reads it from the file's header to refuse a downgrade.
         conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
             .map_err(Broken::from_sqlite)?;
     }
     Ok(())
+}
+
+/// Inside a write transaction: the step that takes the database on from its version
+/// (the version it leads to, and its SQL), or `None` when it is current.
+fn next_step(conn: &Connection) -> Result<Option<(i64, &'static str)>, Broken> {
+    let (version, tables): (i64, i64) = conn
+        .query_row(
+            "SELECT (SELECT user_version FROM pragma_user_version), \
+                    (SELECT COUNT(*) FROM sqlite_master)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .map_err(Broken::from_sqlite)?;
+    if version > SCHEMA_VERSION {
+        return Err(Broken::Newer(version));
+    }
+    if version == 0 && tables > 0 {
+        // A file that is not empty but has no schema of ours is not ours to reuse.
+        return Err(Broken::Corrupt(format!(
+            "it has {tables} schema objects but no tapegate schema version"
+        )));
+    }
+    Ok(MIGRATIONS
+        .get(version.max(0) as usize)
+        .map(|step| (version + 1, *step)))
 }
 
 /// Why a database could not be opened.
