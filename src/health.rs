@@ -394,10 +394,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_reports_rate_is_live_on_the_page_and_written_for_status_once_a_minute() {
-        use crate::outbox::{Outbox, Store, StoreOptions};
+        use crate::outbox::{Outbox, Retention, StoreOptions};
         let dir = tempfile::tempdir().unwrap();
-        let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
-        let (outbox, _thread) = Outbox::start(store).unwrap();
+        let (outbox, _thread) =
+            Outbox::open(dir.path(), StoreOptions::default(), Retention::default())
+                .unwrap()
+                .start()
+                .unwrap();
         let health = Arc::new(SourceHealth::default());
         let day = crate::clock::fake::FIXED_DAYS[3];
         let clock = Arc::new(crate::clock::fake::HandClock::at(day.wall_ms));

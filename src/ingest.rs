@@ -255,7 +255,7 @@ async fn reloaded<T: Clone>(reload: &mut Option<watch::Receiver<T>>) -> T {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outbox::{Outbox, Store, StoreOptions};
+    use crate::outbox::{Outbox, Retention, StoreOptions};
     use crate::record::{Advertisement, Mac};
     use crate::systemd::Liveness;
 
@@ -296,8 +296,10 @@ mod tests {
         Liveness,
         tokio::task::JoinHandle<IngestReport>,
     ) {
-        let (store, _) = Store::open(dir, StoreOptions::default()).unwrap();
-        let (outbox, _owner) = Outbox::start(store).unwrap();
+        let (outbox, _owner) = Outbox::open(dir, StoreOptions::default(), Retention::default())
+            .unwrap()
+            .start()
+            .unwrap();
         let mut liveness = Liveness::default();
         let beat = liveness.stage("ingest", ALLOWANCE);
         let (tx, rx) = mpsc::channel(16);

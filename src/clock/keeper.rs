@@ -224,7 +224,7 @@ mod tests {
     use crate::clock::policy::Hold;
     use std::collections::HashSet;
 
-    use crate::outbox::{Handles, Outbox, Stats, Store, StoreOptions};
+    use crate::outbox::{Handles, Outbox, Retention, Stats, StoreOptions};
     use crate::record::{Capture, Mac};
 
     const WRONG: i64 = 1_700_000_000_000;
@@ -256,8 +256,11 @@ mod tests {
     /// An outbox in a temp dir, and a hand clock (to be set) for a keeper.
     fn setup() -> (tempfile::TempDir, Outbox, Arc<HandClock>) {
         let dir = tempfile::tempdir().unwrap();
-        let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
-        let (outbox, _thread) = Outbox::start(store).unwrap();
+        let (outbox, _thread) =
+            Outbox::open(dir.path(), StoreOptions::default(), Retention::default())
+                .unwrap()
+                .start()
+                .unwrap();
         (dir, outbox, Arc::new(HandClock::new("boot-a")))
     }
 

@@ -2,13 +2,17 @@
 //! lock is ever held across an `.await` and async stages never block on SQLite.
 //!
 //! It touches only the [`Store`] it owns and [`OutboxError`]. The daemon's pipeline
-//! and the [`super::Seeder`] start it; only the outbox's own handles (`users/`) send
-//! it jobs, and every user outside the outbox holds one of them.
+//! opens the database and starts the thread through [`Outbox::open`] (the store itself
+//! never leaves the outbox), the [`super::Seeder`] starts it too; only the outbox's own
+//! handles (`users/`) send it jobs, and every user outside the outbox holds one of them.
+
+use std::path::Path;
 
 use tokio::sync::{mpsc, oneshot};
 
 use super::db::OutboxError;
-use super::store::Store;
+use super::store::{OpenReport, Store, StoreOptions};
+use crate::config::Retention;
 
 type Job = Box<dyn FnOnce(&mut Store) + Send>;
 
@@ -20,9 +24,36 @@ pub struct Outbox {
     jobs: mpsc::Sender<Job>,
 }
 
+/// The daemon's database, opened and not yet handed to its owner thread: what opening
+/// found, to be logged before anything else runs.
+pub(crate) struct Opened {
+    store: Store,
+    pub(crate) report: OpenReport,
+}
+
+impl Opened {
+    /// Starts the owner thread; its join handle is for waiting on the database's close.
+    pub(crate) fn start(self) -> std::io::Result<(Outbox, std::thread::JoinHandle<()>)> {
+        Outbox::start(self.store)
+    }
+}
+
 impl Outbox {
+    /// Opens the database of `state_dir` for the daemon with `options`, keeping it to
+    /// `retention`: created and migrated as needed, a corrupt one moved aside (said in
+    /// the report). Blocking: for a blocking thread.
+    pub(crate) fn open(
+        state_dir: &Path,
+        options: StoreOptions,
+        retention: Retention,
+    ) -> Result<Opened, OutboxError> {
+        let (mut store, report) = Store::open(state_dir, options)?;
+        store.set_retention(retention);
+        Ok(Opened { store, report })
+    }
+
     /// Moves `store` to a new owner thread.
-    pub(crate) fn start(store: Store) -> std::io::Result<(Outbox, std::thread::JoinHandle<()>)> {
+    pub(super) fn start(store: Store) -> std::io::Result<(Outbox, std::thread::JoinHandle<()>)> {
         // Few jobs are ever queued: each caller awaits its answer.
         let (jobs, mut rx) = mpsc::channel::<Job>(64);
         let thread = std::thread::Builder::new()

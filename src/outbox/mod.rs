@@ -165,7 +165,9 @@ pub use seeder::Seeder;
 pub use settle::AnswerNotes;
 pub use status::{DeadLetter, FlusherState, ScannerCounts, Stats, TapeKnown};
 pub(crate) use storage::why_read_only;
-pub(crate) use store::Store;
+/// For the outbox's own tests; outside the outbox the store is reached through handles.
+#[cfg(test)]
+use store::Store;
 pub use store::{OpenReport, StoreOptions};
 pub use words::{HeardChanges, HeardTape, Outcome, PendingCapture, Reading, RowKey, Seen, TapeRow};
 // The settings' types are config's words (`[outbox]`), shown here for the store's users.

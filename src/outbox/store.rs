@@ -62,7 +62,7 @@ pub struct OpenReport {
 }
 
 /// The outbox database.
-pub(crate) struct Store {
+pub(super) struct Store {
     pub(super) conn: Connection,
     pub(super) options: StoreOptions,
     pub(super) counters: Counters,

@@ -15,7 +15,7 @@ use crate::debug_hooks::DebugHooks;
 use crate::http;
 use crate::inventory::Inventory;
 use crate::metrics::Metrics;
-use crate::outbox::{ClockOutbox, Handles, Outbox, StageOutbox, Store, StoreOptions};
+use crate::outbox::{ClockOutbox, Handles, Outbox, StageOutbox, StoreOptions};
 use crate::record::EpochMillis;
 use crate::telemetry::Pusher;
 
@@ -34,26 +34,26 @@ pub(super) async fn outbox(
         clock: clock.clone(),
         latest_every: hooks.latest_every.unwrap_or(crate::outbox::LATEST_EVERY),
     };
-    let (store, opened) =
-        tokio::task::spawn_blocking(move || Store::open(&state_dir, store_options))
+    let retention = config.outbox.retention();
+    let opened =
+        tokio::task::spawn_blocking(move || Outbox::open(&state_dir, store_options, retention))
             .await
             .map_err(RunError::stage("outbox open"))??;
-    if let Some(aside) = &opened.quarantined {
+    let report = &opened.report;
+    if let Some(aside) = &report.quarantined {
         tracing::error!(
-            path = %opened.path.display(),
+            path = %report.path.display(),
             moved_to = %aside.display(),
-            reason = opened.quarantine_reason.as_deref().unwrap_or(""),
+            reason = report.quarantine_reason.as_deref().unwrap_or(""),
             "outbox database was corrupt: moved it aside and started a fresh one"
         );
     }
     tracing::info!(
-        path = %opened.path.display(),
-        pending = opened.pending,
+        path = %report.path.display(),
+        pending = report.pending,
         "outbox open"
     );
-    let mut store = store;
-    store.set_retention(config.outbox.retention());
-    let (outbox, owner) = Outbox::start(store).map_err(RunError::OutboxThread)?;
+    let (outbox, owner) = opened.start().map_err(RunError::OutboxThread)?;
 
     if config.service.is_none() {
         tracing::warn!("no [service] configured: captures accumulate in the outbox until one is");
