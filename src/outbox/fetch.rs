@@ -197,16 +197,17 @@ fn row_to_pending(r: &rusqlite::Row<'_>) -> rusqlite::Result<PendingCapture> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outbox::tests as fixture;
     use crate::outbox::{Outcome, StoreOptions};
 
     fn capture(i: u8) -> Capture {
         Capture {
-            mac: Mac::new([0xC0, 0xFF, 0xEE, 0, 0, i]),
-            ts_ms: 1_763_719_200_000 + i64::from(i),
-            product_id: "tape".into(),
-            packet: format!("{i:02X}"),
             rssi: None,
-            boot_ms: None,
+            ..fixture::capture(
+                fixture::mac(i),
+                1_763_719_200_000 + i64::from(i),
+                format!("{i:02X}"),
+            )
         }
     }
 

@@ -76,17 +76,14 @@ pub(super) fn record_heard(
 mod tests {
     use super::*;
     use crate::heard_now::HeardNow;
+    use crate::outbox::tests as fixture;
     use crate::outbox::{AnswerNotes, Outcome, Reading, StoreOptions};
     use crate::record::Capture;
 
     fn capture(mac: &str, ts_ms: EpochMillis, rssi: i16) -> Capture {
         Capture {
-            mac: mac.parse().unwrap(),
-            ts_ms,
-            product_id: "tape".into(),
-            packet: "00".into(),
             rssi: Some(rssi),
-            boot_ms: None,
+            ..fixture::capture(mac.parse().unwrap(), ts_ms, "00")
         }
     }
 

@@ -188,22 +188,14 @@ fn write_rows<'a>(
 
 #[cfg(test)]
 mod tests {
+    use crate::outbox::tests as fixture;
     use crate::outbox::{Outcome, PendingCapture, Reading, Store, StoreOptions};
     use crate::record::{Capture, Mac};
 
-    fn mac(i: u8) -> Mac {
-        Mac::new([0xC0, 0xFF, 0xEE, 0, 0, i])
-    }
+    use fixture::mac;
 
     fn capture(i: u8, ts_ms: i64) -> Capture {
-        Capture {
-            mac: mac(i),
-            ts_ms,
-            product_id: "tape".into(),
-            packet: "00".into(),
-            rssi: Some(-60),
-            boot_ms: None,
-        }
+        fixture::capture(mac(i), ts_ms, "00")
     }
 
     fn decoded(temp: f64) -> Outcome {

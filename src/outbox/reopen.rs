@@ -88,17 +88,13 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
+    use crate::outbox::tests as fixture;
     use crate::outbox::{Store, StoreOptions};
-    use crate::record::Mac;
 
     fn capture(i: u8) -> crate::record::Capture {
         crate::record::Capture {
-            mac: Mac::new([0xC0, 0xFF, 0xEE, 0, 0, i]),
-            ts_ms: 1_763_719_200_000 + i64::from(i),
-            product_id: "tape".into(),
-            packet: "F70E".into(),
             rssi: None,
-            boot_ms: None,
+            ..fixture::capture(fixture::mac(i), 1_763_719_200_000 + i64::from(i), "F70E")
         }
     }
 

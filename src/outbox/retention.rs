@@ -319,20 +319,15 @@ pub async fn keep_bounds(outbox: Outbox, every: Duration, stop: CancellationToke
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outbox::tests as fixture;
     use crate::outbox::StoreOptions;
     use crate::record::{Capture, Mac};
 
     /// Capture `i` of one of 200 tapes.
     fn capture(i: u32, ts_ms: i64) -> Capture {
         let b = (i % 200).to_be_bytes();
-        Capture {
-            mac: Mac::new([0xC0, 0xFF, b[0], b[1], b[2], b[3]]),
-            ts_ms,
-            product_id: "tape".into(),
-            packet: "F70E4956E29F84211E44FFB51E".into(),
-            rssi: Some(-60),
-            boot_ms: None,
-        }
+        let mac = Mac::new([0xC0, 0xFF, b[0], b[1], b[2], b[3]]);
+        fixture::capture(mac, ts_ms, "F70E4956E29F84211E44FFB51E")
     }
 
     const DAY: i64 = 86_400_000;

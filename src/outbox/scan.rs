@@ -218,6 +218,7 @@ impl<'a> Walking<'a> {
 mod tests {
     //! The resumed walk held to the walk from the front: whatever happened to the
     //! outbox and to the batches, a fetch finds exactly what a walk of every row finds.
+    use crate::outbox::tests as fixture;
     use std::collections::HashSet;
 
     use proptest::prelude::*;
@@ -260,12 +261,8 @@ mod tests {
 
     fn capture(mac: u8, seq: usize) -> Capture {
         Capture {
-            mac: Mac::new([0xC0, 0xFF, 0xEE, 0, 0, mac]),
-            ts_ms: 1_000 + seq as i64,
-            product_id: "tape".into(),
-            packet: format!("{seq:04X}"),
             rssi: None,
-            boot_ms: None,
+            ..fixture::capture(fixture::mac(mac), 1_000 + seq as i64, format!("{seq:04X}"))
         }
     }
 

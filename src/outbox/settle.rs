@@ -138,20 +138,21 @@ fn cap_dead_letters(tx: &Transaction<'_>, max: u64) -> rusqlite::Result<u64> {
 
 #[cfg(test)]
 mod tests {
+    use crate::outbox::tests as fixture;
     use std::collections::HashSet;
 
     use super::*;
     use crate::outbox::{Reading, StoreOptions};
-    use crate::record::{Capture, Mac};
+    use crate::record::Capture;
 
     fn capture(i: u8) -> Capture {
         Capture {
-            mac: Mac::new([0xC0, 0xFF, 0xEE, 0, 0, i]),
-            ts_ms: 1_763_719_200_000 + i64::from(i),
-            product_id: "tape".into(),
-            packet: format!("{i:02X}"),
             rssi: None,
-            boot_ms: None,
+            ..fixture::capture(
+                fixture::mac(i),
+                1_763_719_200_000 + i64::from(i),
+                format!("{i:02X}"),
+            )
         }
     }
 

@@ -404,18 +404,12 @@ fn tape_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TapeRow> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outbox::tests as fixture;
     use crate::outbox::{Outcome, Reading, StoreOptions};
     use crate::record::Capture;
 
     fn capture(mac: Mac, ts_ms: EpochMillis) -> Capture {
-        Capture {
-            mac,
-            ts_ms,
-            product_id: "tape".into(),
-            packet: "F70E".into(),
-            rssi: Some(-60),
-            boot_ms: None,
-        }
+        fixture::capture(mac, ts_ms, "F70E")
     }
 
     #[test]

@@ -41,7 +41,8 @@ use crate::flush::{Action, Batch, Planner, Resolution, Step};
 use crate::outbox::Durability;
 use crate::outbox::{Outcome, PendingCapture, Reading, RowKey, Store, StoreOptions};
 
-use crate::record::{Capture, Mac};
+use super::mac;
+use crate::record::Capture;
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -75,19 +76,8 @@ struct Model {
     seq: u64,
 }
 
-fn mac(i: u8) -> Mac {
-    Mac::new([0xC0, 0xFF, 0xEE, 0, 0, i])
-}
-
 fn capture(i: u8, seq: u64) -> Capture {
-    Capture {
-        mac: mac(i),
-        ts_ms: 1_000 + seq as i64,
-        product_id: "tape".into(),
-        packet: format!("{seq:08X}"),
-        rssi: Some(-60),
-        boot_ms: None,
-    }
+    super::capture(mac(i), 1_000 + seq as i64, format!("{seq:08X}"))
 }
 
 fn seq_of(p: &PendingCapture) -> u64 {
