@@ -235,19 +235,10 @@ fn debian_mirror(suite: &str) -> String {
         .expect("a Debian mirror for the suite in this machine's apt sources")
 }
 
-/// Waits until `f` gives a value, or panics with `what` after `limit`.
-fn wait_until<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "gave up after {limit:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+/// Waits until `f` gives a value, or panics with `what` after `limit`; asked every
+/// 200 ms (each ask is a trip into the container).
+fn wait_until<T>(limit: Duration, what: &str, f: impl FnMut() -> Option<T>) -> T {
+    common::wait_for(what, limit, Duration::from_millis(200), f)
 }
 
 /// A booted container: systemd-nspawn running `systemd` as PID 1 on a fresh copy of the
@@ -386,12 +377,12 @@ impl Container {
 impl Drop for Container {
     fn drop(&mut self) {
         let _ = self.sh("systemctl poweroff");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.nspawn.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(200));
+        let off =
+            common::eventually_every(Duration::from_secs(30), Duration::from_millis(200), || {
+                matches!(self.nspawn.try_wait(), Ok(Some(_)))
+            });
+        if off.is_some() {
+            return;
         }
         let _ = self.nspawn.kill();
         let _ = self.nspawn.wait();

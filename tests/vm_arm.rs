@@ -149,18 +149,15 @@ fn deliver(vm: &Vm, share: &Path, mock: &MockHandle, name: &str) {
         t.elapsed().as_secs_f64(),
         ready.trim()
     ));
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let status = loop {
-        let s: Value = serde_json::from_str(&vm.ok("tapegate status --json")).unwrap();
-        if s["delivered"].as_u64().unwrap_or(0) >= 20 && mock.decoded_items() >= 20 {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{name}: no deliveries within 300 s: {s}"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    };
+    let status =
+        common::eventually_every(Duration::from_secs(300), Duration::from_millis(500), || {
+            let s: Value = serde_json::from_str(&vm.ok("tapegate status --json")).unwrap();
+            (s["delivered"].as_u64().unwrap_or(0) >= 20 && mock.decoded_items() >= 20).then_some(s)
+        })
+        .unwrap_or_else(|| {
+            let s = vm.ok("tapegate status --json");
+            panic!("{name}: no deliveries within 300 s: {s}")
+        });
     vm::say(&format!(
         "vm_arm {name}: delivering after {:.0} s; status {status}; the service decoded {}",
         t.elapsed().as_secs_f64(),

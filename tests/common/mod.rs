@@ -9,7 +9,7 @@ pub mod fixture;
 pub mod tls;
 
 #[allow(unused_imports)]
-pub use eventually::{eventually, eventually_async};
+pub use eventually::{eventually, eventually_async, eventually_every, wait_for};
 #[allow(unused_imports)]
 pub use fixture::{other_advert, tape_advert, tape_mac, tape_packet};
 

@@ -208,12 +208,11 @@ impl Vm {
     /// Powers the guest off cleanly and waits for QEMU (killed after `limit`).
     pub fn power_off(mut self, limit: Duration) {
         let _ = self.spawn("systemctl poweroff");
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.qemu.try_wait() {
-                return;
-            }
-            std::thread::sleep(POLL * 4);
+        let off = crate::common::eventually_every(limit, POLL * 4, || {
+            matches!(self.qemu.try_wait(), Ok(Some(_)))
+        });
+        if off.is_some() {
+            return;
         }
         let _ = self.qemu.kill();
         let _ = self.qemu.wait();
@@ -280,16 +279,13 @@ impl Job<'_> {
 
     /// Waits for the script to end (panics after `limit`, with the console's tail).
     pub fn wait(self, limit: Duration) -> Output {
-        let deadline = Instant::now() + limit;
         let rc = self.base.with_extension("rc");
-        while !rc.exists() {
-            assert!(
-                Instant::now() < deadline,
+        if crate::common::eventually_every(limit, POLL, || rc.exists()).is_none() {
+            panic!(
                 "`{}` did not end in the VM within {limit:?}; console:\n{}",
                 self.script,
                 self.vm.console_tail()
             );
-            std::thread::sleep(POLL);
         }
         let read =
             |ext: &str| std::fs::read_to_string(self.base.with_extension(ext)).unwrap_or_default();

@@ -7,8 +7,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use crate::vm::Vm;
 
 /// Per advertiser, what the radio did (its `stats` command).
@@ -78,20 +76,19 @@ impl<'a> Radio<'a> {
     /// The answer to command `seq` (after `SEQ `).
     fn wait_ack(&self, seq: u64, limit: Duration) -> String {
         let prefix = format!("{seq} ");
-        let deadline = Instant::now() + limit;
-        loop {
+        crate::common::eventually_every(limit, Duration::from_millis(50), || {
             let text = std::fs::read_to_string(&self.acks).unwrap_or_default();
-            if let Some(line) = text.lines().find_map(|l| l.strip_prefix(&prefix)) {
-                return line.to_string();
-            }
-            assert!(
-                Instant::now() < deadline,
+            text.lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| {
+            panic!(
                 "the radio did not answer command {seq} within {limit:?}: {}",
                 self.vm
                     .sh("journalctl -u radio -n 20 --no-pager -o cat")
                     .stdout
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            )
+        })
     }
 }

@@ -6,8 +6,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use serde_json::Value;
 
 use crate::vm::Vm;
@@ -221,17 +219,8 @@ impl<'a> Gateway<'a> {
         }
     }
 
-    pub fn try_wait<T>(&self, limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(v) = f() {
-                return Some(v);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
+    pub fn try_wait<T>(&self, limit: Duration, f: impl FnMut() -> Option<T>) -> Option<T> {
+        crate::common::eventually_every(limit, Duration::from_millis(250), f)
     }
 
     /// The advertisement monitors the kernel holds on hci0.

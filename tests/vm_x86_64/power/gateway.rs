@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tapegate_mock::MockHandle;
-use tokio::time::Instant;
 
 use super::witness::Snapshot;
 use crate::vm::{self, Vm};
@@ -143,16 +142,8 @@ pub fn status(json: &str) -> Value {
     s
 }
 
-pub fn wait<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "gave up after {limit:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+/// Waits until `f` gives a value, asked every 250 ms (each ask is a trip into a VM
+/// under TCG); panics with `what` after `limit`.
+pub fn wait<T>(what: &str, limit: Duration, f: impl FnMut() -> Option<T>) -> T {
+    crate::common::wait_for(what, limit, Duration::from_millis(250), f)
 }
