@@ -12,6 +12,9 @@
 //! 5. A type's `pub` and `pub(crate)` methods live in the file that defines it
 //!    (`tests/layout/visibility.rs`).
 //! 6. Each top-level module keeps within its budget of `pub` items (`PUB_BUDGETS`).
+//! 7. No function in `src/`, `tests/` or the mock crate is named in more than
+//!    [`MAX_NAME_CHARS`] characters (a test's name says what it shows in a few words,
+//!    its doc line the rest).
 //!
 //! An arrow is a path that names another module's item: in a `use` (`use
 //! crate::outbox::Outbox;`) or in code (`crate::clock::now_ms()`, `super::store::X`,
@@ -200,6 +203,40 @@ fn no_function_in_src_is_over_80_lines() {
     assert!(found.is_empty(), "{}", found.join("\n"));
 }
 
+/// Rule 7's limit.
+const MAX_NAME_CHARS: usize = 80;
+
+/// The `.rs` files under `dir`, recursively, as (path from `root`, text).
+fn rust_files(root: &Path, dir: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut todo = vec![root.join(dir)];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let rel = p.strip_prefix(root).unwrap().display().to_string();
+                out.push((rel, std::fs::read_to_string(&p).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_function_is_named_in_more_than_80_characters() {
+    let root = root();
+    let files: Vec<_> = ["src", "tests", "mock/src", "mock/tests", "benches"]
+        .iter()
+        .filter(|d| root.join(d).is_dir())
+        .flat_map(|d| rust_files(&root, d))
+        .collect();
+    assert!(files.len() > 100, "src and tests were not read");
+    let found = rules::long_names(&files, MAX_NAME_CHARS);
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
 #[test]
 fn no_import_circle_in_the_mock_crate() {
     let house = mock_house(&root());
@@ -346,6 +383,22 @@ mod the_guard {
         let f = scan::functions(&toks);
         assert_eq!(f.len(), 1);
         assert_eq!((f[0].name.as_str(), f[0].line, f[0].lines), ("x", 3, 1));
+    }
+
+    /// A name over the limit is seen wherever `fn` starts it (a test, a nested helper,
+    /// after `pub(crate)`), and not inside a longer word or at the limit.
+    #[test]
+    fn sees_a_function_named_too_long() {
+        let long = "a".repeat(81);
+        let limit = "b".repeat(80);
+        let text = format!(
+            "#[test]\nfn {long}() {{}}\nfn {limit}() {{}}\n    pub(crate) fn {long}x() {{}}\nlet dfn {long} = 1;\n"
+        );
+        let found = rules::long_names(&sources(&[("tests/t.rs", &text)]), 80);
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(found[0].starts_with("tests/t.rs:2 fn aaa"), "{}", found[0]);
+        assert!(found[0].contains("81 characters"), "{}", found[0]);
+        assert!(found[1].starts_with("tests/t.rs:4 "), "{}", found[1]);
     }
 
     fn sources(files: &[(&str, &str)]) -> Vec<(String, String)> {

@@ -39,8 +39,10 @@ const WATCHDOG_SECS: u64 = 3;
 const TIMEOUT_STOP: Duration = Duration::from_secs(30);
 const GATEWAY_ID: &str = "ct-dock";
 
+/// The package under a real systemd starts ready reloads truthfully survives and fails
+/// clearly.
 #[test]
-fn the_package_under_a_real_systemd_starts_ready_reloads_truthfully_survives_and_fails_clearly() {
+fn the_package_under_a_real_systemd_starts_reloads_and_fails_clearly() {
     if let Err(why) = prerequisites() {
         if std::env::var_os("CI").is_some() {
             panic!("the systemd container test cannot run here: {why}");

@@ -104,8 +104,10 @@ mod tests {
         assert!(w.admit(t0 + MIN, 10, MIN, FIRST));
     }
 
+    /// From the first request (that reading of the window), a window starts with the
+    /// first request after the last one ended.
     #[test]
-    fn from_the_first_request_a_window_starts_with_the_first_request_after_the_last_ended() {
+    fn a_window_starts_with_the_first_request_after_the_last_ended() {
         let t0 = Instant::now();
         let mut w = RateWindow::new();
         assert!(w.admit(t0, 1, MIN, FIRST));

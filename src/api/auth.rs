@@ -300,8 +300,9 @@ mod tests {
         }
     }
 
+    /// Of a refused grant only a scrubbed reason that does not quote the request is kept.
     #[test]
-    fn of_a_refused_grant_only_a_scrubbed_reason_that_does_not_quote_the_request_is_kept() {
+    fn a_refused_grant_keeps_only_a_scrubbed_reason() {
         let pw = "Sup3rSecretPw!";
         let echoed = br#"{"error":"invalid_grant","error_description":"bad credentials: grant_type=password&username=demo&password=Sup3rSecretPw%21","message":"password=Sup3rSecretPw%21"}"#;
         assert_eq!(refusal(echoed, pw), "invalid_grant");

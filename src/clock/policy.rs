@@ -225,8 +225,10 @@ mod tests {
         );
     }
 
+    /// Auto holds while the clock reads earlier than the database even without a time
+    /// service.
     #[test]
-    fn auto_holds_while_the_clock_reads_earlier_than_the_database_even_without_a_time_service() {
+    fn auto_holds_while_the_clock_reads_earlier_than_the_database() {
         let facts = Facts {
             high_water_ms: Some(T),
             ..Facts::default()

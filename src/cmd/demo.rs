@@ -424,8 +424,9 @@ mod tests {
     use super::*;
     use crate::config::defaults::DEFAULTS;
 
+    /// The labelled demo tapes are tapes of the demo fleet whatever it leaves unregistered.
     #[test]
-    fn the_labelled_demo_tapes_are_tapes_of_the_demo_fleet_whatever_it_leaves_unregistered() {
+    fn the_labelled_demo_tapes_are_tapes_of_the_demo_fleet() {
         assert_eq!(DEFAULTS.scanner.sim_seed, DEMO_SIM_SEED);
         let fleet = Sim::fleet(&SimSettings {
             tapes: 200,

@@ -209,8 +209,9 @@ mod tests {
         assert_eq!(world_readable_password(&file), None);
     }
 
+    /// A machine always has a name and a credentials directory only when systemd gave one.
     #[test]
-    fn a_machine_always_has_a_name_and_a_credentials_directory_only_when_systemd_gave_one() {
+    fn a_machine_has_a_name_and_credentials_only_from_systemd() {
         let host = Host::from_facts(
             Some("dock-7\n".into()),
             Some("/run/credentials/tapegate.service".into()),

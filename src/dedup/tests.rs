@@ -109,8 +109,9 @@ fn a_changed_packet_inside_the_min_interval_is_held_not_admitted() {
     assert_eq!(d.stats().throttled, 1);
 }
 
+/// The newest held capture is admitted when the interval ends and older ones are not.
 #[test]
-fn the_newest_held_capture_is_admitted_when_the_interval_ends_and_older_ones_are_not() {
+fn the_newest_held_capture_is_admitted_when_the_interval_ends() {
     let mut d = Dedup::new(settings(60_000, 5_000));
     let mut out = run(&mut d, &[(0, "A"), (1_000, "B"), (2_000, "C")]);
     let mut released = Vec::new();
@@ -363,8 +364,9 @@ fn check_run(d: &mut Dedup, steps: &[Step]) -> Vec<Capture> {
 }
 
 proptest! {
+    /// One tape is never admitted twice within `min_interval`, and its last state is admitted.
     #[test]
-    fn one_tape_is_never_admitted_twice_within_min_interval_and_its_last_state_is_admitted(
+    fn one_tape_is_admitted_once_per_interval_and_its_last_state_too(
         window in 0i64..10_000,
         interval in 0i64..6_000,
         steps in steps(1),

@@ -73,9 +73,10 @@ impl StateNotes {
 mod tests {
     use super::*;
 
+    /// The state is written at once when it changes meaningfully else at most every few
+    /// seconds.
     #[tokio::test(start_paused = true)]
-    async fn the_state_is_written_at_once_when_it_changes_meaningfully_else_at_most_every_few_seconds(
-    ) {
+    async fn the_state_is_written_at_once_on_a_change_else_every_few_seconds() {
         let mut notes = StateNotes::default();
         let t0 = Instant::now();
         let first = notes.now(1, 2);

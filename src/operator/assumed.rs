@@ -385,8 +385,9 @@ mod tests {
         lookup_entry(&v).unwrap()
     }
 
+    /// The lookup reads a nested or a flat label and never takes the unreadable for none.
     #[test]
-    fn the_lookup_reads_a_nested_or_a_flat_label_and_never_takes_the_unreadable_for_none() {
+    fn the_lookup_reads_nested_or_flat_labels_never_unreadable_as_none() {
         let label = LabelState::Labelled(LabelDevice {
             asset_barcode: Some("AWB-1".into()),
             application_id: Some("app".into()),

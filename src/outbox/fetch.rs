@@ -267,7 +267,7 @@ mod tests {
     /// token) holds no claim: the oldest rows go, its own among them, and claiming it
     /// as it goes takes only what is left, looked up because rows left meanwhile.
     #[test]
-    fn a_batch_found_holds_no_claim_until_its_request_goes_and_then_only_rows_still_held() {
+    fn a_batch_found_claims_only_when_sent_and_only_rows_still_held() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = open(&dir, 4);
         s.enqueue(&(1..=4).map(capture).collect::<Vec<_>>())
@@ -315,8 +315,10 @@ mod tests {
         assert!(s.claim(&keys, f.seen).unwrap().is_empty());
     }
 
+    /// Recording an outcome or letting go ends a claim and only rows still held are
+    /// claimed.
     #[test]
-    fn recording_an_outcome_or_letting_go_ends_a_claim_and_only_rows_still_held_are_claimed() {
+    fn an_outcome_or_letting_go_ends_a_claim() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = open(&dir, 3);
         s.enqueue(&(1..=3).map(capture).collect::<Vec<_>>())

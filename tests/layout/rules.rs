@@ -162,3 +162,33 @@ pub fn long_functions(house: &House, max: usize, allowed: &[(&str, &str, &str)])
     }
     out
 }
+
+/// Functions in `files` (path, text) named in more than `max` characters: a test's name
+/// says what it shows in a few words, and the rest goes in its doc line.
+pub fn long_names(files: &[(String, String)], max: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    for (path, text) in files {
+        for (i, line) in text.lines().enumerate() {
+            let mut rest = line;
+            while let Some(at) = rest.find("fn ") {
+                let before = rest[..at].chars().next_back();
+                rest = &rest[at + 3..];
+                if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                    continue;
+                }
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if name.len() > max {
+                    out.push(format!(
+                        "{path}:{} fn {name} is named in {} characters (at most {max}): say the rest in its doc line",
+                        i + 1,
+                        name.len()
+                    ));
+                }
+            }
+        }
+    }
+    out
+}

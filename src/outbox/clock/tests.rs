@@ -102,8 +102,9 @@ fn held_captures_are_accepted_but_not_handed_to_the_flusher() {
     assert_eq!(s.stats().unwrap().clock.held, 2);
 }
 
+/// A synced release re-times this boot's captures from boot time and counts them repaired.
 #[test]
-fn a_synced_release_re_times_this_boots_captures_from_boot_time_and_counts_them_repaired() {
+fn a_synced_release_re_times_this_boots_captures_from_boot_time() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = holding(open(&dir));
     s.enqueue(&[live(1, 90_000), live(2, 95_000)]).unwrap();
@@ -123,8 +124,9 @@ fn a_synced_release_re_times_this_boots_captures_from_boot_time_and_counts_them_
     assert!(s.begin_boot("boot-a").unwrap().synced_this_boot);
 }
 
+/// A capture received before a release and committed after it is re-timed as the held ones.
 #[test]
-fn a_capture_received_before_a_release_and_committed_after_it_is_re_timed_as_the_held_ones() {
+fn a_capture_committed_just_after_a_release_is_re_timed_too() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = holding(open(&dir));
     s.enqueue(&[live(1, 90_000)]).unwrap();

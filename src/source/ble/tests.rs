@@ -41,8 +41,9 @@ fn the_scanner_keys_have_defaults_and_are_validated() {
     }
 }
 
+/// Where adverts are read and how the radio scans are validated naming key and value.
 #[test]
-fn where_adverts_are_read_and_how_the_radio_scans_are_validated_naming_key_and_value() {
+fn the_advert_path_and_scan_mode_are_validated_naming_key_and_value() {
     let path = std::path::Path::new("test.toml");
     let c = crate::config::from_toml("", path, []).unwrap();
     let s = BleSettings::from_scanner(&c.scanner);

@@ -46,9 +46,10 @@ fn isolate(
     );
 }
 
+/// A capture that always gets 500 while others succeed is isolated and dead lettered with
+/// its cause.
 #[test]
-fn a_capture_that_always_gets_500_while_others_succeed_is_isolated_and_dead_lettered_with_its_cause(
-) {
+fn a_capture_always_answered_500_is_isolated_and_dead_lettered() {
     let mut p = Planner::new(FlushSettings {
         max_batch: 16,
         ..settings()

@@ -3,8 +3,9 @@
 
 use super::*;
 
+/// A transient failure pauses new sends with backoff and a clean answer ends the streak.
 #[test]
-fn a_transient_failure_pauses_new_sends_with_backoff_and_a_clean_answer_ends_the_streak() {
+fn a_transient_failure_pauses_sends_until_a_clean_answer() {
     let mut p = Planner::new(settings());
     let pending = rows(0..8, 8);
     let t = Instant::now();

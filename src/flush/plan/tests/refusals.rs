@@ -3,8 +3,10 @@
 
 use super::*;
 
+/// A 400 splits the batch and a capture refused alone is a dead letter once others are
+/// taken.
 #[test]
-fn a_400_splits_the_batch_and_a_capture_refused_alone_is_a_dead_letter_once_others_are_taken() {
+fn a_400_splits_the_batch_and_one_refused_alone_is_a_dead_letter() {
     let mut p = Planner::new(settings());
     let t = Instant::now();
     let refused = || Action::Refused("Invalid ble_packet".into());
@@ -47,8 +49,9 @@ fn a_400_splits_the_batch_and_a_capture_refused_alone_is_a_dead_letter_once_othe
     assert_eq!(res.backoff(), None);
 }
 
+/// A poisoned capture is dead lettered at once when its sibling half is answered first.
 #[test]
-fn a_poisoned_capture_is_dead_lettered_at_once_when_its_sibling_half_is_answered_first() {
+fn a_poisoned_capture_is_dead_lettered_once_its_sibling_is_answered() {
     let mut p = Planner::new(settings());
     p.window.size = 2;
     let t = Instant::now();
@@ -65,8 +68,10 @@ fn a_poisoned_capture_is_dead_lettered_at_once_when_its_sibling_half_is_answered
     assert_eq!(p.paused_until(t), None, "nothing paused");
 }
 
+/// A service refusing every request whatever it holds gets no dead letter and a growing
+/// pause.
 #[test]
-fn a_service_refusing_every_request_whatever_it_holds_gets_no_dead_letter_and_a_growing_pause() {
+fn a_service_refusing_everything_gets_no_dead_letter_but_a_pause() {
     // Every request refused (400) alike: missing headers, a proxy, a wrong account. The
     // message is no help (spec 7 gives an invalid packet the same body); the evidence is:
     // no half is ever taken.
