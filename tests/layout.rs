@@ -15,6 +15,9 @@
 //! 7. No function in `src/`, `tests/` or the mock crate is named in more than
 //!    [`MAX_NAME_CHARS`] characters (a test's name says what it shows in a few words,
 //!    its doc line the rest).
+//! 8. No paragraph of a module's own doc (`mod.rs`, `lib.rs`) names more than
+//!    [`MAX_FILES_NAMED`] files: a module's doc says its seams, each file's doc what it
+//!    holds, and no list is kept in step by hand.
 //!
 //! An arrow is a path that names another module's item: in a `use` (`use
 //! crate::outbox::Outbox;`) or in code (`crate::clock::now_ms()`, `super::store::X`,
@@ -237,6 +240,24 @@ fn no_function_is_named_in_more_than_80_characters() {
     assert!(found.is_empty(), "{}", found.join("\n"));
 }
 
+/// Rule 8's limit.
+const MAX_FILES_NAMED: usize = 2;
+
+#[test]
+fn no_module_doc_keeps_a_list_of_its_files() {
+    let root = root();
+    let files: Vec<_> = ["src", "mock/src"]
+        .iter()
+        .flat_map(|d| rust_files(&root, d))
+        .collect();
+    assert!(
+        files.iter().any(|(p, _)| p == "src/outbox/mod.rs"),
+        "src was not read"
+    );
+    let found = rules::file_lists(&files, MAX_FILES_NAMED);
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
 #[test]
 fn no_import_circle_in_the_mock_crate() {
     let house = mock_house(&root());
@@ -399,6 +420,38 @@ mod the_guard {
         assert!(found[0].starts_with("tests/t.rs:2 fn aaa"), "{}", found[0]);
         assert!(found[0].contains("81 characters"), "{}", found[0]);
         assert!(found[1].starts_with("tests/t.rs:4 "), "{}", found[1]);
+    }
+
+    /// A module doc's paragraph naming three files is a list (in `/*!` or `//!`); two
+    /// files a paragraph, a file's own doc, and a name outside backticks are not.
+    #[test]
+    fn sees_a_module_doc_that_lists_its_files() {
+        let listing =
+            "//! The room.\n//!\n//! `a.rs` this, `b.rs` that, `c/d.rs` the rest.\n\nmod a;\n";
+        let block = "/*!\nThe room: `a.rs` and `b.rs`.\n\nThen `c.rs`, `d.rs` and `e.rs`.\n*/\n";
+        let fine = "//! `a.rs` and `b.rs`.\n//!\n//! `c.rs` and a.rs, d.rs.\n";
+        let leaf = "//! `a.rs`, `b.rs`, `c.rs`.\n";
+        let found = rules::file_lists(
+            &sources(&[
+                ("src/x/mod.rs", listing),
+                ("src/lib.rs", block),
+                ("src/y/mod.rs", fine),
+                ("src/z/leaf.rs", leaf),
+            ]),
+            2,
+        );
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(
+            found[0].starts_with("src/x/mod.rs: paragraph 2"),
+            "{}",
+            found[0]
+        );
+        assert!(found[0].contains("a.rs, b.rs, c/d.rs"), "{}", found[0]);
+        assert!(
+            found[1].starts_with("src/lib.rs: paragraph 2"),
+            "{}",
+            found[1]
+        );
     }
 
     fn sources(files: &[(&str, &str)]) -> Vec<(String, String)> {

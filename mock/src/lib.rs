@@ -30,20 +30,18 @@ Each environment lives under its own path prefix, so one port serves several:
 [`MockHandle::historical_base_url`] give the URLs, and [`MockHandle::environment`] the
 credentials and account of an environment.
 
-In the code, from the top down (no file imports one above it):
-- `handle.rs`, the [`MockHandle`] a test holds; this file starts the server;
-- `service/`: the router and the state every part shares (`state.rs`), with the steps
-  each kind of request takes around its part's rules (`decode.rs`: fault, token, record;
-  `ops.rs`: fault, token, rate window, permission, record);
-- one file per part of the spec, each given its own piece of the state: `token.rs` (5),
-  `decode.rs` (4.3, 4.4), `parcel.rs` (4.6 add-device), `labels.rs`, `deactivate.rs`
-  and `configure.rs` (4.7) over `devices.rs` (the account's devices and the state
-  machine of 3) and `batch.rs` (the rules of a multi-device body, the result of 2.5),
-  `locations.rs` (4.1), `history.rs` (4.2), `messages.rs` (4.5), `rate.rs` (the shared
-  window of 8); `seed.rs` what the account holds at start; `fault.rs` the faults;
-- leaves: `config.rs` ([`MockConfig`]), `clock.rs` ([`MockClock`]), `record.rs` (what was received), `request.rs`
-  and `answer.rs` (a request as the parts see it, their answers), `readings.rs`,
-  `packet.rs` (the simulated tape's packet), `mac.rs`.
+In the code, from the top down (no file imports one above it): the [`MockHandle`] a
+test holds (this file starts the server); the service, the router and the state every
+part shares, with the steps each kind of request takes around its part's rules (for
+decode: the fault, the token, the record; for the operator endpoints also the rate
+window and the permission); one file per part of the spec, each given its own piece of
+the state (the token of 5, decode of 4.3 and 4.4, add-device of 4.6, the labels,
+deactivation and configuration of 4.7 over the account's devices with the state
+machine of 3 and the rules of a multi-device body of 2.5, locations of 4.1, history of
+4.2, messages of 4.5, the shared window of 8), with what the account holds at start and
+the faults; and the leaves: [`MockConfig`], [`MockClock`], what was received, a request
+as the parts see it and their answers, the readings, the simulated tape's packet, the
+MAC.
 
 A new endpoint is a new file and a route. The request shapes the spec does not show
 are the project's choice, listed in the module docs of those files; where the spec is

@@ -5,23 +5,17 @@ environment overrides), then one validation step that turns it into the typed
 was expected. Loading has no side effects. Config may touch the leaves and the pure
 core (the product table, dedup's and the clock's settings), nothing that runs.
 
-The rooms, by seam:
-- `load.rs`: [`load`] / [`from_toml`], the shell that reads the file and the files it
-  points to and calls the rest; `layers.rs` the drop-ins of `config.d/` merged over the
-  file, and where each key came from; `host.rs` the machine's side (host name, credentials
-  directory, the reads); `files.rs` what was read, checked (password, CA files).
-- `raw.rs`: the serde structs, one per section, unknown keys refused; each section is
-  read on its own so one bad section does not hide the problems of the others.
-- `env.rs`: the `TAPEGATE_<SECTION>__<KEY>` overrides, layered onto the file's table.
-- [`defaults`]: the one table of defaults, [`DEFAULTS`]; `config.example.toml` is held to
-  it by a test.
-- `validate.rs`: the typed [`Config`] and the one pure step from raw to it, which reads
-  each section with its own file: `gateway.rs`, `service.rs` (with the operator's keys),
-  `products.rs`, `scanner.rs` (with the simulated fleet's), `dedup.rs`, `outbox.rs`
-  (with the retention bounds), `flush.rs`, `readings.rs`, `log.rs`, `http.rs`,
-  `telemetry.rs`; each holds its section's typed settings. `problem.rs`: the error, its
-  problems and the collector they are written into.
-- [`effective`]: the validated config written back as a document, and its hash.
+The rooms, by seam, each file's doc saying what it holds: loading, the shell that reads
+the file, the drop-ins of `config.d/` merged over it (and where each key came from), the
+machine's side and the files the config points to, then calls the rest ([`load`],
+[`from_toml`]); the raw serde layer, one struct per section, unknown keys refused, each
+section read on its own so one bad section does not hide the problems of the others;
+the `TAPEGATE_<SECTION>__<KEY>` overrides, layered onto the file's table; the one table
+of defaults ([`DEFAULTS`], which `config.example.toml` is held to by a test);
+validation, the typed [`Config`] and the one pure step from raw to it, a file per
+section holding that section's typed settings; the problems and the collector they are
+written into; and [`effective`], the validated config written back as a document, and
+its hash.
 */
 
 mod dedup;

@@ -8,11 +8,10 @@ is the shell that carries the plan out: it fetches batches from the outbox, send
 as its own task, records each answer in the outbox (a row leaves `pending` only in the
 transaction that stores its reading or dead letter), logs, and keeps its state (the
 batches in flight, the concurrency limit, the last good flush) published in memory and
-written for `status` within a bound (`state.rs`). It touches the outbox only through its
-handle ([`FlusherOutbox`]: fetch, claim, settle, note). By seam: `shell.rs` the loop's
-state beside the planner, `send.rs` a batch's request task and its answer, `claims.rs`
-the claims that task takes on the wire, `notes.rs` what a planner's note logs and
-records.
+written for `status` within a bound. It touches the outbox only through its handle
+([`FlusherOutbox`]: fetch, claim, settle, note). Its rooms, by seam: the loop's state
+beside the planner, a batch's request task and its answer, the claims that task takes on
+the wire, what a planner's note logs and records.
 
 | answer | action |
 |---|---|

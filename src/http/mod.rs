@@ -21,10 +21,9 @@ client whose request is complete is answered at once, so slow clients can only e
 each other, never keep a prompt one out, however fast they reconnect. A connection
 being answered is never cut.
 
-This file only declares the room: `server.rs` (binding, the connection cap, serving),
-`routes.rs` (what each path answers), `page.rs` (the status page), and the leaf
-`answer.rs` (the state every answer reads and how an answer is made), which the others
-share. The room reads the outbox, the metrics, health and the tapes heard; it writes
+This file only declares the room: binding, the connection cap and serving; what each
+path answers; the status page; and, under them all, the state every answer reads and
+how an answer is made. The room reads the outbox, the metrics, health and the tapes heard; it writes
 nothing.
 */
 

@@ -23,9 +23,9 @@ wording of an answer.
 And the process's own series (`process_*`, as Prometheus' client libraries name them),
 read from `/proc` at each scrape.
 
-The room in four parts: `registry.rs` defines every live metric and its labels,
-`stored.rs` turns what the state database holds into metrics, `process.rs` the
-process's series, `render.rs` writes the exposition. It reads the outbox's [`Stats`](crate::outbox::Stats) it is handed and touches no stage.
+The room in four parts: the registry of every live metric and its labels, what the
+state database holds turned into metrics, the process's series, and the exposition
+written. It reads the outbox's [`Stats`](crate::outbox::Stats) it is handed and touches no stage.
 */
 
 use std::sync::atomic::{AtomicU64, Ordering};

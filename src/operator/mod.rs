@@ -4,14 +4,13 @@ for the commands a dock's people run, and the shared rate window of spec 8. It m
 the transport (`crate::api`), the operator settings and the state database (for the rate
 window only); nothing in the daemon's pipeline calls it.
 
-One file per capability: `add.rs` (4.6), `label.rs` (label and relabel), `show.rs`,
-`deactivate.rs` and `configure.rs` (4.7), over the multi-device run they share
-(`devices.rs`) and its words (`device_op.rs`); `locate.rs` (4.1), `history.rs` (4.2), `messages.rs` (4.5). Every call
-goes through the one send of `send.rs` with the retry policy it declares; `rate.rs` is
-the shared window; `assumed.rs` holds the request shapes the spec does not show and how
-both readings of its open points are read; `base.rs` is the client ([`Operator`]), its
-error, and the check of what a person typed, under them all. This file only declares
-the rooms and shows what they offer.
+One file per capability of the spec (locate, history, messages, add, label, show,
+deactivate, configure), over the multi-device run they share and its words. Every call
+goes through one send with the retry policy it declares, and through the shared rate
+window; the request shapes the spec does not show, and how each reading of its open
+points is read, are in one place (`assumed.rs`); the client ([`Operator`]), its error
+and the check of what a person typed are under them all. This file only declares the
+rooms and shows what they offer.
 */
 
 mod add;

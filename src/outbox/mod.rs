@@ -92,33 +92,23 @@ fate per capture, by construction, at one call a batch and no write.
   in admission order, which is capture order, however many batches are in flight.
 
 # Code
-`Store` is one type in several rooms, by seam, and not public: every user holds a
-handle named for its role. At the bottom, `db` (a leaf: the connection and its pragmas, the schema and its migrations, the counters' and meta rows,
-how a MAC and a packet are kept, [`OutboxError`]) and `words.rs` (the outbox's
-vocabulary: a pending capture and its [`Outcome`], a tape's latest reading, the tapes
-heard that an answer tells the database about). Above them, what the store holds in
-memory, each a leaf: `hold.rs` (the clock's hold), `latest.rs` (the tapes' latest
-readings written behind), `cursor.rs` (where the flusher's fetches resume). Then
-`store.rs`, the type and opening it (with `existing.rs`, the CLI's opens, and
-`reopen.rs`, a database replaced under the daemon). Over it, the daemon's path:
-`enqueue.rs` (admitting groups), `scan.rs` and `fetch.rs` (the next batch, the claims),
-`settle.rs` (recording answers), `retention.rs` (the bounds); `clock.rs` records boots
-and applies the clock keeper's verdicts; `status.rs` is what `status`, `tapes` and
-`dead-letters` read and change, `fleet.rs` what the fleet's tools read;
-`rate_window.rs` and `heard.rs` the rate window and the tapes heard for the operator
-commands of the service interface; `commands.rs` the handles the commands hold over
-their own connection, one for each role (the reports' reader, the dead letters' desk,
-the device commands' state; the rate window's is `rate_window.rs`), and `seeder.rs`
-the [`Seeder`], with which the end-to-end tests and the benchmarks seed a state directory
-when no daemon runs.
-`handle.rs` is the owner thread and `users/` the one small handle each user gets over
-it ([`Handles`]: the ingest writer, the flusher's, the clock keeper's, the readers', the
-scanner notes, the stages'), so that no stage can do to the database more than its few
-calls; `lock.rs` the state directory's one owner; `access.rs`
-who may create and write the state (a database is created only by the state directory's
-owner, or by root for it), and `storage.rs` under it, the file system that holds it
-when it takes no writes (read-only, or turned so after an error). Every arrow runs down
-this list; this file only declares the rooms and shows what they offer.
+`Store` is one type in several rooms, by seam, and never leaves this module: every user
+holds a handle named for its role, and each file's doc says what it holds. The rooms
+stand in floors, every arrow running down: at the bottom the database (`db`, a leaf: the
+connection and its pragmas, the schema and its migrations, the counters, how a MAC and
+a packet are kept, [`OutboxError`]) and the outbox's words (a pending capture and its
+[`Outcome`], a tape's latest reading, the tapes heard); above them what the store holds
+in memory (the clock's hold, the latest readings written behind, where the flusher's
+fetches resume); then the store and opening it (for the daemon, for the CLI, again when
+the file is replaced under the daemon); over it the daemon's path (admitting groups,
+the next batch and its claims, recording answers, the bounds, the clock's boots and
+verdicts) and what the commands and the fleet's tools read and change (the status and
+the dead letters, the rate window, the tapes heard, the device commands' state); at the
+top the owner thread and the small handles over it ([`Handles`], one per stage, and
+one per command over its own connection), the state directory's one owner (its lock),
+who may create and write the state, and the file system under it when it takes no
+writes. The [`Seeder`] seeds a state directory for the tests and the benchmarks when no
+daemon runs.
 */
 
 mod access;

@@ -7,13 +7,13 @@ reload, telemetry, health); nothing but the commands imports it.
  source ──adverts──► ingest (products, dedup, group commits) ──► outbox ──► flusher
 ```
 
-[`run`] is a sequence of named steps, each in its own file: `open.rs` (the outbox, the
-inventory, the clock keeper, what faces outward: the HTTP listener, the pusher, the
-service client), `parts.rs` (the handles the stages share, SIGHUP's channels, the stop
-tokens), `capture.rs` (the source and the ingest stage), `delivery.rs` (the flusher),
-`services.rs` (READY and STATUS=, the HTTP server, the pusher, the reloader, the
-outbox's bounds, the watchdog), `supervise.rs` (watching the stages, the ordered
-shutdown) and `error.rs` (why a run fails).
+[`run`] is a sequence of named steps, each in a file of its own: open what the stages
+need (the outbox, the inventory, the clock keeper, and what faces outward: the HTTP
+listener, the pusher, the service client); make the parts they share (handles, SIGHUP's
+channels, the stop tokens); start capture (the source and the ingest stage), delivery
+(the flusher) and the services (READY and STATUS=, the HTTP server, the pusher, the
+reloader, the outbox's bounds, the watchdog); then supervise (watching the stages, the
+ordered shutdown). Why a run fails is [`RunError`].
 
 Shutdown drains instead of dropping: the source is told to stop, and the ingest stage
 ends when its input closes, after committing what it holds; the flusher sends nothing

@@ -1,9 +1,9 @@
 /*!
-Where advertisements come from. Every source implements [`Source`] (`stream.rs`): it
+Where advertisements come from. Every source implements [`Source`]: it
 sends what it hears ([`Heard`]) into a bounded channel until it ends or is told to stop.
 Replay and simulation are first-class sources beside BLE, not test hacks;
-[`from_settings`] (`configured.rs`) builds the one `[scanner]` names, and
-[`SourceHealth`] (`health.rs`) is what a live source shares of its trouble. A source
+[`from_settings`] builds the one `[scanner]` names, and [`SourceHealth`] is what a live
+source shares of its trouble. A source
 may touch the config, the product table, the clock and the records; nothing downstream.
 */
 

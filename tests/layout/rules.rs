@@ -192,3 +192,58 @@ pub fn long_names(files: &[(String, String)], max: usize) -> Vec<String> {
     }
     out
 }
+
+/// Paragraphs of a module's own doc (`mod.rs`, `lib.rs`: the `//!` or `/*!` before its
+/// first item) that name more than `max` files (`` `name.rs` ``): a file list to keep
+/// in step by hand. A module's doc says what the module does and by which seams; each
+/// file's doc says what it holds.
+pub fn file_lists(files: &[(String, String)], max: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    for (path, text) in files {
+        if !(path.ends_with("/mod.rs") || path.ends_with("/lib.rs")) {
+            continue;
+        }
+        let doc = module_doc(text);
+        for (i, paragraph) in doc.split("\n\n").enumerate() {
+            let named = file_names(paragraph);
+            if named.len() > max {
+                out.push(format!(
+                    "{path}: paragraph {} of its doc lists {} files ({}): say the seams, and let each file's doc say what it holds",
+                    i + 1,
+                    named.len(),
+                    named.join(", ")
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The module's own doc: a leading `/*! … */`, or its leading `//!` lines.
+fn module_doc(text: &str) -> String {
+    let t = text.trim_start();
+    if let Some(rest) = t.strip_prefix("/*!") {
+        return rest.split("*/").next().unwrap_or("").to_string();
+    }
+    t.lines()
+        .map_while(|l| l.trim_start().strip_prefix("//!"))
+        .map(|l| l.strip_prefix(' ').unwrap_or(l))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The distinct `` `name.rs` `` written in `text`, in order.
+fn file_names(text: &str) -> Vec<String> {
+    let mut named: Vec<String> = Vec::new();
+    for (i, part) in text.split('`').enumerate() {
+        let is_name = part.ends_with(".rs")
+            && part.len() > 3
+            && part
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_/.".contains(c));
+        if i % 2 == 1 && is_name && !named.iter().any(|n| n == part) {
+            named.push(part.to_string());
+        }
+    }
+    named
+}

@@ -1,8 +1,8 @@
 /*!
 The router and the shared state, in one place: each request is routed to its part of
 the spec (`token`, `decode`, the operator endpoints), with the steps every request of
-that kind takes (`decode.rs`, `ops.rs`: the fault, the token, the record) around the
-part's rules, over the state every part shares (`state.rs`). The parts of the spec
+that kind takes (decode's, and the operator endpoints': the fault, the token, the
+record) around the part's rules, over the state every part shares. The parts of the spec
 import nothing from here; this is the one room that imports them all.
 */
 

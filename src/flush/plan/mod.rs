@@ -67,11 +67,11 @@ The rules, in the order a batch meets them:
   if that fails (disk full), new sends pause (backoff) and the same outcomes are
   recorded again, never re-sent.
 
-The rooms: this file holds the [`Planner`] and what the loop calls (next, offer, gone,
-recorded); `verdict.rs` what an answer means for its captures (the only room
-that counts attempts and weighs evidence); `queue.rs` the parked, split and isolating
-parts; `window.rs` and `pause.rs` the concurrency window and the pause as pure state;
-`step.rs` the vocabulary the loop and the planner share. None of them does I/O.
+This file holds the [`Planner`] and what the loop calls (next, offer, gone, recorded).
+Under it, each in a room of its own: what an answer means for its captures (the only
+room that counts attempts and weighs evidence), the parked, split and isolating parts,
+the concurrency window and the pause as pure state, and the vocabulary the loop and the
+planner share. None of them does I/O.
 */
 
 mod pause;

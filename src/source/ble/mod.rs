@@ -8,11 +8,11 @@ on one of two paths (`scanner.adverts`):
   raw advertising data, parsed here. It needs `CAP_NET_ADMIN`; `auto` (the default)
   uses it when it can be opened and the kernel trusts it, and says once at INFO why not
   otherwise; `mgmt` insists (the source cannot work without it: exit 69).
-- **dbus**: BlueZ's signals for the adapter's devices (`signals.rs`), on a connection
+- **dbus**: BlueZ's signals for the adapter's devices, on a connection
   the source reads itself: `InterfacesAdded` (a device object, new or made again after
   BlueZ forgot it: its data is in the signal), `PropertiesChanged` (one advert per
   signal, RSSI and data together), `InterfacesRemoved`. Each advert is completed from
-  what this source remembers of the device (`devices.rs`); a device BlueZ knew before
+  what this source remembers of the device; a device BlueZ knew before
   the scan is read once at the start (and counts as heard only with an RSSI), and one
   first met in a `PropertiesChanged` is read once from BlueZ.
 
@@ -29,14 +29,14 @@ sent on with the advert, so that ingest does not match it again. A radio cannot 
 back-pressured: when the channel is full the advert is dropped and counted (logged at
 most every 10 s).
 
-`scanner.scan = "passive"` (`passive.rs`) replaces discovery with an advertisement
+`scanner.scan = "passive"` replaces discovery with an advertisement
 monitor of the kernel, on the side channel.
 
 A `bluez::Watcher` keeps the health of BlueZ and the adapter current beside the scan,
-told by signals, and the liveness ladder (`ladder.rs`) turns what it knows, the adverts
+told by signals, and the liveness ladder turns what it knows, the adverts
 heard and the state of the scan into steps: restart the scan, re-acquire the adapter,
 give up ([`SourceError::GaveUp`](crate::source::SourceError::GaveUp): the daemon exits 1 and systemd restarts it).
-`steps.rs` takes them, each logged once at WARN with the reason; the scanner being back
+They are taken one by one, each logged once at WARN with the reason; the scanner being back
 is logged once at INFO. Counts of restarts and re-acquisitions are logged when the
 source ends.
 
@@ -45,11 +45,11 @@ watcher learned, or at the one deadline the ladder asks for (the end of the sile
 allowed, the next step of a trouble): on a dock where all is well and nothing is heard,
 it sleeps.
 
-The rooms: `start.rs` the source as the pipeline sees it ([`Ble`]: start, run, report);
-`settings.rs` what it is given; `scanner.rs` the one loop; `adverts.rs` what an advert
-does; `steps.rs` the ladder's steps; `session.rs` the D-Bus session and adapter;
-`side.rs` the side channel and a passive scan's monitor. The source may touch the
-config, the product table, the clock and the records, and BlueZ and the kernel.
+The rooms, each file's doc saying what it holds: the source as the pipeline sees it
+([`Ble`]: start, run, report), what it is given, the one loop, what an advert does, the
+ladder and its steps, the D-Bus session and adapter, the side channel and a passive
+scan's monitor. The source may touch the config, the product table, the clock and the
+records, and BlueZ and the kernel.
 */
 
 mod adverts;

@@ -6,13 +6,11 @@ dbus-daemon. bluetoothd keeps owning the adapter: the `ble` source still starts 
 keeps discovery alive over D-Bus; the kernel sends every management socket a copy of
 each report (`Device Found`, and `Advertisement Monitor Device Found` while a monitor
 scans passively), with its own RSSI and the raw advertising data.
-It touches the kernel's socket (through `socket.rs`) and the records.
-
-- `wire.rs`: frames and events, pure (the layouts of BlueZ's doc/mgmt-api.txt);
-- `ad.rs`: the advertising data's AD structures, pure;
-- `socket.rs`: opening the socket and reading and writing frames;
-- `reports.rs`: [`Reports`] turns frames into [`Advertisement`]s for one controller;
-- this file: [`Channel`] joins it to a socket, and waits for the answers to commands.
+It touches the kernel's socket and the records. Frames and events and the advertising
+data's AD structures are decoded purely (the layouts of BlueZ's doc/mgmt-api.txt);
+[`Reports`] turns frames into [`Advertisement`]s for one controller; [`Channel`], here,
+joins it to a socket (opened, read and written in a room of its own) and waits for the
+answers to commands.
 
 The kernel sends reports only to sockets opened with `CAP_NET_ADMIN` ("trusted"); it
 binds the others all the same. So a channel is usable only once the kernel has
