@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
-use super::db::{read_counters, OutboxError, SCHEMA_VERSION};
+use super::db::{read_counters, version_and_objects, OutboxError, SCHEMA_VERSION};
 use super::store::{Store, StoreOptions};
 
 /// How long `open_existing` waits for a database being created or migrated beside it
@@ -78,18 +78,9 @@ impl Store {
 
     fn existing(conn: Connection, path: PathBuf) -> Result<Option<Store>, OutboxError> {
         conn.busy_timeout(Duration::from_secs(5))?;
-        // The version and the schema in one statement, so one snapshot: read in two, a
-        // daemon's first migration step could commit between them (version 0, tables).
-        let read = || {
-            conn.query_row(
-                "SELECT (SELECT user_version FROM pragma_user_version), \
-                        (SELECT COUNT(*) FROM sqlite_master)",
-                [],
-                |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
-            )
-        };
-        let read_version = || read().map(|(version, _)| version);
-        let (mut version, tables) = read()?;
+        // One snapshot of both: a daemon beside us may be committing its first step.
+        let read_version = || version_and_objects(&conn).map(|(version, _)| version);
+        let (mut version, tables) = version_and_objects(&conn)?;
         if version == 0 && tables == 0 {
             // The daemon has created the file but not yet committed its schema (it is
             // starting right now), or the file is empty: either way nothing is stored yet.

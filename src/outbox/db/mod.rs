@@ -19,7 +19,7 @@ pub(super) use codec::{
 };
 pub(super) use counters::{add_counter, read_counters, set_meta, write_counters, Counters};
 pub use error::OutboxError;
-pub(super) use schema::{Broken, SCHEMA_VERSION};
+pub(super) use schema::{version_and_objects, Broken, SCHEMA_VERSION};
 
 use crate::config::Durability;
 

@@ -144,21 +144,27 @@ pub fn migrate(conn: &Connection) -> Result<(), Broken> {
     loop {
         conn.execute_batch("BEGIN IMMEDIATE")
             .map_err(Broken::from_sqlite)?;
-        let step = next_step(conn);
-        let done = match step {
-            Ok(Some((to, step))) => conn
-                .execute_batch(&format!("{step} PRAGMA user_version = {to};"))
-                .map(|()| false)
+        let stepped = next_step(conn).and_then(|step| match step {
+            Some((to, sql)) => conn
+                .execute_batch(&format!("{sql} PRAGMA user_version = {to};"))
+                .map(|()| true)
                 .map_err(Broken::from_sqlite),
-            Ok(None) => Ok(true),
-            Err(e) => Err(e),
-        };
-        let end = if done.is_ok() { "COMMIT" } else { "ROLLBACK" };
-        let ended = conn.execute_batch(end).map_err(Broken::from_sqlite);
-        match (done?, ended) {
-            (_, Err(e)) => return Err(e),
-            (true, Ok(())) => break,
-            (false, Ok(())) => migrated = true,
+            None => Ok(false),
+        });
+        match stepped {
+            Ok(stepped) => {
+                conn.execute_batch("COMMIT").map_err(Broken::from_sqlite)?;
+                if !stepped {
+                    break;
+                }
+                migrated = true;
+            }
+            Err(e) => {
+                // The step's own error is the one to tell; a rollback that fails too
+                // leaves the transaction to end with the connection.
+                let _ = conn.execute_batch("ROLLBACK");
+                return Err(e);
+            }
         }
     }
     if migrated {
@@ -170,17 +176,22 @@ pub fn migrate(conn: &Connection) -> Result<(), Broken> {
     Ok(())
 }
 
+/// The schema version and how many schema objects there are, in one statement and so
+/// one snapshot: read apart, another process's migration step could commit between
+/// them and show version 0 beside its tables.
+pub(in crate::outbox) fn version_and_objects(conn: &Connection) -> rusqlite::Result<(i64, i64)> {
+    conn.query_row(
+        "SELECT (SELECT user_version FROM pragma_user_version), \
+                (SELECT COUNT(*) FROM sqlite_master)",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
+}
+
 /// Inside a write transaction: the step that takes the database on from its version
 /// (the version it leads to, and its SQL), or `None` when it is current.
 fn next_step(conn: &Connection) -> Result<Option<(i64, &'static str)>, Broken> {
-    let (version, tables): (i64, i64) = conn
-        .query_row(
-            "SELECT (SELECT user_version FROM pragma_user_version), \
-                    (SELECT COUNT(*) FROM sqlite_master)",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .map_err(Broken::from_sqlite)?;
+    let (version, tables) = version_and_objects(conn).map_err(Broken::from_sqlite)?;
     if version > SCHEMA_VERSION {
         return Err(Broken::Newer(version));
     }
