@@ -19,9 +19,10 @@ use std::sync::Mutex;
 
 use hashlink::LruCache;
 
-pub use crate::outbox::HeardChanges;
-use crate::outbox::{HeardTape, Outcome, PendingCapture};
+use crate::outbox::{Outcome, PendingCapture};
 use crate::record::{EpochMillis, Mac};
+pub use crate::side_tables::HeardChanges;
+use crate::side_tables::HeardTape;
 
 /// Tapes remembered at most (a dock hears a few dozen at a time).
 pub const CAPACITY: usize = 1024;

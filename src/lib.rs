@@ -17,7 +17,11 @@ below, never in a circle).
 - [`dedup`]: per-MAC deduplication on capture time (pure, time passed in).
 - [`ingest`]: adverts to captures committed in the outbox.
 - [`clock`]: wall and boot time, the sync state, the hold policy and its keeper.
+- `db`: the state database, the one SQLite file: opened, checked, migrated; reached only
+  by the outbox and the side tables.
 - [`outbox`]: the durable, bounded SQLite store and the narrow handles over it.
+- `side_tables`: what the file keeps beside the outbox: the rate window, the tapes heard
+  that the service does not know, the inventory.
 - [`heard_now`]: the tapes heard lately, shared by ingest and the status page.
 - [`flush`]: delivery to the bulk decode endpoint: the pure planner and its loop.
 - [`api`]: the service's transport: token, decode, answers, trust, `Retry-After`.
@@ -39,6 +43,7 @@ pub mod cli;
 pub mod clock;
 pub mod cmd;
 pub mod config;
+pub(crate) mod db;
 pub mod debug_hooks;
 pub mod dedup;
 pub mod flush;
@@ -55,6 +60,7 @@ pub mod products;
 pub mod record;
 pub mod reload;
 pub mod secret;
+pub(crate) mod side_tables;
 pub mod source;
 pub mod systemd;
 pub mod telemetry;

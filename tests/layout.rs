@@ -18,6 +18,9 @@
 //! 8. No paragraph of a module's own doc (`mod.rs`, `lib.rs`) names more than
 //!    [`MAX_FILES_NAMED`] files: a module's doc says its seams, each file's doc what it
 //!    holds, and no list is kept in step by hand.
+//! 9. A guarded module is reached only by its keepers ([`GUARDS`]): the state database
+//!    (`db`) by the outbox and the side tables, so no command or stage holds SQLite of
+//!    its own.
 //!
 //! An arrow is a path that names another module's item: in a `use` (`use
 //! crate::outbox::Outbox;`) or in code (`crate::clock::now_ms()`, `super::store::X`,
@@ -87,10 +90,17 @@ pub const LAYERS: &[(&str, &[&str])] = &[
         &["config"],
     ),
     (
-        "stores, shared state and clients: the SQLite outbox, the inventory, the metrics \
-         registry, the tapes heard now, the service's transport and the operator's client",
+        "the state database: the one SQLite file, who may create and write it, its schema \
+         and migrations (reached only by the stores that keep tables in it: rule 9)",
+        &["db"],
+    ),
+    (
+        "stores, shared state and clients: the SQLite outbox and the tables beside it, the \
+         inventory, the metrics registry, the tapes heard now, the service's transport and \
+         the operator's client",
         &[
             "outbox",
+            "side_tables",
             "inventory",
             "metrics",
             "heard_now",
@@ -123,6 +133,16 @@ pub const LAYERS: &[(&str, &[&str])] = &[
         &["main", "bin"],
     ),
 ];
+
+/// Rule 9: the modules only their keepers may reach, and the parts they show to all.
+pub const GUARDS: &[rules::Guard<'static>] = &[(
+    "db",
+    &["outbox", "side_tables"],
+    // The error every store reports, and whether the state directory's file system
+    // takes writes (`/healthz` asks; no database is opened for it).
+    &["db::error", "db::storage"],
+    "every other module goes through a store's handle named for its role",
+)];
 
 fn root() -> std::path::PathBuf {
     std::env::var_os("LAYOUT_ROOT")
@@ -159,6 +179,17 @@ fn no_import_circle_between_modules() {
 #[test]
 fn no_import_runs_up_the_layers() {
     let found = rules::upward(&house(), LAYERS, UPWARD);
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+#[test]
+fn a_guarded_module_is_reached_only_by_its_keepers() {
+    let house = house();
+    assert!(
+        house.arrows.keys().any(|from| from.starts_with("outbox")),
+        "src was not read"
+    );
+    let found = rules::reached_from_outside(&house, GUARDS);
     assert!(found.is_empty(), "{}", found.join("\n"));
 }
 
@@ -324,6 +355,16 @@ mod the_guard {
         let found = rules::upward(&planted(), PLANTED_LAYERS, &[]);
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(found[0].contains("a -> b"), "{}", found[0]);
+    }
+
+    #[test]
+    fn sees_a_guarded_module_reached_from_outside() {
+        // b reaches a::inner through a's re-export; low is a's only keeper.
+        let guard = |open: &'static [&'static str]| [("a", &["low"][..], open, "planted")];
+        let found = rules::reached_from_outside(&planted(), &guard(&[]));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("b -> a::inner"), "{}", found[0]);
+        assert!(rules::reached_from_outside(&planted(), &guard(&["a::inner"])).is_empty());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::outbox::why_read_only;
+use crate::db::why_read_only;
 
 /// Whether captures can be committed now (see the module doc).
 #[derive(Debug, Default)]

@@ -25,7 +25,7 @@
 //! The rule is pure ([`take`], [`finish`], [`after_refusal`]: the stamps and `now` in, the
 //! stamps and the decision out); [`RateGate`] is its shell around the database, the
 //! one thing here that touches the state database (its `rate_sends` table, through the
-//! outbox's [`RateWindow`] on a thread of its own).
+//! side tables' [`RateWindow`] on a thread of its own).
 
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -35,8 +35,9 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
-use crate::outbox::{OutboxError, RateWindow};
+use crate::outbox::OutboxError;
 use crate::record::EpochMillis;
+use crate::side_tables::RateWindow;
 
 /// Requests per window (spec 8).
 pub const REQUESTS_PER_WINDOW: usize = 10;

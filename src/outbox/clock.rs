@@ -11,9 +11,9 @@
 
 use rusqlite::{params, OptionalExtension};
 
-use super::db::{add_counter, write_tx, OutboxError};
 use super::hold::{first_held, ClockRows, Release};
 use super::store::Store;
+use crate::db::{add_counter, write_tx, OutboxError};
 use crate::record::EpochMillis;
 
 /// What the clock keeper needs from the database at start.

@@ -2,18 +2,19 @@
 //! `support-bundle`, `device`, the demo) opens its own short-lived connection, which WAL
 //! allows while the daemon runs, and holds it as one of these, named for its role, so
 //! that no command can do to the database more than its few calls. Synchronous: the
-//! commands are. It touches the [`Store`] it wraps and its opens (`store.rs`,
-//! `existing.rs`).
+//! commands are. It touches the [`Store`] it wraps and its opens (`store.rs`), and the
+//! side tables a device command reads.
 
 use std::path::Path;
 
-use super::db::OutboxError;
 use super::fleet::{BootRecord, DeadLetterSummary};
 use super::status::{DeadLetter, Stats};
 use super::store::Store;
-use super::words::{HeardTape, PendingCapture, TapeRow};
+use super::words::{PendingCapture, TapeRow};
+use crate::db::OutboxError;
 use crate::inventory::Inventory;
 use crate::record::{EpochMillis, Mac};
+use crate::side_tables::{self, HeardTape};
 
 /// What the commands that report read (`status`, `tapes`, `dead-letters list`, `check`,
 /// `support-bundle`, the demo's lines), and the end-to-end tests beside a running
@@ -136,7 +137,7 @@ impl DeviceState {
 
     /// Tapes heard at or after `since` (capture time), loudest first.
     pub(crate) fn heard_since(&self, since: EpochMillis) -> Result<Vec<HeardTape>, OutboxError> {
-        self.store.heard_since(since)
+        side_tables::heard::since(&self.store.conn, since)
     }
 
     /// Moves the dead letters of `mac` (a device the service knows now) back to

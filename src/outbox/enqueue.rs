@@ -7,15 +7,18 @@ use std::collections::HashSet;
 
 use rusqlite::Transaction;
 
-use super::db::{
-    hold_id_floor, mac_to_int, packet_value_in, read_counters, release_id_floor, write_counters,
-    write_tx, Counters, OutboxError, PACKET_STACK,
-};
 use super::hold::{first_held, ClockRows, Retimed};
 use super::retention::{evict_oldest, evict_past, Bound, Evictions};
 use super::store::{Store, StoreOptions};
 use crate::config::Retention;
+use crate::db::{
+    hold_id_floor, mac_to_int, packet_value_in, read_counters, release_id_floor, write_counters,
+    write_tx, Counters, OutboxError, PACKET_STACK,
+};
 use crate::record::Capture;
+
+/// A commit group holds at most this many captures.
+pub const GROUP_MAX: usize = 1000;
 
 /// Rows of a commit group inserted by one statement.
 const INSERT_ROWS: usize = 50;

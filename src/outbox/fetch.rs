@@ -11,10 +11,10 @@
 
 use std::collections::HashSet;
 
-use super::db::{int_to_mac, mac_to_int, packet_text, OutboxError};
 use super::scan::Walk;
 use super::store::Store;
 use super::words::{PendingCapture, RowKey, Seen};
+use crate::db::{int_to_mac, mac_to_int, packet_text, OutboxError};
 use crate::record::{Capture, Mac};
 
 /// What [`Store::next_batch_excluding`] found.

@@ -1,15 +1,14 @@
-//! What the fleet's tools read from the state database beside the outbox: the
-//! inventory the daemon recorded at start ([`crate::inventory`]), kept in `meta` under
-//! `inventory` as JSON (no schema change; nothing secret is in it).
+//! What the fleet's tools read of the state database through the store: the stored
+//! dead letters in a few lines, the boots seen, the inventory the daemon recorded at
+//! start (kept by `side_tables::inventory`), and `outbox.durability` set on a reload.
 //!
-//! It touches `db`, the inventory's type and the [`Store`] it reads.
+//! It touches `db`, the side tables, the inventory's type and the [`Store`] it reads.
 
-use rusqlite::OptionalExtension;
-
-use super::db::{int_to_mac, read_counters, synchronous, OutboxError};
 use super::store::Store;
 use crate::config::Durability;
+use crate::db::{int_to_mac, read_counters, synchronous, OutboxError};
 use crate::inventory::Inventory;
+use crate::side_tables;
 
 impl Store {
     /// Sets `outbox.durability` on the open database (a reload).
@@ -21,26 +20,14 @@ impl Store {
         Ok(())
     }
 
-    /// Records the running daemon's inventory.
+    /// Records the running daemon's inventory (`side_tables::inventory`).
     pub(super) fn note_inventory(&mut self, inventory: &Inventory) -> Result<(), OutboxError> {
-        let json = serde_json::to_string(inventory).unwrap_or_default();
-        self.conn.execute(
-            "INSERT INTO meta(key, value) VALUES ('inventory', ?1)
-             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            [json],
-        )?;
-        Ok(())
+        side_tables::inventory::note(&self.conn, inventory)
     }
 
-    /// The inventory the daemon last recorded, if any (and if this version can read it).
+    /// The inventory the daemon last recorded, if any.
     pub(super) fn inventory(&self) -> Result<Option<Inventory>, OutboxError> {
-        let text: Option<String> = self
-            .conn
-            .query_row("SELECT value FROM meta WHERE key = 'inventory'", [], |r| {
-                r.get(0)
-            })
-            .optional()?;
-        Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
+        side_tables::inventory::read(&self.conn)
     }
 }
 
@@ -123,8 +110,8 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use super::super::db::SCHEMA_VERSION;
     use super::*;
+    use crate::db::SCHEMA_VERSION;
     use crate::outbox::StoreOptions;
 
     fn header_version(db: &std::path::Path) -> u32 {

@@ -10,9 +10,9 @@ use std::path::Path;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::db::OutboxError;
 use super::store::{OpenReport, Store, StoreOptions};
 use crate::config::Retention;
+use crate::db::OutboxError;
 
 type Job = Box<dyn FnOnce(&mut Store) + Send>;
 

@@ -17,7 +17,7 @@
 
 use rusqlite::Transaction;
 
-use super::db::add_counter;
+use crate::db::add_counter;
 use crate::record::{Capture, EpochMillis};
 
 /// What the store keeps in memory about held rows and this boot.

@@ -26,8 +26,8 @@ use std::time::Duration;
 use rusqlite::{params, Transaction};
 use tokio::time::Instant;
 
-use super::db::mac_to_int;
 use super::words::TapeRow;
+use crate::db::mac_to_int;
 use crate::record::Mac;
 
 /// Unwritten readings wait at most this long (then the next transaction writes them).

@@ -8,7 +8,8 @@
 //! crashed daemon never leaves a stale lock behind; the PID written in the file is only
 //! for the message.
 //!
-//! It touches only `access.rs` (to say why a lock file cannot be written); no database.
+//! It touches only the database layer's access rules (to say why a lock file cannot be
+//! written); no database.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
@@ -53,7 +54,7 @@ impl StateLock {
                 source.kind(),
                 std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
             );
-            match super::access::why_unwritable(&state_dir.join(LOCK_FILE)).filter(|_| denied) {
+            match crate::db::why_unwritable(&state_dir.join(LOCK_FILE)).filter(|_| denied) {
                 Some(why) => LockError::NotWritable {
                     dir: state_dir.to_path_buf(),
                     why,
@@ -64,7 +65,7 @@ impl StateLock {
                 },
             }
         };
-        super::access::create_state_dir(state_dir).map_err(io)?;
+        crate::db::create_state_dir(state_dir).map_err(io)?;
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)

@@ -7,17 +7,10 @@ token expires or the power is cut. Every admitted capture is written here first;
 flusher delivers from here, and a row leaves only in the transaction that records its
 outcome (delivered, counted, or a dead letter). Delivery is therefore at-least-once.
 
-# Schema (`PRAGMA user_version` = 6)
-| table | holds |
-|---|---|
-| `pending` | captures not yet delivered: `id` (admission order), `mac` (48-bit integer), `captured_at` (epoch ms), `product_id`, `packet` (the `ble_packet` as sent), `rssi` |
-| `dead_letters` | captures the service refused, with its `error` and `dead_at` |
-| `tapes` | the latest reading of each tape, written behind: the daemon holds the readings it has not written in memory and writes them at most a minute later, with the answers or on their own, and when it stops (`latest.rs`; no history of readings is kept: the service keeps them) |
-| `counters` | `admitted`, `delivered`, `dead_lettered`, `evicted`, `dead_letters_dropped`; `evicted_max_pending`, `evicted_max_age`, `evicted_max_bytes` (which bound evicted) |
-| `meta` | `last_flush_ok_at`, `last_error`, `last_error_at`; the flusher's batches in flight and concurrency limit (`flush_in_flight`, `flush_concurrency`, and `last_flush_ok_at`: written at once for a new limit or the first delivery, else within `flush::STATE_EVERY` (5 s) of a change, and at stop; the running daemon's readers take them from memory); the BLE scanner's ladder counts (`scanner_*`); `clock_state` |
-| `boots` | each boot seen (`boot_id` from the kernel) and `synced_at`, when its clock was first seen synchronised |
-| `rate_sends` | per API identity, the times of its last requests that count in the service's shared rate window (spec 8; at most 10 each, see `api::rate`); shared by every CLI run |
-| `heard` | the tapes heard in the last ten minutes (`heard::HEARD_KEEP_MS`) that the service refused as unknown (not found): when last heard, strongest recent RSSI, `known` (1 once decoded since); written only in the transaction that records such a refusal (the daemon keeps every tape it hears in memory, `heard_now.rs`), read by `device add --nearest` |
+# Tables
+The outbox's rows are `pending`, `dead_letters`, `tapes` (each tape's latest reading),
+`counters`, `meta` and `boots` in the state database; the schema, each table's columns
+and the migrations are the database layer's (`crate::db`).
 
 A live capture's `pending` row also has `boot` (its `boots.id`), `boot_ms` (`CLOCK_BOOTTIME`
 at capture) and `held` (1: the clock was not trusted when it was committed; not handed
@@ -94,72 +87,62 @@ fate per capture, by construction, at one call a batch and no write.
 # Code
 `Store` is one type in several rooms, by seam, and never leaves this module: every user
 holds a handle named for its role, and each file's doc says what it holds. The rooms
-stand in floors, every arrow running down: at the bottom the database (`db`, a leaf: the
-connection and its pragmas, the schema and its migrations, the counters, how a MAC and
-a packet are kept, [`OutboxError`]) and the outbox's words (a pending capture and its
-[`Outcome`], a tape's latest reading, the tapes heard); above them what the store holds
-in memory (the clock's hold, the latest readings written behind, where the flusher's
-fetches resume); then the store and opening it (for the daemon, for the CLI, again when
-the file is replaced under the daemon); over it the daemon's path (admitting groups,
-the next batch and its claims, recording answers, the bounds, the clock's boots and
-verdicts) and what the commands and the fleet's tools read and change (the status and
-the dead letters, the rate window, the tapes heard, the device commands' state); at the
-top the owner thread and the small handles over it ([`Handles`], one per stage, and
-one per command over its own connection), the state directory's one owner (its lock),
-who may create and write the state, and the file system under it when it takes no
-writes. The [`Seeder`] seeds a state directory for the tests and the benchmarks when no
-daemon runs.
+stand on the database layer (`crate::db`: opening the file, the connection, the schema,
+the counters, how a MAC and a packet are kept, [`OutboxError`]) and the side tables
+(`crate::side_tables`, whose `heard` rows settle writes), and in floors over them, every
+arrow running down: the outbox's words (a pending capture and its [`Outcome`], a tape's
+latest reading); what the store holds in memory (the clock's hold, the latest readings
+written behind, where the flusher's fetches resume); the store (again when the file is
+replaced under the daemon); over it the daemon's path (admitting groups, the next batch
+and its claims, recording answers, the bounds, the clock's boots and verdicts) and what
+the commands and the fleet's tools read and change (the status and the dead letters, the
+device commands' state); at the top the owner thread and the small handles over it
+([`Handles`], one per stage, and one per command over its own connection) and the state
+directory's one owner (its lock). The [`Seeder`] seeds a state directory for the tests
+and the benchmarks when no daemon runs.
 */
 
-mod access;
 mod clock;
 mod commands;
 mod cursor;
-mod db;
 mod enqueue;
-mod existing;
 mod fetch;
 mod fleet;
 mod handle;
-mod heard;
 mod hold;
 mod latest;
 mod lock;
-mod rate_window;
 mod reopen;
 mod retention;
 mod scan;
 mod seeder;
 mod settle;
 mod status;
-mod storage;
 mod store;
 #[cfg(test)]
 mod tests;
 mod users;
 mod words;
 
-pub(crate) use access::why_unwritable;
+pub use crate::db::{OutboxError, DB_FILE};
 pub use clock::{BootStart, ClockChange, ClockStatus, Released};
 pub use commands::StateReader;
 pub(crate) use commands::{DeadLetterDesk, DeviceState};
-pub use db::{OutboxError, DB_FILE, GROUP_MAX, MAX_DEAD_LETTERS};
+pub use enqueue::GROUP_MAX;
 pub use fetch::Fetched;
 pub use fleet::{BootRecord, DeadLetterSummary};
 pub use handle::Outbox;
 pub use latest::{LATEST_EVERY, LATEST_EVERY_ENV, LATEST_MAX};
 pub use lock::{LockError, StateLock, LOCK_FILE};
-pub(crate) use rate_window::RateWindow;
 pub use retention::{keep_bounds, Evictions};
 pub use seeder::Seeder;
-pub use settle::AnswerNotes;
+pub use settle::{AnswerNotes, MAX_DEAD_LETTERS};
 pub use status::{DeadLetter, FlusherState, ScannerCounts, Stats, TapeKnown};
-pub(crate) use storage::why_read_only;
 /// For the outbox's own tests; outside the outbox the store is reached through handles.
 #[cfg(test)]
 use store::Store;
 pub use store::{OpenReport, StoreOptions};
-pub use words::{HeardChanges, HeardTape, Outcome, PendingCapture, Reading, RowKey, Seen, TapeRow};
+pub use words::{Outcome, PendingCapture, Reading, RowKey, Seen, TapeRow};
 // The settings' types are config's words (`[outbox]`), shown here for the store's users.
 pub use crate::config::{Durability, Retention};
 pub use users::{

@@ -1,11 +1,11 @@
 //! A database deleted or replaced under the running daemon: noticed before each job
 //! (one `stat`), logged at ERROR, and a fresh one started at the path, its ids above
-//! the old file's. It touches `db`, `access.rs` and the [`Store`] it reopens.
+//! the old file's. It touches `db` and the [`Store`] it reopens.
 
 use rusqlite::Connection;
 
-use super::access::create_state_dir;
 use super::store::Store;
+use crate::db::create_state_dir;
 
 impl Store {
     /// Why the file at our path is no longer the one we write to (deleted, or replaced

@@ -31,11 +31,11 @@ use std::time::Duration;
 use rusqlite::{params, Transaction};
 use tokio_util::sync::CancellationToken;
 
-use super::db::{read_counters, write_counters, write_tx, Counters, OutboxError};
 use super::handle::Outbox;
 use super::hold::first_held;
 use super::store::Store;
 use crate::config::Retention;
+use crate::db::{read_counters, write_counters, write_tx, Counters, OutboxError};
 use crate::record::EpochMillis;
 
 /// Rows evicted, by the bound that evicted them.

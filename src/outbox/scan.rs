@@ -28,8 +28,8 @@
 use std::collections::HashSet;
 
 use super::cursor::{Cursor, PASSED_MAX, PLAIN_FETCHES};
-use super::db::{int_to_mac, OutboxError};
 use super::store::Store;
+use crate::db::{int_to_mac, OutboxError};
 use crate::record::Mac;
 
 /// What a walk of `pending` found.

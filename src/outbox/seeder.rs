@@ -7,11 +7,11 @@
 
 use std::path::Path;
 
-use super::db::OutboxError;
 use super::handle::Outbox;
 use super::status::Stats;
 use super::store::{OpenReport, Store, StoreOptions};
 use super::words::{Outcome, PendingCapture};
+use crate::db::OutboxError;
 use crate::record::{Capture, EpochMillis};
 
 /// What seeds a state directory's outbox: admits captures, takes batches and records

@@ -1,20 +1,22 @@
 //! Settling what the service answered: in one transaction a row leaves `pending` with
 //! its count (delivered) or its dead letter, beside the notes the answer carries (the
 //! flusher's state, the tapes heard refused as unknown) and, when due, the tapes'
-//! latest readings. It touches `db`, `heard.rs`, `latest.rs`, the outbox's words and the
-//! [`Store`] it writes.
+//! latest readings. It touches `db`, the side tables' `heard`, `latest.rs`, the outbox's
+//! words and the [`Store`] it writes.
 
 use rusqlite::{params, Transaction};
 
-use super::db::{
-    mac_to_int, packet_value, read_counters, write_counters, write_tx, Counters, OutboxError,
-    MAX_DEAD_LETTERS,
-};
-use super::heard::record_heard;
 use super::status::FlusherState;
 use super::store::Store;
-use super::words::{HeardChanges, Outcome, PendingCapture, TapeRow};
+use super::words::{Outcome, PendingCapture, TapeRow};
+use crate::db::{
+    mac_to_int, packet_value, read_counters, write_counters, write_tx, Counters, OutboxError,
+};
 use crate::record::EpochMillis;
+use crate::side_tables::{self, HeardChanges};
+
+/// Stored dead letters at most; past it the oldest are dropped (and counted).
+pub const MAX_DEAD_LETTERS: u64 = 100_000;
 
 /// What is recorded in the transaction that records the answers, beside them.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -97,7 +99,7 @@ impl Store {
             if let Some(f) = &notes.flusher {
                 f.write(&tx)?;
             }
-            record_heard(&tx, &notes.heard, now)?;
+            side_tables::heard::record(&tx, &notes.heard, now)?;
             if write_latest {
                 latest.write(&tx)?;
             } else {

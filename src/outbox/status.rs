@@ -9,13 +9,13 @@
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::clock::{clock_status, ClockStatus};
-use super::db::{
-    int_to_mac, mac_to_int, packet_text, read_counters, set_meta, write_counters, write_tx,
-    OutboxError,
-};
 use super::retention::{evictions_in, used_bytes, Evictions};
 use super::store::Store;
 use super::words::TapeRow;
+use crate::db::{
+    int_to_mac, mac_to_int, packet_text, read_counters, set_meta, write_counters, write_tx,
+    OutboxError,
+};
 use crate::record::{EpochMillis, Mac};
 
 /// A stored dead letter.

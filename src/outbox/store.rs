@@ -1,9 +1,9 @@
-//! The [`Store`] type and opening it for the daemon: creating the state directory and
-//! the database, checking and migrating it (`db`), moving a corrupt one aside, and
-//! writing the tapes' latest readings it holds. It touches `db`, the in-memory parts
-//! it holds (`hold.rs`, `latest.rs`, `cursor.rs`) and `access.rs`; the other rooms of
-//! the outbox are further `impl Store` blocks over it (the CLI's opens are `existing.rs`,
-//! a database replaced under the daemon `reopen.rs`).
+//! The [`Store`] type over the connection the database layer opens (`db::open`: for
+//! the daemon, creating, checking, migrating and moving a corrupt file aside; for the
+//! CLI, an existing file only), and writing the tapes' latest readings it holds. It
+//! touches `db` and the in-memory parts it holds (`hold.rs`, `latest.rs`, `cursor.rs`);
+//! the other rooms of the outbox are further `impl Store` blocks over it (a database
+//! replaced under the daemon is `reopen.rs`).
 //!
 //! Synchronous, one connection: the daemon drives it from one owner thread
 //! ([`super::Outbox`]); the CLI opens its own for `status` and `dead-letters`.
@@ -13,14 +13,14 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::Connection;
 
-use super::access::{create_private_file, create_state_dir, why_unwritable};
 use super::cursor::Cursor;
-use super::db::{self, read_counters, write_tx, Broken, Counters, OutboxError, DB_FILE};
 use super::hold::ClockRows;
 use super::latest::Latest;
 use super::words::Seen;
 use crate::clock::SharedClock;
 use crate::config::{Durability, Retention};
+use crate::db::open;
+use crate::db::{read_counters, write_tx, Broken, Counters, OutboxError, DB_FILE};
 
 /// How the store is opened.
 #[derive(Debug, Clone)]
@@ -101,55 +101,24 @@ impl Store {
         state_dir: &Path,
         options: StoreOptions,
     ) -> Result<(Store, OpenReport), OutboxError> {
+        let stamp = options.clock.wall_ms();
         let path = Self::path_in(state_dir);
-        create_state_dir(state_dir).map_err(|e| OutboxError::Unusable {
-            path: path.clone(),
-            reason: format!("cannot create {}: {e}", state_dir.display()),
-        })?;
-        let mut report = OpenReport {
-            path: path.clone(),
-            ..OpenReport::default()
+        let opened = open::writable(state_dir, options.durability, options.max_page_count, stamp)?;
+        let identity = file_identity(&path);
+        let store = Self::over(opened.conn, options, path.clone(), identity)?;
+        let (quarantined, quarantine_reason) = opened.quarantined.unzip();
+        let report = OpenReport {
+            path,
+            quarantined,
+            quarantine_reason,
+            pending: store.counters.pending(),
         };
-        let store = match Self::open_checked(&path, &options) {
-            Ok(s) => s,
-            Err(Broken::Corrupt(reason)) => {
-                let aside = quarantine(&path, options.clock.wall_ms()).map_err(|e| {
-                    OutboxError::Unusable {
-                        path: path.clone(),
-                        reason: format!("it is corrupt ({reason}) and cannot be moved aside: {e}"),
-                    }
-                })?;
-                report.quarantined = Some(aside);
-                report.quarantine_reason = Some(reason);
-                Self::open_checked(&path, &options).map_err(|b| b.into_error(&path))?
-            }
-            Err(b) => {
-                // Most often a file this user cannot write: say whose it is and the fix.
-                return Err(match why_unwritable(&path) {
-                    Some(why) => OutboxError::NotWritable { path, why },
-                    None => b.into_error(&path),
-                });
-            }
-        };
-        // SQLite opens a file it may read but not write read-only, silently: every
-        // commit would then fail. Said now, with the fix.
-        let read_only = store
-            .conn
-            .is_readonly(rusqlite::DatabaseName::Main)
-            .unwrap_or(false);
-        if let Some(why) = why_unwritable(&path)
-            .or_else(|| read_only.then(|| "SQLite could open it only read-only".to_string()))
-        {
-            return Err(OutboxError::NotWritable { path, why });
-        }
-        report.pending = store.counters.pending();
         Ok((store, report))
     }
 
-    /// Opens the database at `path` for writing (`db::connect`), checked and migrated.
+    /// Opens the database at `path` for writing (`db::open::file`), checked and migrated.
     pub(super) fn open_checked(path: &Path, options: &StoreOptions) -> Result<Store, Broken> {
-        create_private_file(path).map_err(Broken::Other)?;
-        let conn = db::connect(path, options.durability, options.max_page_count)?;
+        let conn = open::file(path, options.durability, options.max_page_count)?;
         let counters = read_counters(&conn).map_err(Broken::from_sqlite)?;
         Ok(Store::from_parts(
             conn,
@@ -158,6 +127,46 @@ impl Store {
             path.to_path_buf(),
             file_identity(path),
         ))
+    }
+
+    /// Opens an existing database for the CLI without creating or migrating anything
+    /// (`db::open::existing`). `Ok(None)` when there is no database yet.
+    pub(super) fn open_existing(state_dir: &Path) -> Result<Option<Store>, OutboxError> {
+        let path = Self::path_in(state_dir);
+        open::existing(state_dir)?
+            .map(|conn| Self::over(conn, StoreOptions::default(), path, None))
+            .transpose()
+    }
+
+    /// Opens an existing database to read it only (`db::open::existing_read_only`).
+    pub(super) fn open_existing_read_only(state_dir: &Path) -> Result<Option<Store>, OutboxError> {
+        let path = Self::path_in(state_dir);
+        open::existing_read_only(state_dir)?
+            .map(|conn| Self::over(conn, StoreOptions::default(), path, None))
+            .transpose()
+    }
+
+    /// The daemon's database of `state_dir`, or a new one when the daemon has not run
+    /// yet (the device commands).
+    pub(super) fn open_or_create(state_dir: &Path) -> Result<Store, OutboxError> {
+        let conn = open::existing_or_new(state_dir)?;
+        Self::over(
+            conn,
+            StoreOptions::default(),
+            Self::path_in(state_dir),
+            None,
+        )
+    }
+
+    /// A store over `conn` with its counters read.
+    fn over(
+        conn: Connection,
+        options: StoreOptions,
+        path: PathBuf,
+        identity: Option<(u64, u64)>,
+    ) -> Result<Store, OutboxError> {
+        let counters = read_counters(&conn)?;
+        Ok(Store::from_parts(conn, options, counters, path, identity))
     }
 
     /// A store over `conn`, with nothing held in memory yet.
@@ -239,19 +248,4 @@ impl Drop for Store {
 fn file_identity(path: &Path) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
-}
-
-/// Moves a corrupt database (and its WAL and shared-memory files) aside; returns the
-/// new path of the main file.
-fn quarantine(path: &Path, stamp: i64) -> std::io::Result<PathBuf> {
-    let aside = PathBuf::from(format!("{}.corrupt-{stamp}", path.display()));
-    std::fs::rename(path, &aside)?;
-    for suffix in ["-wal", "-shm"] {
-        let side = PathBuf::from(format!("{}{suffix}", path.display()));
-        if side.exists() {
-            let to = PathBuf::from(format!("{}{suffix}", aside.display()));
-            std::fs::rename(&side, &to)?;
-        }
-    }
-    Ok(aside)
 }

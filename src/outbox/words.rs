@@ -1,6 +1,5 @@
 //! The outbox's vocabulary: a pending capture and the fate the service's answer gives it
-//! ([`Outcome`], [`Reading`]), a tape's latest reading ([`TapeRow`]), and the tapes
-//! heard that an answer tells the database about ([`HeardTape`], [`HeardChanges`]).
+//! ([`Outcome`], [`Reading`]) and a tape's latest reading ([`TapeRow`]).
 //! A leaf: the outbox, the flusher and the tapes heard now (`heard_now`) all speak it;
 //! it touches only the domain's words (`record`).
 
@@ -68,34 +67,4 @@ pub struct TapeRow {
     pub rssi: Option<i16>,
     pub temp: Option<f64>,
     pub bat: Option<f64>,
-}
-
-/// A tape heard lately, as the daemon recorded it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct HeardTape {
-    pub mac: Mac,
-    /// When it was last heard (wall time).
-    pub last_at: EpochMillis,
-    /// Its strongest RSSI in the last half minute or so, and when.
-    pub best_rssi: Option<i16>,
-    pub best_at: EpochMillis,
-    /// `Some(true)`: the service decoded it; `Some(false)`: refused as not found;
-    /// `None`: no answer about it yet.
-    pub known: Option<bool>,
-}
-
-/// What the state database must learn of the tapes heard, with an answer being
-/// recorded ([`crate::heard_now::HeardNow::changes`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HeardChanges {
-    /// Tapes refused as unknown: their rows, written (`known` false).
-    pub unknown: Vec<HeardTape>,
-    /// Tapes the database holds as unknown that the service has now decoded.
-    pub known: Vec<Mac>,
-}
-
-impl HeardChanges {
-    pub fn is_empty(&self) -> bool {
-        self.unknown.is_empty() && self.known.is_empty()
-    }
 }

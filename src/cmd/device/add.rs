@@ -20,8 +20,8 @@ use crate::cmd::operator_run::{interrupts, operator_on, state, Console};
 use crate::cmd::CmdError;
 use crate::config::Config;
 use crate::operator::{check_id, AddDevice, AddOutcome, Operator, OperatorError};
-use crate::outbox::HeardTape;
 use crate::record::Mac;
+use crate::side_tables::HeardTape;
 use crate::text::shown;
 
 /// One tape to add: the request, and the tape's MAC when it is one (its dead letters

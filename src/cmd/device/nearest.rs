@@ -12,7 +12,7 @@ use crate::clock::Clock;
 use crate::cmd::operator_run::state;
 use crate::cmd::CmdError;
 use crate::config::Config;
-use crate::outbox::HeardTape;
+use crate::side_tables::HeardTape;
 
 /// `--nearest` considers tapes heard in this window...
 pub const NEAREST_WINDOW_MS: i64 = 30_000;

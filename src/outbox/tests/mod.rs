@@ -2,6 +2,7 @@
 //! test holds the real SQLite store (and the real planner over it) against a simple
 //! model.
 
+mod heard;
 mod model;
 
 use crate::record::{Capture, Mac};

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use super::board::Board;
-use crate::outbox::{why_unwritable, Evictions, Outbox, OutboxError};
+use crate::db::why_unwritable;
+use crate::outbox::{Evictions, Outbox, OutboxError};
 use crate::record::Capture;
 
 /// What the ingest stage may do to the outbox.

@@ -7,7 +7,7 @@ use crate::record::Mac;
 /// The `packet` column (of `pending` and `dead_letters`): a packet written as upper-case
 /// hex digits (the default `ble_packet` encoding) is kept as its bytes, half the bytes on
 /// the card; any other text as it is. [`packet_text`] reads back the same text.
-pub fn packet_value(text: &str) -> rusqlite::types::ToSqlOutput<'_> {
+pub(crate) fn packet_value(text: &str) -> rusqlite::types::ToSqlOutput<'_> {
     use rusqlite::types::{ToSqlOutput, Value, ValueRef};
     let digits = text.as_bytes();
     let mut bytes = vec![0u8; digits.len() / 2];
@@ -20,11 +20,11 @@ pub fn packet_value(text: &str) -> rusqlite::types::ToSqlOutput<'_> {
 
 /// Bytes of a packet [`packet_value_in`] decodes on the stack (a legacy advert's 31 and
 /// more); a longer one takes the heap.
-pub const PACKET_STACK: usize = 128;
+pub(crate) const PACKET_STACK: usize = 128;
 
 /// [`packet_value`] decoded into `stack` when it fits: what every capture's insert
 /// binds (SQLite copies a bound value), without an allocation.
-pub fn packet_value_in<'a>(
+pub(crate) fn packet_value_in<'a>(
     text: &'a str,
     stack: &'a mut [u8; PACKET_STACK],
 ) -> rusqlite::types::ToSqlOutput<'a> {
@@ -76,7 +76,9 @@ const UPPER_HEX: [u8; 256] = {
 };
 
 /// The text of a `packet` column written by [`packet_value`].
-pub fn packet_text(v: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<String> {
+pub(crate) fn packet_text(
+    v: rusqlite::types::ValueRef<'_>,
+) -> rusqlite::types::FromSqlResult<String> {
     use rusqlite::types::{FromSql, ValueRef};
     match v {
         ValueRef::Blob(b) => Ok(crate::record::hex_upper(b)),
@@ -85,12 +87,12 @@ pub fn packet_text(v: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSql
 }
 
 /// The `mac` column holds the 48-bit address as an integer.
-pub fn mac_to_int(mac: Mac) -> i64 {
+pub(crate) fn mac_to_int(mac: Mac) -> i64 {
     let o = mac.octets();
     o.iter().fold(0i64, |acc, b| (acc << 8) | i64::from(*b))
 }
 
-pub fn int_to_mac(v: i64) -> Mac {
+pub(crate) fn int_to_mac(v: i64) -> Mac {
     let mut o = [0u8; 6];
     for (i, b) in o.iter_mut().enumerate() {
         *b = (v >> (8 * (5 - i))) as u8;

@@ -11,8 +11,8 @@
 //! says why (owner, mode, a read-only file system: `storage.rs`) and what fixes it, for
 //! the daemon's ERROR at start and for `/healthz`.
 //!
-//! It touches only the file system (no database) and `storage.rs`; `store.rs`,
-//! `reopen.rs` and `lock.rs` call it.
+//! It touches only the file system (no database) and `storage.rs`; `open.rs` and the
+//! outbox's state lock call it.
 
 use std::ffi::CString;
 use std::fs::File;

@@ -7,21 +7,21 @@ use rusqlite::{params, Connection, Transaction};
 /// The `counters` table. Write transactions read it afresh (the CLI may have changed
 /// it); the copy in the store (`Store`) is the state after our last commit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counters {
-    pub admitted: u64,
-    pub delivered: u64,
-    pub dead_lettered: u64,
-    pub evicted: u64,
-    pub dead_letters_dropped: u64,
+pub(crate) struct Counters {
+    pub(crate) admitted: u64,
+    pub(crate) delivered: u64,
+    pub(crate) dead_lettered: u64,
+    pub(crate) evicted: u64,
+    pub(crate) dead_letters_dropped: u64,
 }
 
 impl Counters {
-    pub fn pending(&self) -> u64 {
+    pub(crate) fn pending(&self) -> u64 {
         self.admitted - self.delivered - self.dead_lettered - self.evicted
     }
 }
 
-pub fn read_counters(conn: &Connection) -> rusqlite::Result<Counters> {
+pub(crate) fn read_counters(conn: &Connection) -> rusqlite::Result<Counters> {
     let mut c = Counters::default();
     let mut stmt = conn.prepare_cached("SELECT name, value FROM counters")?;
     let mut rows = stmt.query([])?;
@@ -42,7 +42,7 @@ pub fn read_counters(conn: &Connection) -> rusqlite::Result<Counters> {
 }
 
 /// Writes the counters that changed from `old` to `new`.
-pub fn write_counters(
+pub(crate) fn write_counters(
     tx: &Transaction<'_>,
     old: &Counters,
     new: &Counters,
@@ -67,7 +67,7 @@ pub fn write_counters(
 }
 
 /// Adds `n` to the counter `name`, in `tx`.
-pub fn add_counter(tx: &Transaction<'_>, name: &str, n: u64) -> rusqlite::Result<()> {
+pub(crate) fn add_counter(tx: &Transaction<'_>, name: &str, n: u64) -> rusqlite::Result<()> {
     if n > 0 {
         tx.execute(
             "UPDATE counters SET value = value + ?2 WHERE name = ?1",
@@ -78,7 +78,7 @@ pub fn add_counter(tx: &Transaction<'_>, name: &str, n: u64) -> rusqlite::Result
 }
 
 /// Sets the `meta` row `key`.
-pub fn set_meta(conn: &Connection, key: &str, value: &str) -> rusqlite::Result<()> {
+pub(crate) fn set_meta(conn: &Connection, key: &str, value: &str) -> rusqlite::Result<()> {
     conn.execute(
         "INSERT INTO meta(key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
         [key, value],

@@ -22,7 +22,7 @@ const MIGRATIONS: &[&str] = &[
 
 /// The `user_version` of a database this tapegate has fully migrated (`debian/preinst`
 /// holds the same number, to refuse installing a tapegate older than the database).
-pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 const MIGRATION_1: &str = "
 CREATE TABLE pending (
@@ -133,7 +133,7 @@ DROP INDEX readings_by_decoded_at;
 DROP TABLE readings;
 ";
 
-pub fn migrate(conn: &Connection) -> Result<(), Broken> {
+pub(crate) fn migrate(conn: &Connection) -> Result<(), Broken> {
     // Each step in its own transaction with its version, so an interrupted upgrade
     // resumes at the step it did not finish. The version is read inside the step's
     // write transaction: a second process creating the database at the same moment
@@ -179,7 +179,7 @@ pub fn migrate(conn: &Connection) -> Result<(), Broken> {
 /// The schema version and how many schema objects there are, in one statement and so
 /// one snapshot: read apart, another process's migration step could commit between
 /// them and show version 0 beside its tables.
-pub(in crate::outbox) fn version_and_objects(conn: &Connection) -> rusqlite::Result<(i64, i64)> {
+pub(crate) fn version_and_objects(conn: &Connection) -> rusqlite::Result<(i64, i64)> {
     conn.query_row(
         "SELECT (SELECT user_version FROM pragma_user_version), \
                 (SELECT COUNT(*) FROM sqlite_master)",
@@ -207,7 +207,7 @@ fn next_step(conn: &Connection) -> Result<Option<(i64, &'static str)>, Broken> {
 }
 
 /// Why a database could not be opened.
-pub enum Broken {
+pub(crate) enum Broken {
     /// Move it aside and start fresh.
     Corrupt(String),
     /// Its schema is newer than this tapegate's: written by a newer version. Left as it
@@ -217,7 +217,7 @@ pub enum Broken {
 }
 
 impl Broken {
-    pub fn from_sqlite(e: rusqlite::Error) -> Broken {
+    pub(crate) fn from_sqlite(e: rusqlite::Error) -> Broken {
         if is_corruption(&e) {
             Broken::Corrupt(e.to_string())
         } else {
@@ -225,7 +225,7 @@ impl Broken {
         }
     }
 
-    pub fn into_error(self, path: &Path) -> OutboxError {
+    pub(crate) fn into_error(self, path: &Path) -> OutboxError {
         let reason = match self {
             Broken::Corrupt(r) => format!("corrupt: {r}"),
             Broken::Newer(found) => {

@@ -1,20 +1,21 @@
-//! The times of the last requests in the service's shared rate window (spec 8), kept in
-//! the state database so that separate CLI runs share it: [`RateWindow`], the operator
-//! commands' handle on that table and nothing else. It touches `db` and the [`Store`]
-//! it reads and writes.
+//! The times of the last requests in the service's shared rate window (spec 8),
+//! `rate_sends`, kept in the state database so that separate CLI runs share it:
+//! [`RateWindow`], the operator commands' handle on that table and nothing else, over a
+//! connection of its own. It touches the database layer only.
 
 use std::path::Path;
 
 use rusqlite::params;
 
-use super::db::{write_tx, OutboxError};
-use super::store::Store;
+use rusqlite::Connection;
+
+use crate::db::{open, write_tx, OutboxError};
 use crate::record::EpochMillis;
 
 /// The operator commands' handle on the rate window (`rate_sends`): synchronous, one
 /// connection; its user keeps it off the async threads.
 pub(crate) struct RateWindow {
-    store: Store,
+    conn: Connection,
 }
 
 impl RateWindow {
@@ -22,7 +23,7 @@ impl RateWindow {
     /// not run yet (the window must be shared all the same).
     pub(crate) fn open(state_dir: &Path) -> Result<RateWindow, OutboxError> {
         Ok(RateWindow {
-            store: Store::open_or_create(state_dir)?,
+            conn: open::existing_or_new(state_dir)?,
         })
     }
 
@@ -35,7 +36,7 @@ impl RateWindow {
         identity: &str,
         decide: impl FnOnce(Vec<EpochMillis>) -> (Option<Vec<EpochMillis>>, R),
     ) -> Result<R, OutboxError> {
-        let tx = write_tx(&mut self.store.conn)?;
+        let tx = write_tx(&mut self.conn)?;
         let stored: Vec<EpochMillis> = tx
             .prepare_cached("SELECT sent_at FROM rate_sends WHERE identity = ?1 ORDER BY sent_at")?
             .query_map([identity], |r| r.get(0))?

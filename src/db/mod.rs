@@ -1,33 +1,51 @@
-//! The outbox's database: the connection and its pragmas, the schema and its migrations,
-//! the counters' and meta rows, how a MAC and a packet are kept in columns and the
-//! outbox's error. Every other
-//! outbox file stands on it; it imports none of them (only config's `Durability` and the
-//! domain's words).
+//! The state database, the one SQLite file in `gateway.state_dir`: opening it (for the
+//! daemon, for the CLI, for a command that may be the first), who may create and write
+//! it and the file system under it, the connection and its pragmas, the schema and its
+//! migrations, the counters' and meta rows, how a MAC and a packet are kept in columns,
+//! and the error all of it reports. The outbox and the side tables stand on it; it
+//! imports neither (only config's `Durability`, the system clock and the domain's words).
+//! Only those two reach it (the layout guard holds that).
+//!
+//! # Schema (`PRAGMA user_version` = 6)
+//! The outbox's tables, then the side tables' (`rate_sends`, `heard`; the inventory is a
+//! `meta` row).
+//!
+//! | table | holds |
+//! |---|---|
+//! | `pending` | captures not yet delivered: `id` (admission order), `mac` (48-bit integer), `captured_at` (epoch ms), `product_id`, `packet` (the `ble_packet` as sent), `rssi` |
+//! | `dead_letters` | captures the service refused, with its `error` and `dead_at` |
+//! | `tapes` | the latest reading of each tape, written behind: the daemon holds the readings it has not written in memory and writes them at most a minute later, with the answers or on their own, and when it stops (`latest.rs`; no history of readings is kept: the service keeps them) |
+//! | `counters` | `admitted`, `delivered`, `dead_lettered`, `evicted`, `dead_letters_dropped`; `evicted_max_pending`, `evicted_max_age`, `evicted_max_bytes` (which bound evicted) |
+//! | `meta` | `last_flush_ok_at`, `last_error`, `last_error_at`; the flusher's batches in flight and concurrency limit (`flush_in_flight`, `flush_concurrency`, and `last_flush_ok_at`: written at once for a new limit or the first delivery, else within `flush::STATE_EVERY` (5 s) of a change, and at stop; the running daemon's readers take them from memory); the BLE scanner's ladder counts (`scanner_*`); `clock_state` |
+//! | `boots` | each boot seen (`boot_id` from the kernel) and `synced_at`, when its clock was first seen synchronised |
+//! | `rate_sends` | per API identity, the times of its last requests that count in the service's shared rate window (spec 8; at most 10 each, see `api::rate`); shared by every CLI run |
+//! | `heard` | the tapes heard in the last ten minutes (`side_tables::heard::HEARD_KEEP_MS`) that the service refused as unknown (not found): when last heard, strongest recent RSSI, `known` (1 once decoded since); written only in the transaction that records such a refusal (the daemon keeps every tape it hears in memory, `heard_now.rs`), read by `device add --nearest` |
 
+mod access;
 mod codec;
 mod counters;
 mod error;
+pub(crate) mod open;
 mod schema;
+mod storage;
 
 use std::path::Path;
 use std::time::Duration;
 
 use rusqlite::{Connection, Transaction};
 
-pub(super) use codec::{
+pub(crate) use access::{create_state_dir, why_unwritable};
+pub(crate) use codec::{
     int_to_mac, mac_to_int, packet_text, packet_value, packet_value_in, PACKET_STACK,
 };
-pub(super) use counters::{add_counter, read_counters, set_meta, write_counters, Counters};
+pub(crate) use counters::{add_counter, read_counters, set_meta, write_counters, Counters};
 pub use error::OutboxError;
-pub(super) use schema::{version_and_objects, Broken, SCHEMA_VERSION};
+pub(crate) use schema::Broken;
+#[cfg(test)]
+pub(crate) use schema::SCHEMA_VERSION;
+pub(crate) use storage::why_read_only;
 
 use crate::config::Durability;
-
-/// A commit group holds at most this many captures.
-pub const GROUP_MAX: usize = 1000;
-
-/// Stored dead letters at most; past it the oldest are dropped (and counted).
-pub const MAX_DEAD_LETTERS: u64 = 100_000;
 
 /// The daemon's page cache, in KiB (`PRAGMA cache_size`; SQLite's default is 2000).
 /// The daemon's work is local: ingest appends to the end of `pending`, the flusher reads
@@ -46,7 +64,7 @@ pub const DB_FILE: &str = "outbox.db";
 /// the pragmas of `durability` and `max_page_count` and a page cache of [`CACHE_KIB`]
 /// (set first: the check fills it), checks it (`quick_check`) and
 /// migrates it to this tapegate's schema.
-pub(super) fn connect(
+pub(crate) fn connect(
     path: &Path,
     durability: Durability,
     max_page_count: Option<u32>,
@@ -107,7 +125,7 @@ fn wal_mode(conn: &Connection) -> rusqlite::Result<String> {
 }
 
 /// `PRAGMA synchronous` for `durability`.
-pub(super) fn synchronous(durability: Durability) -> &'static str {
+pub(crate) fn synchronous(durability: Durability) -> &'static str {
     match durability {
         Durability::Full => "FULL",
         Durability::Normal => "NORMAL",
@@ -117,7 +135,7 @@ pub(super) fn synchronous(durability: Durability) -> &'static str {
 /// Makes the next row inserted into `pending` in `tx` take an id of at least `floor`:
 /// a row at `floor - 1` holds the place until [`release_id_floor`] removes it in the
 /// same transaction, after the new rows are in.
-pub(super) fn hold_id_floor(tx: &Transaction<'_>, floor: i64) -> rusqlite::Result<()> {
+pub(crate) fn hold_id_floor(tx: &Transaction<'_>, floor: i64) -> rusqlite::Result<()> {
     if floor > 1 {
         tx.execute(
             "INSERT INTO pending(id, mac, captured_at, product_id, packet, rssi)
@@ -129,7 +147,7 @@ pub(super) fn hold_id_floor(tx: &Transaction<'_>, floor: i64) -> rusqlite::Resul
 }
 
 /// Removes the place holder of [`hold_id_floor`].
-pub(super) fn release_id_floor(tx: &Transaction<'_>, floor: i64) -> rusqlite::Result<()> {
+pub(crate) fn release_id_floor(tx: &Transaction<'_>, floor: i64) -> rusqlite::Result<()> {
     if floor > 1 {
         tx.execute(
             "DELETE FROM pending WHERE id = ?1 AND product_id = '' AND packet = ''",
@@ -141,7 +159,7 @@ pub(super) fn release_id_floor(tx: &Transaction<'_>, floor: i64) -> rusqlite::Re
 
 /// A write transaction that takes the write lock at once, so that counters read in it
 /// cannot be changed by another connection (the CLI) before it commits.
-pub(super) fn write_tx(conn: &mut Connection) -> rusqlite::Result<Transaction<'_>> {
+pub(crate) fn write_tx(conn: &mut Connection) -> rusqlite::Result<Transaction<'_>> {
     conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
 }
 
