@@ -32,7 +32,7 @@ use crate::metrics::{Metrics, FAILING_AFTER};
 use crate::outbox::{Reader, ScannerCounts, ScannerNotes, Stats};
 use crate::record::EpochMillis;
 use crate::source::SourceHealth;
-use crate::systemd::{Liveness, Notifier};
+use crate::util::systemd::{Liveness, Notifier};
 
 mod admission;
 pub use admission::Admission;

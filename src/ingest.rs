@@ -38,7 +38,7 @@ mod commit;
 use crate::products::Products;
 use crate::record::{Capture, EpochMillis};
 use crate::source::Heard;
-use crate::systemd::Beat;
+use crate::util::systemd::Beat;
 use commit::Committer;
 pub use commit::IngestReport;
 
@@ -257,7 +257,7 @@ mod tests {
     use super::*;
     use crate::outbox::{Outbox, Retention, StoreOptions};
     use crate::record::{Advertisement, Mac};
-    use crate::systemd::Liveness;
+    use crate::util::systemd::Liveness;
 
     const INTERVAL: Duration = Duration::from_millis(200);
     const ALLOWANCE: Duration = Duration::from_secs(10);

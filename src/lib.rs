@@ -28,23 +28,19 @@ below, never in a circle).
 - [`operator`]: the rest of the service for the dock's people, through the rate window.
 - [`health`]: `STATUS=`, the scanner's counts and the verdict of `/healthz`.
 - [`metrics`], [`inventory`], [`telemetry`]: what a fleet reads, scraped or pushed.
-- [`pipeline`]: the daemon: stages spawned, watched, reloaded ([`reload`]), stopped.
+- [`pipeline`]: the daemon: stages spawned, watched, reloaded on SIGHUP, stopped.
 - [`http`]: `/metrics`, `/healthz` and the status page.
-- [`cmd`], [`cli`]: one file per command, and the command line; `main.rs` starts them.
-- Leaves: [`record`] (the domain's words), [`text`] and [`secret`] (what is shown made
-  safe), [`backoff`] (the one retry delay), [`systemd`] (notify and the watchdog),
-  [`debug_hooks`] (what a test may ask of a debug build, as a value).
+- [`cmd`]: the command line and one file per command; `main.rs` starts them.
+- Leaves: [`record`] (the domain's words) and [`util`]: text and secrets made safe, the
+  one retry delay, systemd's notify and watchdog, a debug build's test hooks as a value.
 - The mock tracking service is a crate of its own (`mock/`), used by `tapegate demo`.
 */
 
 pub mod api;
-pub mod backoff;
-pub mod cli;
 pub mod clock;
 pub mod cmd;
 pub mod config;
 pub(crate) mod db;
-pub mod debug_hooks;
 pub mod dedup;
 pub mod flush;
 pub mod health;
@@ -58,10 +54,7 @@ pub mod outbox;
 pub mod pipeline;
 pub mod products;
 pub mod record;
-pub mod reload;
-pub mod secret;
 pub(crate) mod side_tables;
 pub mod source;
-pub mod systemd;
 pub mod telemetry;
-pub mod text;
+pub mod util;

@@ -11,19 +11,19 @@ use std::process::ExitCode;
 use std::path::Path;
 
 use clap::Parser;
-use tapegate::cli::{Cli, Command, DeadLetters, Operator};
 use tapegate::clock::SharedClock;
+use tapegate::cmd::cli::{Cli, Command, DeadLetters, Operator};
 use tapegate::cmd::{
     self, block_on, check, dead_letters, decode, device, history, locate, message, scan, status,
     tapes,
 };
 use tapegate::cmd::{side_channel, support_bundle, CmdError};
 use tapegate::config::{self, Config, ConfigError, Password};
-use tapegate::debug_hooks::DebugHooks;
 use tapegate::pipeline::{
     Reload, RunError, RunOptions, SetLogLevel, EXIT_DATABASE_TOO_NEW, EXIT_SOURCE_UNUSABLE,
     EXIT_STATE_NOT_WRITABLE, EXIT_UNDRAINED,
 };
+use tapegate::util::debug_hooks::DebugHooks;
 use tracing_journald::{Priority, PriorityMappings};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -72,7 +72,11 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
         Err(Failure::Usage(m)) => {
-            let _ = writeln!(std::io::stderr(), "tapegate: {}", tapegate::text::inert(&m));
+            let _ = writeln!(
+                std::io::stderr(),
+                "tapegate: {}",
+                tapegate::util::text::inert(&m)
+            );
             ExitCode::from(2)
         }
         Err(Failure::Other(e)) => {
@@ -118,7 +122,7 @@ fn report(message: &str) {
     for line in message.lines() {
         // Errors quote text from elsewhere (the service, a CSV file, an argument):
         // shown inert, so that no escape sequence or bidi override acts.
-        let line = tapegate::text::inert(line);
+        let line = tapegate::util::text::inert(line);
         if writeln!(stderr, "{mark}tapegate: {line}").is_err() {
             return;
         }
@@ -332,7 +336,7 @@ fn demo(options: tapegate::cmd::demo::DemoOptions) -> Result<(), Failure> {
     init_logging("warn");
     let mut out = std::io::stdout();
     block_on(async {
-        let stop = tapegate::systemd::stop_signals()?;
+        let stop = tapegate::util::systemd::stop_signals()?;
         anyhow::Ok(tapegate::cmd::demo::run(options, stop, &mut out).await?)
     })??;
     Ok(())

@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime};
 use tapegate::api::{ApiError, BulkItem, BulkRequest, Outgoing, ServiceClient, TransportKind};
 use tapegate::config::ServiceSettings;
 use tapegate::record::hex_upper;
-use tapegate::secret::Secret;
 use tapegate::source::sim::tape::TapeReading;
+use tapegate::util::secret::Secret;
 use tapegate_mock::{
     self as mock, Fault, MacFormat, MockConfig, MockEnvironment, MockHandle, Registry, Storm,
     WireRules,

@@ -481,7 +481,8 @@ async fn the_ingest_stage_stamps_captures_by_the_clock_it_is_handed() {
             live: true,
             clock: None,
             time: time.clone(),
-            beat: tapegate::systemd::Liveness::default().stage("ingest", Duration::from_secs(10)),
+            beat: tapegate::util::systemd::Liveness::default()
+                .stage("ingest", Duration::from_secs(10)),
             reload_products: None,
             reload_dedup: None,
             metrics: Arc::default(),

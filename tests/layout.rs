@@ -68,17 +68,7 @@ pub const LAYERS: &[(&str, &[&str])] = &[
         "leaves: the domain's words (Mac, Capture, the tape's packet), text and secrets \
          made safe, the retry delay, the system's clocks and systemd's notify socket; \
          they import nothing of the crate but each other",
-        &[
-            "record",
-            "text",
-            "secret",
-            "backoff",
-            "systemd",
-            "debug_hooks",
-            "clock",
-            "clock::source",
-            "clock::fake",
-        ],
+        &["record", "util", "clock", "clock::source", "clock::fake"],
     ),
     (
         "pure core: decisions with input and time passed in (which adverts are tapes, \
@@ -122,11 +112,11 @@ pub const LAYERS: &[(&str, &[&str])] = &[
     ),
     (
         "the daemon: the pipeline that wires the stages, SIGHUP's reload, the HTTP server",
-        &["pipeline", "reload", "http"],
+        &["pipeline", "http"],
     ),
     (
         "commands: one file per command over the library, and the command line",
-        &["cmd", "cli"],
+        &["cmd"],
     ),
     (
         "the binaries: the daemon's and the one that writes the man pages and completions",

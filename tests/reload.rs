@@ -1,4 +1,4 @@
-//! SIGHUP applies what changed (src/reload.rs), through the real binary and the mock
+//! SIGHUP applies what changed (src/pipeline/reload.rs), through the real binary and the mock
 //! service: the delivery stage restarted with new flush settings while captures keep
 //! coming (none lost, none given two fates), the HTTP server moved to a new port,
 //! telemetry switched on, one log line naming what was applied and what needs a

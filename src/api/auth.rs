@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backoff::Backoff;
-use crate::secret::Secret;
+use crate::util::backoff::Backoff;
+use crate::util::secret::Secret;
 
 use super::error::ApiError;
 
@@ -70,14 +70,14 @@ pub(crate) fn refusal(body: &[u8], password: &str) -> String {
             && c.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
             // A server that puts the password where the code goes gets no code.
-            && crate::secret::scrub(c, &[password]) == *c
+            && crate::util::secret::scrub(c, &[password]) == *c
             && !c.contains(password)
     });
     let description = text("error_description")
         .or_else(|| text("message"))
-        .map(|d| crate::secret::scrub(d, &[password]))
+        .map(|d| crate::util::secret::scrub(d, &[password]))
         .filter(|d| !quotes_the_request(d))
-        .map(|d| crate::text::bounded(&d, 200));
+        .map(|d| crate::util::text::bounded(&d, 200));
     match (code, description) {
         (Some(c), Some(d)) => format!("{c}: {d}"),
         (Some(c), None) => c.to_string(),

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::auth::{self, Grant};
 use super::{read_capped, ApiError, Endpoint, ServiceClient, TransientKind, MAX_ERROR_BYTES};
-use crate::secret::Secret;
+use crate::util::secret::Secret;
 
 /// Used when the token answer has no usable `expires_in` (the spec requires it).
 const FALLBACK_TOKEN_LIFETIME: Duration = Duration::from_secs(300);

@@ -49,7 +49,7 @@ use url::Url;
 
 use crate::clock::SharedClock;
 use crate::config::{EnvironmentSettings, ServiceSettings};
-use crate::secret::{scrub, Secret};
+use crate::util::secret::{scrub, Secret};
 pub(crate) use address::join;
 use address::{check_http_url, header_value};
 

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backoff::RETRY_AFTER_MAX;
+use crate::util::backoff::RETRY_AFTER_MAX;
 
 /// The instant the process's gate times are counted from (microseconds, in the log).
 fn epoch() -> Instant {

@@ -21,7 +21,7 @@ use std::future::Future;
 use reqwest::{RequestBuilder, StatusCode};
 
 use super::{Answer, ApiError, ServiceClient};
-use crate::secret::Secret;
+use crate::util::secret::Secret;
 
 /// What a decode request carries, taken as it goes on the wire.
 pub trait Outgoing {

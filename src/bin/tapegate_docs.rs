@@ -1,5 +1,5 @@
 //! `tapegate-docs DIR`: the man pages and the shell completions of `tapegate`, written
-//! from the command line's own definition (`tapegate::cli`) into `DIR`, for the package
+//! from the command line's own definition (`tapegate::cmd::cli`) into `DIR`, for the package
 //! (scripts/build-deb.sh runs it before `cargo deb`, whose assets take them from
 //! there): `man/tapegate.1.gz` and a page per command (`tapegate-run.1.gz`...),
 //! `completions/tapegate.bash`, `_tapegate` (zsh) and `tapegate.fish`. Not in the
@@ -31,7 +31,7 @@ fn write_all(dir: &Path) -> std::io::Result<()> {
     let completions = dir.join("completions");
     std::fs::create_dir_all(&man)?;
     std::fs::create_dir_all(&completions)?;
-    let cli = tapegate::cli::Cli::command();
+    let cli = tapegate::cmd::cli::Cli::command();
     pages(&cli, "", &man)?;
     for (shell, name) in [
         (Shell::Bash, "tapegate.bash"),

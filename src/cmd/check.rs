@@ -157,13 +157,13 @@ fn warnings(r: &mut Report, client: &ServiceClient, service: &ServiceSettings) {
             ),
         );
     }
-    if service.endpoint.password.expose().chars().count() < crate::secret::SCRUB_MIN_CHARS {
+    if service.endpoint.password.expose().chars().count() < crate::util::secret::SCRUB_MIN_CHARS {
         r.say(
             Verdict::Warn,
             "password",
             format!(
                 "shorter than {} characters: too short to tell from ordinary text, so it is not looked for in what the service answers (the token endpoint's answers are never shown); ask for a longer one",
-                crate::secret::SCRUB_MIN_CHARS
+                crate::util::secret::SCRUB_MIN_CHARS
             ),
         );
     }
@@ -334,7 +334,7 @@ fn judge_answer(answer: &[BulkAnswerItem], mac_id: &str, what: &str) -> (Verdict
             Verdict::Ok,
             format!(
                 "answered {what} with the item error \"{}\"",
-                crate::text::shown(error, crate::text::SHOWN_MAX_CHARS)
+                crate::util::text::shown(error, crate::util::text::SHOWN_MAX_CHARS)
             ),
         ),
         None => (

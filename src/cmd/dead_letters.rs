@@ -9,7 +9,7 @@ use crate::clock::rfc3339;
 use crate::config::Config;
 use crate::outbox::{DeadLetterDesk, OutboxError};
 use crate::record::Mac;
-use crate::text::{shown, SHOWN_MAX_CHARS};
+use crate::util::text::{shown, SHOWN_MAX_CHARS};
 
 /// Prints `tapegate dead-letters list`.
 pub fn list(

@@ -15,7 +15,7 @@ use crate::config::Config;
 use crate::operator::{
     check_id, HistoricalEvent, HistoryFilter, HistoryQuery, HistoryRead, ReadingMark,
 };
-use crate::text::shown;
+use crate::util::text::shown;
 
 const CELL: usize = 40;
 

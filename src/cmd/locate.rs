@@ -11,7 +11,7 @@ use super::CmdError;
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::operator::{LocationEvent, ReadingMark, SensorReading};
-use crate::text::shown;
+use crate::util::text::shown;
 
 const CELL: usize = 60;
 

@@ -53,7 +53,7 @@ pub async fn run(
             "{}: HTTP {} {}",
             sent.message_type,
             sent.status,
-            crate::text::shown(&sent.message, crate::text::SHOWN_MAX_CHARS)
+            crate::util::text::shown(&sent.message, crate::util::text::SHOWN_MAX_CHARS)
         )?;
     }
     Ok(())

@@ -6,6 +6,7 @@
 
 mod archive;
 pub mod check;
+pub mod cli;
 pub mod dead_letters;
 pub mod decode;
 #[cfg(feature = "mock")]
@@ -29,7 +30,7 @@ use crate::api::ApiError;
 use crate::config::ConfigError;
 use crate::outbox::OutboxError;
 use crate::pipeline::RunError;
-use crate::systemd::stop_signals;
+use crate::util::systemd::stop_signals;
 
 /// Why a command failed. `main` maps [`CmdError::Config`] to exit 2 and the rest to 1;
 /// a closed stdout ([`CmdError::is_broken_pipe`]) ends the command quietly.

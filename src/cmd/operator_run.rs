@@ -48,7 +48,11 @@ impl Console {
             ""
         };
         // A closed stderr (`... 2>&1 | head -1`) is no reason to fail, or panic.
-        let _ = writeln!(std::io::stderr(), "{clear}{}", crate::text::inert(message));
+        let _ = writeln!(
+            std::io::stderr(),
+            "{clear}{}",
+            crate::util::text::inert(message)
+        );
     }
 
     /// The progress line, on a terminal only.

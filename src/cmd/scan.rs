@@ -24,10 +24,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
 use crate::config::Config;
-use crate::debug_hooks::DebugHooks;
 use crate::products::Products;
 use crate::record::{hex_upper, Advertisement, EpochMillis, Mac};
 use crate::source::{self, Heard, Source, SourceError, SourceReport};
+use crate::util::debug_hooks::DebugHooks;
 
 /// What `tapegate scan` was asked to do.
 #[derive(Debug, Clone, Default)]

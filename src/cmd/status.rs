@@ -11,7 +11,7 @@ use crate::clock::{age, rfc3339, Clock};
 use crate::config::Config;
 use crate::outbox::{ScannerCounts, StateReader, Stats};
 use crate::record::EpochMillis;
-use crate::text::{inert, SHOWN_MAX_CHARS};
+use crate::util::text::{inert, SHOWN_MAX_CHARS};
 
 /// `tapegate status --json`: the contract fields of DESIGN.md and a few more.
 #[derive(Debug, Serialize)]
@@ -130,7 +130,7 @@ impl StatusJson {
 }
 
 fn bounded(s: &str) -> String {
-    crate::text::bounded(s, SHOWN_MAX_CHARS)
+    crate::util::text::bounded(s, SHOWN_MAX_CHARS)
 }
 
 pub(super) fn ago(at: EpochMillis, now: EpochMillis) -> String {

@@ -11,7 +11,7 @@ use super::CmdError;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::outbox::{OutboxError, StateReader};
-use crate::text::{shown, SHOWN_MAX_CHARS};
+use crate::util::text::{shown, SHOWN_MAX_CHARS};
 
 /// Reads rows from the state database. Prints them as JSON, or `empty` when there are
 /// none, and returns `None` then; otherwise returns them for a table.

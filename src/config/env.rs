@@ -55,7 +55,7 @@ fn set_path(table: &mut toml::Table, segments: &[String], raw: &str) -> Result<(
     let (first, rest) = segments.split_first().ok_or("empty key")?;
     if rest.is_empty() {
         // A secret is taken exactly as given: a password `1e3` is not the number 1000.
-        let value = if crate::secret::is_secret_key(first) {
+        let value = if crate::util::secret::is_secret_key(first) {
             toml::Value::String(raw.to_string())
         } else {
             env_value(table.get(first), raw)

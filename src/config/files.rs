@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use super::host::{CaFileRead, PasswordFile};
 use super::problem::Check;
-use crate::secret::Secret;
+use crate::util::secret::Secret;
 
 /// Whether loading reads the service password.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -8,7 +8,7 @@ The only room of config that reads the machine.
 
 use std::path::{Path, PathBuf};
 
-use crate::secret::Secret;
+use crate::util::secret::Secret;
 
 /// What validation needs to know about the machine it runs on.
 #[derive(Debug, Clone)]

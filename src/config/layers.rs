@@ -117,7 +117,7 @@ fn syntax_message(text: &str, e: &toml::de::Error) -> String {
         });
     let what = e.message().lines().next().unwrap_or("").trim();
     match key {
-        Some(k) if crate::secret::is_secret_key(k) => {
+        Some(k) if crate::util::secret::is_secret_key(k) => {
             format!("line {line_no}, column {column}, in the value of `{k}` (not shown: it is a secret)")
         }
         Some(k) => format!("line {line_no}, column {column}, key `{k}`: {what}"),

@@ -12,7 +12,7 @@ use super::problem::Check;
 use super::raw::{RawEnvironment, RawService};
 use super::DEFAULTS;
 use crate::record::Mac;
-use crate::secret::Secret;
+use crate::util::secret::Secret;
 
 /// `mac_id` on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

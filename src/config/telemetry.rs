@@ -16,7 +16,7 @@ use super::host::PasswordFile;
 use super::problem::Check;
 use super::raw::RawTelemetry;
 use super::DEFAULTS;
-use crate::secret::Secret;
+use crate::util::secret::Secret;
 
 /// `[telemetry]`: the metrics of `/metrics`, pushed to a Prometheus remote-write
 /// receiver (see [`crate::telemetry`]).

@@ -105,7 +105,7 @@ mod tests {
     use crate::config::files::Password;
     use crate::config::host::PasswordFile;
     use crate::config::test_support::{problems, test_host, SERVICE};
-    use crate::secret::Secret;
+    use crate::util::secret::Secret;
 
     #[test]
     fn every_problem_is_reported_at_once_naming_key_value_and_expectation() {

@@ -195,7 +195,7 @@ fn quarantine(path: &Path, stamp: i64) -> std::io::Result<PathBuf> {
 /// decodes them back into the bytes of the name).
 fn uri_path(path: &Path) -> String {
     use std::os::unix::ffi::OsStrExt;
-    const PATH: &percent_encoding::AsciiSet = &crate::text::UNRESERVED.remove(b'/');
+    const PATH: &percent_encoding::AsciiSet = &crate::util::text::UNRESERVED.remove(b'/');
     percent_encoding::percent_encode(path.as_os_str().as_bytes(), PATH).to_string()
 }
 

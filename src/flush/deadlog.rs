@@ -53,7 +53,7 @@ impl DeadLetterLog {
             // The message itself names the tape and the reason: `journalctl -u tapegate`
             // shows the message, not the fields. The reason is the service's text, cut
             // and made inert.
-            let said = crate::text::shown(reason, 200);
+            let said = crate::util::text::shown(reason, 200);
             tracing::warn!(
                 mac = %mac,
                 correlation_id,

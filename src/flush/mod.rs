@@ -69,7 +69,7 @@ use crate::config::{FlushSettings, MacFormat};
 use crate::heard_now::HeardNow;
 use crate::metrics::Metrics;
 use crate::outbox::{AnswerNotes, FlusherOutbox, OutboxError, Outcome, PendingCapture};
-use crate::systemd::Beat;
+use crate::util::systemd::Beat;
 
 pub use answer::{classify, Action};
 pub use control::{FlushControl, FlushReport};

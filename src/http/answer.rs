@@ -16,7 +16,7 @@ use crate::heard_now::HeardNow;
 use crate::metrics::Metrics;
 use crate::outbox::Reader;
 use crate::source::SourceHealth;
-use crate::systemd::Liveness;
+use crate::util::systemd::Liveness;
 
 /// What the server reads to answer; shared by every connection.
 pub struct HttpState {

@@ -89,7 +89,10 @@ pub(super) async fn render(state: &HttpState) -> Answer {
 /// Text from elsewhere (the service, BlueZ, the database) for the page: bounded, with
 /// controls and bidi overrides shown escaped, then HTML-escaped.
 fn foreign(s: &str) -> String {
-    esc(&crate::text::shown(s, crate::text::SHOWN_MAX_CHARS))
+    esc(&crate::util::text::shown(
+        s,
+        crate::util::text::SHOWN_MAX_CHARS,
+    ))
 }
 
 /// `s` with the five characters that mean something in HTML escaped.

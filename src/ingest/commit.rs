@@ -10,12 +10,12 @@ use tokio_util::sync::CancellationToken;
 
 use std::time::Duration;
 
-use crate::backoff::Backoff;
 use crate::clock::ClockKeeper;
 use crate::health::Admission;
 use crate::outbox::{Evictions, IngestWriter, OutboxError};
 use crate::record::Capture;
-use crate::systemd::Beat;
+use crate::util::backoff::Backoff;
+use crate::util::systemd::Beat;
 
 /// A failed commit is retried after this, doubling (no jitter: one writer)...
 const COMMIT_RETRY_INITIAL: Duration = Duration::from_millis(100);

@@ -86,7 +86,7 @@ impl Operator {
     pub async fn add_device(&self, add: &AddDevice) -> Result<AddOutcome, OperatorError> {
         let correlation_id = self.correlation_id("add");
         let call = self.add_call(add, &correlation_id)?;
-        let shown_qr = crate::text::shown(&add.qrcode, 40);
+        let shown_qr = crate::util::text::shown(&add.qrcode, 40);
         let (answer, lost_before) = answered(self.send(Policy::ADD, &call).await?, &shown_qr)?;
         let outcome = |ok: bool| AddOutcome::of(add, ok, &answer, &correlation_id);
         if answer.status.is_success() {
@@ -154,7 +154,7 @@ impl Operator {
             headers.push(("facility_id", f.clone()));
         }
         Ok(Call {
-            what: format!("add {}", crate::text::shown(&add.qrcode, 40)),
+            what: format!("add {}", crate::util::text::shown(&add.qrcode, 40)),
             method: Method::POST,
             url,
             account: Account::Headers,
@@ -211,7 +211,7 @@ impl Operator {
                 "EXISTS",
                 format!(
                     "it exists with another tape id ({}), not the one sent; `--override` deletes and recreates its record",
-                    crate::text::shown(&mac, 40)
+                    crate::util::text::shown(&mac, 40)
                 ),
             ),
             None => conflict.exists(
@@ -275,7 +275,7 @@ fn body_message(a: &Answer) -> String {
     serde_json::from_slice::<Value>(&a.body)
         .ok()
         .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_string))
-        .map(|m| crate::text::bounded(&m, crate::text::SHOWN_MAX_CHARS))
+        .map(|m| crate::util::text::bounded(&m, crate::util::text::SHOWN_MAX_CHARS))
         .unwrap_or_default()
 }
 

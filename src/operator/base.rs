@@ -67,7 +67,7 @@ pub struct Operator {
 /// (empty, space around it, a control or invisible character, `.` or `..`, longer than
 /// [`MAX_ID_CHARS`]). The error names the value, made safe to show.
 pub fn check_id(kind: &str, value: &str) -> Result<(), String> {
-    let shown = || crate::text::shown(value, 40);
+    let shown = || crate::util::text::shown(value, 40);
     if value.is_empty() {
         return Err(format!("{kind} is empty"));
     }
@@ -78,7 +78,7 @@ pub fn check_id(kind: &str, value: &str) -> Result<(), String> {
             value.chars().count()
         ));
     }
-    if matches!(crate::text::inert(value), std::borrow::Cow::Owned(_)) {
+    if matches!(crate::util::text::inert(value), std::borrow::Cow::Owned(_)) {
         return Err(format!(
             "{kind} {} holds a control or invisible character",
             shown()

@@ -238,7 +238,7 @@ impl Operator {
             StatusCode::OK => Ok(Page::Events(parse_events(&a.body)?)),
             StatusCode::BAD_REQUEST => Ok(Page::Refused(
                 assumed::history_error_message(&a.body)
-                    .map(|m| crate::text::bounded(&m, crate::text::SHOWN_MAX_CHARS))
+                    .map(|m| crate::util::text::bounded(&m, crate::util::text::SHOWN_MAX_CHARS))
                     .unwrap_or(a.message),
             )),
             s => Err(OperatorError::Refused(format!(

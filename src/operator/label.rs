@@ -116,7 +116,7 @@ fn settled(op: &DeviceOp, d: &DeviceEntry, judged: Judged, lost_cause: &str) -> 
             "ALREADY_LABELLED",
             Some(format!(
                 "carries another label (asset {}), not the one sent",
-                crate::text::shown(&asset, 60)
+                crate::util::text::shown(&asset, 60)
             )),
         )
         .with_hint(op),

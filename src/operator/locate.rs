@@ -97,7 +97,7 @@ const AWB_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// `s` percent-encoded byte for byte, all but the unreserved characters of RFC 3986.
 fn encode_segment(s: &str) -> String {
-    percent_encoding::utf8_percent_encode(s, crate::text::UNRESERVED).to_string()
+    percent_encoding::utf8_percent_encode(s, crate::util::text::UNRESERVED).to_string()
 }
 
 impl Operator {
@@ -116,7 +116,7 @@ impl Operator {
         if sensor {
             url.query_pairs_mut().append_pair("event", "sensor");
         }
-        let shown = crate::text::shown(asset_id, 60);
+        let shown = crate::util::text::shown(asset_id, 60);
         let call = Call {
             what: format!("locate {shown}"),
             method: Method::GET,

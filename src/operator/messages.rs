@@ -163,7 +163,7 @@ impl Operator {
             message: v
                 .get("message")
                 .and_then(Value::as_str)
-                .map(|m| crate::text::bounded(m, crate::text::SHOWN_MAX_CHARS))
+                .map(|m| crate::util::text::bounded(m, crate::util::text::SHOWN_MAX_CHARS))
                 .unwrap_or_else(|| "accepted".to_string()),
             correlation_id: call.correlation_id,
         })

@@ -29,7 +29,7 @@ use url::Url;
 use super::base::{Operator, OperatorError};
 use crate::api::TransportKind;
 use crate::api::{Account, Answer, ApiError};
-use crate::backoff::Backoff;
+use crate::util::backoff::Backoff;
 
 /// First wait after a failed attempt, doubling with full jitter...
 const RETRY_INITIAL: Duration = Duration::from_secs(1);

@@ -35,8 +35,8 @@ pub const LATEST_EVERY: Duration = Duration::from_secs(60);
 
 /// In a debug build, milliseconds to use instead of [`LATEST_EVERY`] (0: written with
 /// every answer), for tests that read `tapes` from another process while the daemon
-/// runs ([`crate::debug_hooks::DebugHooks::latest_every`]).
-pub const LATEST_EVERY_ENV: &str = crate::debug_hooks::LATEST_EVERY_ENV;
+/// runs ([`crate::util::debug_hooks::DebugHooks::latest_every`]).
+pub const LATEST_EVERY_ENV: &str = crate::util::debug_hooks::LATEST_EVERY_ENV;
 
 /// Tapes with an unwritten reading at most (memory; then they are written sooner).
 /// A backlog of more tapes than this writes them more often, not more of them: each

@@ -85,7 +85,7 @@ impl Store {
                     Outcome::Delivered(_) => next.delivered += u64::from(gone),
                     Outcome::DeadLetter(error) if gone => {
                         // The service's reason, bounded as every text from elsewhere.
-                        let error = crate::text::bounded(error, crate::text::SHOWN_MAX_CHARS);
+                        let error = crate::util::text::bounded(error, crate::util::text::SHOWN_MAX_CHARS);
                         dead.execute(params![mac_to_int(c.mac), c.ts_ms, c.product_id, packet_value(&c.packet), c.rssi, error, now])?;
                         next.dead_lettered += 1;
                     }

@@ -112,12 +112,12 @@ impl FlusherState {
 }
 
 /// Text from elsewhere (the service's reasons, BlueZ's troubles) is kept and read back
-/// bounded ([`crate::text::bounded`]); a database written before the bound may hold
+/// bounded ([`crate::util::text::bounded`]); a database written before the bound may hold
 /// longer rows, of which only this many characters are read.
-const READ_CHARS: i64 = 4 * crate::text::SHOWN_MAX_CHARS as i64;
+const READ_CHARS: i64 = 4 * crate::util::text::SHOWN_MAX_CHARS as i64;
 
 fn bounded(s: &str) -> String {
-    crate::text::bounded(s, crate::text::SHOWN_MAX_CHARS)
+    crate::util::text::bounded(s, crate::util::text::SHOWN_MAX_CHARS)
 }
 
 impl Store {

@@ -1,5 +1,5 @@
 //! The delivery stage's wiring: with a `[service]`, a flusher over the outbox that a
-//! reload may replace (src/reload.rs), woken by the capture path's commits.
+//! reload may replace (src/pipeline/reload.rs), woken by the capture path's commits.
 
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use super::supervise::{Ended, Stages};
 use crate::api::ServiceClient;
 use crate::config::Config;
 use crate::flush::FlushControl;
-use crate::reload::{self, FlushSetup};
+use crate::pipeline::reload::{self, FlushSetup};
 
 /// Beyond a whole request and a whole backoff, how long the flusher may go without a turn.
 const FLUSH_SLACK: Duration = Duration::from_secs(60);
@@ -38,7 +38,7 @@ pub(super) fn start(
         service.request_timeout + config.flush.backoff_max + FLUSH_SLACK,
     );
     let flush_beat = beat.clone();
-    // The delivery stage: a flusher that a reload may replace (src/reload.rs).
+    // The delivery stage: a flusher that a reload may replace (src/pipeline/reload.rs).
     let flusher = reload::flush_stage(
         reload::FlushStage {
             outbox: parts.outbox.flusher(),

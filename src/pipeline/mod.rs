@@ -35,6 +35,7 @@ mod error;
 mod open;
 mod options;
 mod parts;
+pub mod reload;
 mod services;
 mod supervise;
 

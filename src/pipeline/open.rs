@@ -11,13 +11,13 @@ use super::error::RunError;
 use crate::api::ServiceClient;
 use crate::clock::{ClockKeeper, SharedClock};
 use crate::config::Config;
-use crate::debug_hooks::DebugHooks;
 use crate::http;
 use crate::inventory::Inventory;
 use crate::metrics::Metrics;
 use crate::outbox::{ClockOutbox, Handles, Outbox, StageOutbox, StoreOptions};
 use crate::record::EpochMillis;
 use crate::telemetry::Pusher;
+use crate::util::debug_hooks::DebugHooks;
 
 /// Opens the state database (moving a corrupt one aside), applies the retention and
 /// starts the outbox's owner thread; the thread's handle is for [`close`].

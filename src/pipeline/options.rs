@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use crate::clock::SharedClock;
-use crate::debug_hooks::DebugHooks;
+use crate::util::debug_hooks::DebugHooks;
 
 /// How `run` behaves beyond the config.
 pub struct RunOptions {
@@ -38,7 +38,7 @@ impl Default for RunOptions {
 }
 
 /// What SIGHUP re-reads: the config file (with the process environment's
-/// `TAPEGATE_*` overrides). A valid new config is applied as [`crate::reload`] says
+/// `TAPEGATE_*` overrides). A valid new config is applied as [`crate::pipeline::reload`] says
 /// (at once, or by restarting the delivery stage, the HTTP server or the pusher in
 /// process), dropping nothing; a bad one is refused with an ERROR line and the running
 /// one stays in force. What cannot change in a running daemon waits for a restart.
@@ -48,4 +48,4 @@ pub struct Reload {
     pub set_log_level: SetLogLevel,
 }
 
-pub use crate::reload::SetLogLevel;
+pub use crate::pipeline::reload::SetLogLevel;

@@ -10,7 +10,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::SharedClock;
 use crate::config::Config;
-use crate::debug_hooks::DebugHooks;
 use crate::dedup::DedupSettings;
 use crate::flush::FlushControl;
 use crate::health::Admission;
@@ -18,10 +17,11 @@ use crate::heard_now::HeardNow;
 use crate::inventory::Inventory;
 use crate::metrics::Metrics;
 use crate::outbox::Handles;
+use crate::pipeline::reload::FlushSetup;
 use crate::products::Products;
-use crate::reload::FlushSetup;
 use crate::source::SourceHealth;
-use crate::systemd::{Liveness, Notifier};
+use crate::util::debug_hooks::DebugHooks;
+use crate::util::systemd::{Liveness, Notifier};
 
 /// The handles the stages and services share.
 pub(super) struct Parts {

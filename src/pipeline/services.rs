@@ -17,8 +17,8 @@ use crate::config::Config;
 use crate::health::{self, HealthKeeper};
 use crate::http::HttpState;
 use crate::outbox::StageOutbox;
-use crate::reload;
-use crate::systemd::{self, Liveness, Notifier};
+use crate::pipeline::reload;
+use crate::util::systemd::{self, Liveness, Notifier};
 
 /// How often the outbox's age and size bounds are looked at besides each commit (more
 /// often for a short `max_age_secs`).
@@ -65,7 +65,7 @@ pub(super) async fn start(
         source_health: parts.source_health.clone(),
         clock: parts.clock.clone(),
     });
-    // The server and the pusher, which a reload may restart (src/reload.rs).
+    // The server and the pusher, which a reload may restart (src/pipeline/reload.rs).
     let services = Arc::new(tokio::sync::Mutex::new(reload::Services::new(
         tasks.clone(),
         http_state,
@@ -121,7 +121,7 @@ fn announce_ready(parts: &Parts, announces_start: bool) {
     });
 }
 
-/// Starts SIGHUP's reloader (see [`crate::reload`]).
+/// Starts SIGHUP's reloader (see [`crate::pipeline::reload`]).
 fn reloader(
     config: &Config,
     parts: &Parts,

@@ -13,11 +13,11 @@ use tracing::Instrument;
 
 use super::error::RunError;
 use super::parts::Stops;
-use crate::debug_hooks::DebugHooks;
 use crate::flush::FlushReport;
 use crate::ingest::IngestReport;
 use crate::source::SourceReport;
-use crate::systemd::{Beat, Notifier};
+use crate::util::debug_hooks::DebugHooks;
+use crate::util::systemd::{Beat, Notifier};
 
 /// What the stages reported as they ended, and how the run ended.
 #[derive(Default)]
@@ -205,7 +205,7 @@ impl Stopper {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::systemd::Liveness;
+    use crate::util::systemd::Liveness;
 
     #[tokio::test(start_paused = true)]
     async fn a_stage_that_ends_normally_leaves_the_watchdog_satisfied() {

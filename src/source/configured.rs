@@ -12,8 +12,8 @@ use super::{ble, replay, sim};
 use super::{Heard, Source, SourceError, SourceHealth, SourceReport};
 use crate::clock::SharedClock;
 use crate::config::{ScannerSettings, SourceKind};
-use crate::debug_hooks::DebugHooks;
 use crate::products::Products;
+use crate::util::debug_hooks::DebugHooks;
 
 /// The source `[scanner]` names, reading the time from `clock`.
 pub fn from_settings(scanner: &ScannerSettings, clock: SharedClock) -> Configured {

@@ -43,7 +43,7 @@ use crate::config::{TelemetryAuth, TelemetrySettings};
 use crate::metrics::{Metrics, PushOutcome};
 use crate::outbox::Reader;
 use crate::record::EpochMillis;
-use crate::secret::{scrub, Secret};
+use crate::util::secret::{scrub, Secret};
 
 /// Most of a refusal's answer kept for the log.
 const MAX_ANSWER_SHOWN: usize = 300;
@@ -316,7 +316,7 @@ impl Pusher {
         let text = answer_start(resp).await;
         let why = format!(
             "{status}: {}",
-            crate::text::shown(&scrub(text.trim(), &secrets), MAX_ANSWER_SHOWN)
+            crate::util::text::shown(&scrub(text.trim(), &secrets), MAX_ANSWER_SHOWN)
         );
         if status.as_u16() == 429 || status.is_server_error() {
             Sent::Failed(why)

@@ -201,7 +201,7 @@ pub fn environment_settings(
         client_id: e.client_id,
         audience: e.audience,
         username: e.username,
-        password: tapegate::secret::Secret::new(e.password),
+        password: tapegate::util::secret::Secret::new(e.password),
         customer_id: e.customer_id,
         authorized_groups: e.authorized_groups,
     })

@@ -188,7 +188,7 @@ pub fn public_items(sources: &[(String, String)]) -> BTreeMap<String, usize> {
     out
 }
 
-/// `src/outbox/db/mod.rs` -> `outbox`; `src/text.rs` -> `text`; `src/lib.rs` -> `lib`.
+/// `src/outbox/users/mod.rs` -> `outbox`; `src/util/text.rs` -> `util`; `src/lib.rs` -> `lib`.
 fn top_module(path: &str) -> String {
     let rest = path.split_once("src/").map_or(path, |(_, r)| r);
     let first = rest.split('/').next().unwrap_or(rest);

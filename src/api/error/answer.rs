@@ -5,9 +5,9 @@
 use std::time::{Duration, SystemTime};
 
 /// Longest server message kept in an error (the rest is cut, with an ellipsis).
-pub(super) const MESSAGE_MAX_CHARS: usize = crate::text::SHOWN_MAX_CHARS;
+pub(super) const MESSAGE_MAX_CHARS: usize = crate::util::text::SHOWN_MAX_CHARS;
 
-pub(crate) use crate::text::bounded as truncate;
+pub(crate) use crate::util::text::bounded as truncate;
 
 /// The operator-readable message of an error answer: `message` (and `errors`) of the
 /// spec's error body, `error`/`error_description` of an OAuth answer, or else the body

@@ -22,7 +22,7 @@ use crate::config::Config;
 use crate::operator::{check_id, AddDevice, AddOutcome, Operator, OperatorError};
 use crate::record::Mac;
 use crate::side_tables::HeardTape;
-use crate::text::shown;
+use crate::util::text::shown;
 
 /// One tape to add: the request, and the tape's MAC when it is one (its dead letters
 /// are re-queued after the add).
@@ -206,7 +206,7 @@ fn report_one(
         return Err(CmdError::Failed(format!(
             "{}: {}",
             shown(&a.outcome.qrcode, CELL),
-            crate::text::inert(a.outcome.note.as_deref().unwrap_or(&a.outcome.message))
+            crate::util::text::inert(a.outcome.note.as_deref().unwrap_or(&a.outcome.message))
         )));
     }
     Ok(())
@@ -236,7 +236,11 @@ fn report_rows(
         print_bad_rows(bad, out)?;
         print_adds(added, true, out)?;
         if let Some(e) = &stop {
-            writeln!(out, "stopped early: {}", crate::text::inert(&e.to_string()))?;
+            writeln!(
+                out,
+                "stopped early: {}",
+                crate::util::text::inert(&e.to_string())
+            )?;
         }
     }
     if let Some(e) = stop {
@@ -311,7 +315,9 @@ fn print_adds(added: &[Added], table: bool, out: &mut dyn Write) -> Result<(), C
 
 /// The tapes of `device add` from its command line: one from `--qr` and `--tape-id`
 /// (or `--nearest`), or a manifest's rows.
-pub(super) fn add_rows(a: &crate::cli::DeviceAdd) -> Result<(Vec<AddRow>, Vec<BadRow>), CmdError> {
+pub(super) fn add_rows(
+    a: &crate::cmd::cli::DeviceAdd,
+) -> Result<(Vec<AddRow>, Vec<BadRow>), CmdError> {
     let template = AddDevice {
         app_id: a.app_id.clone(),
         tape_type: a.tape_type.clone(),

@@ -14,7 +14,7 @@ use super::shared::CELL;
 use crate::cmd::CmdError;
 use crate::operator::{check_id, DeviceEntry, DeviceOp};
 use crate::record::Mac;
-use crate::text::shown;
+use crate::util::text::shown;
 
 /// The columns a manifest may name: the spec's field names (DESIGN.md), and for `add`
 /// the names of its parameters (spec 4.6; `application_id` is its `appId`).
@@ -81,7 +81,7 @@ pub(super) fn check_text(kind: &str, value: &str) -> Result<(), String> {
             value.chars().count()
         ));
     }
-    if matches!(crate::text::inert(value), std::borrow::Cow::Owned(_)) {
+    if matches!(crate::util::text::inert(value), std::borrow::Cow::Owned(_)) {
         return Err(format!(
             "{kind} {} holds a control or invisible character",
             shown(value, CELL)

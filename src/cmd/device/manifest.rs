@@ -206,7 +206,7 @@ pub fn parse(text: &str, known: &[&str]) -> Result<Manifest, String> {
             return Err(format!(
                 "line {}: unknown column {:?} in the header row; columns are {}",
                 head.line,
-                crate::text::shown(h, 60),
+                crate::util::text::shown(h, 60),
                 known.join(", ")
             ));
         }

@@ -20,7 +20,7 @@ use crate::operator::rate;
 use crate::operator::{
     DeviceEntry, DeviceOp, DeviceOutcome, DeviceReport, DeviceRun, Operator, Progress,
 };
-use crate::text::shown;
+use crate::util::text::shown;
 
 #[derive(Serialize)]
 struct Printed<'a> {
@@ -181,7 +181,7 @@ fn print_outcomes(report: &DeviceReport, out: &mut dyn Write) -> Result<(), CmdE
         report.requests
     )?;
     if let Some(e) = &report.error {
-        writeln!(out, "stopped early: {}", crate::text::inert(e))?;
+        writeln!(out, "stopped early: {}", crate::util::text::inert(e))?;
     }
     Ok(())
 }
@@ -230,7 +230,7 @@ fn print_records(report: &DeviceReport, out: &mut dyn Write) -> Result<(), CmdEr
         )?;
     }
     if let Some(e) = &report.error {
-        writeln!(out, "stopped early: {}", crate::text::inert(e))?;
+        writeln!(out, "stopped early: {}", crate::util::text::inert(e))?;
     }
     Ok(())
 }

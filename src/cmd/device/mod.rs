@@ -7,7 +7,7 @@
 //!
 //! What a person typed is checked before anything is sent. This file dispatches the
 //! command line to the files under it. Every text that came from elsewhere (the service,
-//! the CSV file) goes through [`crate::text`] before it is printed.
+//! the CSV file) goes through [`crate::util::text`] before it is printed.
 
 mod add;
 mod input;
@@ -35,10 +35,10 @@ pub use shared::Added;
 pub async fn run(
     config: &Config,
     clock: &SharedClock,
-    device: &crate::cli::Device,
+    device: &crate::cmd::cli::Device,
     out: &mut dyn Write,
 ) -> Result<(), CmdError> {
-    use crate::cli::Device as D;
+    use crate::cmd::cli::Device as D;
     let default_app = config
         .operator
         .as_ref()

@@ -1,7 +1,7 @@
 //! What every `device` subcommand prints with: the report row of an add ([`Added`],
 //! which `--nearest` prints too), the table's widest cell and its note cell, the rows of
 //! a CSV that were not sent, and one JSON document. A leaf: it may touch the operator's
-//! outcome types, the manifest's [`BadRow`] and [`crate::text`], nothing of its siblings
+//! outcome types, the manifest's [`BadRow`] and [`crate::util::text`], nothing of its siblings
 //! that use it.
 
 use std::io::Write;
@@ -39,7 +39,7 @@ pub(super) fn print_bad_rows(bad: &[BadRow], out: &mut dyn Write) -> Result<(), 
             out,
             "line {}: {} (not sent)",
             b.line,
-            crate::text::inert(&b.message)
+            crate::util::text::inert(&b.message)
         )?;
     }
     Ok(())
@@ -52,5 +52,5 @@ pub(super) fn note_cell(note: Option<&str>, hint: Option<&str>) -> String {
         (Some(t), None) | (None, Some(t)) => t.to_string(),
         (None, None) => String::new(),
     };
-    crate::text::inert(&text).into_owned()
+    crate::util::text::inert(&text).into_owned()
 }

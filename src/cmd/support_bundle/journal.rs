@@ -44,7 +44,7 @@ pub(super) fn journal() -> Result<Vec<u8>, String> {
     if !status.success() && records.is_empty() {
         return Err(format!(
             "journalctl -u {UNIT} failed ({status}): {}",
-            crate::text::shown(err.trim(), 500)
+            crate::util::text::shown(err.trim(), 500)
         ));
     }
     if records.iter().all(u8::is_ascii_whitespace) {
@@ -53,7 +53,7 @@ pub(super) fn journal() -> Result<Vec<u8>, String> {
             if err.trim().is_empty() {
                 String::new()
             } else {
-                format!(" ({})", crate::text::shown(err.trim(), 500))
+                format!(" ({})", crate::util::text::shown(err.trim(), 500))
             }
         ));
     }

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::config::effective;
-use crate::secret::{is_secret_key, scrub};
+use crate::util::secret::{is_secret_key, scrub};
 
 /// The secrets found, and every form of them to take out of text.
 pub(super) struct Secrets {
@@ -197,7 +197,9 @@ fn secret_forms(secrets: &[(String, Vec<String>)]) -> Vec<String> {
         let json = serde_json::to_string(s).unwrap_or_default();
         forms.push(json[1..json.len().saturating_sub(1)].to_string());
         forms.push(url::form_urlencoded::byte_serialize(s.as_bytes()).collect());
-        forms.push(percent_encoding::utf8_percent_encode(s, crate::text::UNRESERVED).to_string());
+        forms.push(
+            percent_encoding::utf8_percent_encode(s, crate::util::text::UNRESERVED).to_string(),
+        );
         forms.push(b64.encode(s));
         for u in usernames {
             forms.push(b64.encode(format!("{u}:{s}")));

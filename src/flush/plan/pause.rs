@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::step::Note;
-use crate::backoff::{Backoff, RETRY_AFTER_MAX};
+use crate::util::backoff::{Backoff, RETRY_AFTER_MAX};
 
 #[derive(Debug)]
 pub(super) struct Pause {

@@ -9,9 +9,9 @@ use tokio::time::Instant;
 
 use super::step::{BatchId, InFlight, Note, Origin, Queued, Resolution};
 use super::Planner;
-use crate::backoff::RETRY_AFTER_MAX;
 use crate::flush::answer::Action;
 use crate::outbox::{Outcome, PendingCapture};
+use crate::util::backoff::RETRY_AFTER_MAX;
 
 /// A transient failure of a batch.
 struct Failure {

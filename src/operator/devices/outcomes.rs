@@ -56,7 +56,7 @@ impl<'a> Matched<'a> {
             .unmatched
             .iter()
             .take(5)
-            .map(|q| crate::text::shown(q, 40))
+            .map(|q| crate::util::text::shown(q, 40))
             .collect();
         format!(
             "not confirmed: the answer counts {} successful and {} failed of {sent} sent, and names {named} of ours{}",

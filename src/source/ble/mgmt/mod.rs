@@ -39,7 +39,7 @@ use wire::Frames;
 
 /// Set to a Unix seqpacket socket's path, a debug build reads management frames from
 /// the peer listening there instead of the kernel (tests and benchmarks; logged at WARN).
-pub const SOCKET_ENV: &str = crate::debug_hooks::MGMT_SOCKET_ENV;
+pub const SOCKET_ENV: &str = crate::util::debug_hooks::MGMT_SOCKET_ENV;
 
 /// How long opening waits for the kernel's answer to the trust probe.
 const PROBE_WAIT: Duration = Duration::from_secs(2);
@@ -82,7 +82,7 @@ pub enum Origin {
 
 impl Origin {
     /// `peer`, a debug build's stand-in for the kernel
-    /// ([`crate::debug_hooks::DebugHooks::mgmt_socket`]); else `stored`, the socket the
+    /// ([`crate::util::debug_hooks::DebugHooks::mgmt_socket`]); else `stored`, the socket the
     /// unit's start step stored (which the daemon took from systemd:
     /// [`socket::from_systemd`]); else the kernel's, opened here.
     pub fn choose(peer: Option<PathBuf>, stored: Option<OwnedFd>) -> Origin {

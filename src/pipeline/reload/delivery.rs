@@ -14,7 +14,7 @@ use crate::flush::{FlushControl, FlushReport, Flusher};
 use crate::heard_now::HeardNow;
 use crate::metrics::Metrics;
 use crate::outbox::FlusherOutbox;
-use crate::systemd::Beat;
+use crate::util::systemd::Beat;
 
 /// What the delivery stage runs with; a new one restarts it.
 pub struct FlushSetup {
