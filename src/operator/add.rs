@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::assumed::DeviceEntry;
-use super::base::{Operator, OperatorError};
+use super::base::{Base, OperatorError};
 use super::send::{Call, Policy, Sent};
 use crate::api::{Account, Answer};
 use crate::record::Mac;
@@ -79,11 +79,11 @@ impl AddOutcome {
     }
 }
 
-impl Operator {
+impl Base {
     /// `device add` (spec 4.6). `Ok` with `ok: false` when the service refused this
     /// tape (the next may go); `Err` when nothing more should be sent (credentials, no
     /// answer, an interrupt).
-    pub async fn add_device(&self, add: &AddDevice) -> Result<AddOutcome, OperatorError> {
+    pub(super) async fn add_device(&self, add: &AddDevice) -> Result<AddOutcome, OperatorError> {
         let correlation_id = self.correlation_id("add");
         let call = self.add_call(add, &correlation_id)?;
         let shown_qr = crate::util::text::shown(&add.qrcode, 40);

@@ -1,5 +1,6 @@
 /*!
-The operator's client ([`Operator`]) and what every capability file shares: its error
+What every capability file of the operator's client shares: `Base` (the service
+client, the rate window, the settings, the callbacks a command gives), its error
 ([`OperatorError`]), the interruption of a run ([`Interrupt`]), where a multi-device run
 is ([`Progress`]) and the check of an identifier a person typed ([`check_id`]). The
 floor of the operator room: it may touch the transport (`crate::api`), the operator
@@ -16,7 +17,7 @@ use crate::config::OperatorSettings;
 use crate::outbox::OutboxError;
 
 /// Longest QR code, asset id or other identifier sent (characters).
-pub const MAX_ID_CHARS: usize = 256;
+const MAX_ID_CHARS: usize = 256;
 
 /// Why an operator call failed as a whole (per-device failures are in the report).
 #[derive(Debug, thiserror::Error)]
@@ -46,9 +47,10 @@ impl OperatorError {
     }
 }
 
-/// The operator's client: the service client, the shared rate window, and the operator
-/// settings of the environment.
-pub struct Operator {
+/// What the operator's client ([`super::Operator`]) holds, and every capability file
+/// extends: the service client, the shared rate window, and the operator settings of
+/// the environment.
+pub(super) struct Base {
     pub(super) client: ServiceClient,
     pub(super) gate: RateGate,
     pub(super) settings: OperatorSettings,
@@ -93,15 +95,15 @@ pub fn check_id(kind: &str, value: &str) -> Result<(), String> {
     Ok(())
 }
 
-impl Operator {
-    pub fn new(
+impl Base {
+    pub(super) fn new(
         client: ServiceClient,
         gate: RateGate,
         settings: OperatorSettings,
         gateway_id: String,
         on_retry: Box<dyn Fn(&str) + Send + Sync>,
-    ) -> Operator {
-        Operator {
+    ) -> Base {
+        Base {
             client,
             gate,
             settings,
@@ -114,24 +116,24 @@ impl Operator {
     }
 
     /// This client, stopped by `interrupt`.
-    pub fn with_interrupt(self, interrupt: Interrupt) -> Operator {
-        Operator { interrupt, ..self }
+    pub(super) fn with_interrupt(self, interrupt: Interrupt) -> Base {
+        Base { interrupt, ..self }
     }
 
     /// This client, telling `on_progress` after each request of a multi-device run.
-    pub fn with_progress(self, on_progress: Box<dyn Fn(&Progress) + Send + Sync>) -> Operator {
-        Operator {
+    pub(super) fn with_progress(self, on_progress: Box<dyn Fn(&Progress) + Send + Sync>) -> Base {
+        Base {
             on_progress,
             ..self
         }
     }
 
-    pub fn settings(&self) -> &OperatorSettings {
+    pub(super) fn settings(&self) -> &OperatorSettings {
         &self.settings
     }
 
     /// The shared rate window.
-    pub fn gate(&self) -> &RateGate {
+    pub(super) fn gate(&self) -> &RateGate {
         &self.gate
     }
 

@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::assumed::LabelRecord;
-use super::base::{Operator, OperatorError};
+use super::base::{Base, OperatorError};
 use super::send::{Call, Policy};
 use crate::api::{Account, ApiError};
 
@@ -92,7 +92,7 @@ pub(super) struct Request {
     pub body: Option<Value>,
 }
 
-impl Operator {
+impl Base {
     /// The call that sends `request`, one chunk of `op`.
     pub(super) fn call_of(&self, op: &DeviceOp, request: Request) -> Result<Call, ApiError> {
         let mut url = self.client.url(request.path)?;

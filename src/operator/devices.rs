@@ -26,7 +26,7 @@ its own rules; none of them touches it.
 use std::collections::{HashMap, HashSet};
 
 use super::assumed::{ConfigChange, DeviceEntry};
-use super::base::{Operator, OperatorError, Progress};
+use super::base::{Base, OperatorError, Progress};
 use super::device_op::{ChunkEnd, DeviceOp, DeviceOutcome, DeviceReport, DeviceRun, Request};
 use super::send::{Call, Sent};
 use super::{configure, deactivate, label, show};
@@ -57,10 +57,10 @@ fn request(op: &DeviceOp, change: &ConfigChange, devices: &[DeviceEntry]) -> Req
     }
 }
 
-impl Operator {
+impl Base {
     /// One multi-device call over `entries`, split and repeated as the rules say. The
     /// report holds every device; a run that stopped early says why in `error`.
-    pub async fn devices(&self, op: DeviceOp, entries: Vec<DeviceEntry>) -> DeviceRun {
+    pub(super) async fn devices(&self, op: DeviceOp, entries: Vec<DeviceEntry>) -> DeviceRun {
         let first_request = self.requests();
         let groups = configure::groups(&op, distinct(entries));
         let wanted: Vec<String> = groups

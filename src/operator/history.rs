@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use super::assumed;
-use super::base::{Operator, OperatorError};
+use super::base::{Base, OperatorError};
 use super::locate::SensorReading;
 use super::send::{Call, Policy, Sent};
 use crate::api::{join, Account, ApiError};
@@ -115,10 +115,10 @@ pub fn merge(parts: Vec<Vec<HistoricalEvent>>) -> Vec<HistoricalEvent> {
     out
 }
 
-impl Operator {
+impl Base {
     /// The events of `q`, merged and in time order, the requests sent, and what could
     /// not be completed.
-    pub async fn history(
+    pub(super) async fn history(
         &self,
         q: &HistoryQuery,
         now: Timestamp,

@@ -12,7 +12,7 @@ use reqwest::Method;
 use serde_json::Value;
 
 use super::assumed::{self, DeviceEntry, LabelRecord, LabelState};
-use super::base::Operator;
+use super::base::Base;
 use super::device_op::{ChunkEnd, DeviceOp, DeviceOutcome, Request};
 
 /// Rounds of a label chunk at most: the first, and the repeats for the devices the
@@ -55,7 +55,7 @@ pub(super) fn note_override(op: &DeviceOp, o: &mut DeviceOutcome) {
     }
 }
 
-impl Operator {
+impl Base {
     /// After a label's answer was lost (`lost_cause`): the devices looked up, those
     /// the lookup settles added to `end`, and those to send again returned (`None`:
     /// none, or the lookup failed and `end` says why).

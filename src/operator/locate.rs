@@ -14,7 +14,7 @@ use std::time::Duration;
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use super::base::{check_id, Operator, OperatorError};
+use super::base::{check_id, Base, OperatorError};
 use super::send::{Call, Policy, Sent};
 use crate::api::{Account, ApiError};
 
@@ -100,11 +100,11 @@ fn encode_segment(s: &str) -> String {
     percent_encoding::utf8_percent_encode(s, crate::util::text::UNRESERVED).to_string()
 }
 
-impl Operator {
+impl Base {
     /// The latest event of `asset_id` (an AWB, or with `sensor` a device's asset
     /// barcode). `Ok(None)`: AWB not found, or no current sensor reading (each after
     /// its one repeat).
-    pub async fn locate(
+    pub(super) async fn locate(
         &self,
         asset_id: &str,
         sensor: bool,

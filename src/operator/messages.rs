@@ -10,7 +10,7 @@ use reqwest::Method;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::base::{Operator, OperatorError};
+use super::base::{Base, OperatorError};
 use super::send::{Call, Policy, Sent};
 use crate::api::Account;
 
@@ -63,7 +63,7 @@ fn need(v: &Value, path: &str, kind: Kind) -> Result<(), String> {
 }
 
 /// Checks `data` against the shape of `t` in spec 4.5; the error names the field.
-pub fn check_payload(t: MessageType, data: &Value) -> Result<(), String> {
+fn check_payload(t: MessageType, data: &Value) -> Result<(), String> {
     if !data.is_object() {
         return Err("the payload must be a JSON object (the `data` of the message)".into());
     }
@@ -107,9 +107,13 @@ pub struct MessageSent {
     pub correlation_id: String,
 }
 
-impl Operator {
+impl Base {
     /// Sends one integration message; returns what the service answered.
-    pub async fn message(&self, t: MessageType, data: Value) -> Result<MessageSent, OperatorError> {
+    pub(super) async fn message(
+        &self,
+        t: MessageType,
+        data: Value,
+    ) -> Result<MessageSent, OperatorError> {
         check_payload(t, &data)
             .map_err(|e| OperatorError::Usage(format!("{} payload: {e}", t.as_str())))?;
         let call = Call {

@@ -1,6 +1,6 @@
 /*!
 The one send of the operator's client: every call (add, label, relabel, show,
-deactivate, configure, locate, history, message) goes through [`Operator::send`] with
+deactivate, configure, locate, history, message) goes through [`Base::send`] with
 a retry [`Policy`] declared for it, so that what spec 7 asks ("retry 429, 500, 503 and
 timeouts with exponential backoff") holds for every call by construction, and what
 differs between calls is data. It may touch the transport's one request
@@ -26,7 +26,7 @@ use bytes::Bytes;
 use reqwest::{Method, StatusCode};
 use url::Url;
 
-use super::base::{Operator, OperatorError};
+use super::base::{Base, OperatorError};
 use crate::api::TransportKind;
 use crate::api::{Account, Answer, ApiError};
 use crate::util::backoff::Backoff;
@@ -167,7 +167,7 @@ enum Next {
     Retry(String, Option<Duration>),
 }
 
-impl Operator {
+impl Base {
     /// Sends `call` under `policy` to the end: retried, repeated or returned as the
     /// table in the module doc says. `Err` only for what no retry fixes (a fresh token
     /// refused, a refused grant, settings, the state database).

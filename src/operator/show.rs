@@ -9,7 +9,7 @@ look before they claim what a lost answer did. It may touch the send, the shapes
 use reqwest::Method;
 
 use super::assumed::{self, DeviceEntry, LabelRecord};
-use super::base::{Operator, OperatorError};
+use super::base::{Base, OperatorError};
 use super::device_op::{DeviceOp, DeviceOutcome, Request};
 use super::send::{Policy, Sent};
 use crate::api::Answer;
@@ -49,7 +49,7 @@ pub(super) fn check_entry(o: &mut DeviceOutcome, record: Option<&LabelRecord>) {
     }
 }
 
-impl Operator {
+impl Base {
     /// The lookup (GET label) of `devices`: for each, its record when the answer had a
     /// readable entry for it.
     pub(super) async fn lookup(

@@ -24,20 +24,12 @@ pub const MOCK_LONG_FUNCTIONS: &[(&str, &str, &str)] = &[];
 pub const MOCK_CIRCLES: &[(&[&str], &str)] = &[];
 
 /// Public methods of a type in a file other than the one that defines it: (type, file,
-/// why). Each is to be mended: the operator's capabilities gather their public entry
-/// points in `operator/base.rs`.
+/// why). Each is to be mended.
 pub const METHODS_AWAY: &[(&str, &str, &str)] = &[
-    ("Operator", "src/operator/add.rs", OPERATOR),
-    ("Operator", "src/operator/devices.rs", OPERATOR),
-    ("Operator", "src/operator/history.rs", OPERATOR),
-    ("Operator", "src/operator/locate.rs", OPERATOR),
-    ("Operator", "src/operator/messages.rs", OPERATOR),
-    ("ServiceClient", "src/api/decode.rs", "the decode calls beside their request and answer types; to move with the operator's gathering"),
+    ("ServiceClient", "src/api/decode.rs", "the decode calls beside their request and answer types; to gather as the operator's entry points were (operator/entry.rs)"),
     ("Planner", "src/flush/plan/verdict.rs", "what an answer does to its batch, the planner's largest step, kept with its verdict types"),
     ("Metrics", "src/metrics/render.rs", "the exposition beside the registries it writes"),
 ];
-
-const OPERATOR: &str = "one capability a file; its entry point to move beside the type";
 
 /// The `pub` items (not `pub(crate)` or `pub(super)`, not fields) each top-level module
 /// of `src/` may have: what it has today. A module over its budget fails; a new public
@@ -59,7 +51,7 @@ pub const PUB_BUDGETS: &[(&str, usize)] = &[
     ("lib", 20),
     ("main", 0),
     ("metrics", 23),
-    ("operator", 91),
+    ("operator", 90),
     ("outbox", 115),
     ("pipeline", 33),
     ("products", 11),
