@@ -117,8 +117,16 @@ pub(crate) fn existing(state_dir: &Path) -> Result<Option<Connection>, OutboxErr
     checked(conn, path)
 }
 
+/// Opens an existing database to read it only (`status`, `tapes`, `dead-letters
+/// list`, `check`), creating nothing, so that it works for a user who may read the
+/// state directory but not write it. Such a user cannot make the shared-memory file
+/// (`-shm`) a WAL database is read through: while the daemon runs it is there (and
+/// read as it is); when it is not, no one is writing, and the file is read as it
+/// lies on disk (SQLite's `immutable`), unless a write-ahead log left by a daemon
+/// that did not close it holds what the file lacks (then the error says whom to run
+/// as). `Ok(None)` when there is no database yet.
 pub(crate) fn existing_read_only(state_dir: &Path) -> Result<Option<Connection>, OutboxError> {
-    let path = state_dir.join(DB_FILE);
+    let path = path_in(state_dir);
     let Ok(meta) = std::fs::metadata(&path) else {
         return Ok(None);
     };
