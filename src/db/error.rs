@@ -1,6 +1,6 @@
-//! What went wrong with the outbox, and what the caller should do ([`OutboxError`]). A
-//! leaf of the outbox's `db`: every part of the outbox returns it; it touches nothing
-//! of the crate.
+//! What went wrong with the state database, and what the caller should do
+//! ([`OutboxError`]). A leaf of the database layer (`db`): the outbox and the side
+//! tables return it; it touches nothing of the crate.
 
 use std::path::PathBuf;
 

@@ -1,5 +1,5 @@
 //! The schema, as the steps that build it, and migrating a database to it (`PRAGMA
-//! user_version`). A leaf of the outbox's `db`: it touches only the connection it is
+//! user_version`). A leaf of the state database's layer (`db`): it touches only the connection it is
 //! handed and says why a database cannot be used ([`Broken`]).
 
 use std::path::Path;

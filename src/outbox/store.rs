@@ -20,7 +20,7 @@ use super::words::Seen;
 use crate::clock::SharedClock;
 use crate::config::{Durability, Retention};
 use crate::db::open;
-use crate::db::{read_counters, write_tx, Broken, Counters, OutboxError, DB_FILE};
+use crate::db::{read_counters, write_tx, Broken, Counters, OutboxError};
 
 /// How the store is opened.
 #[derive(Debug, Clone)]
@@ -92,7 +92,7 @@ pub(super) struct Store {
 impl Store {
     /// The database path inside `state_dir`.
     pub(super) fn path_in(state_dir: &Path) -> PathBuf {
-        state_dir.join(DB_FILE)
+        open::path_in(state_dir)
     }
 
     /// Opens (creating `state_dir` and the database if needed), checks and migrates.

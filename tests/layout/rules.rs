@@ -5,13 +5,17 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::graph::{self, House};
 
+/// Whether `node` is the module `m` or a module under it.
+fn under(node: &str, m: &str) -> bool {
+    node == m || node.starts_with(&format!("{m}::"))
+}
+
 /// The floor of a module: the index in `layers` of its longest listed prefix.
 pub fn layer_of(node: &str, layers: &[(&str, &[&str])]) -> Option<usize> {
     let mut best: Option<(usize, usize)> = None;
     for (floor, (_, members)) in layers.iter().enumerate() {
         for m in *members {
-            let under = node == *m || node.starts_with(&format!("{m}::"));
-            if under && best.is_none_or(|(len, _)| m.len() > len) {
+            if under(node, m) && best.is_none_or(|(len, _)| m.len() > len) {
                 best = Some((m.len(), floor));
             }
         }
@@ -26,7 +30,6 @@ pub type Guard<'a> = (&'a str, &'a [&'a str], &'a [&'a str], &'a str);
 
 /// Arrows into a guarded module from modules that are not its keepers.
 pub fn reached_from_outside(house: &House, guards: &[Guard<'_>]) -> Vec<String> {
-    let under = |node: &str, m: &str| node == m || node.starts_with(&format!("{m}::"));
     let mut out = Vec::new();
     for (from, tos) in &house.arrows {
         for (to, site) in tos {
