@@ -17,7 +17,6 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::Value;
 use tokio::time::Instant;
-use url::Url;
 
 use super::bulk_answer::{Element, Top};
 use super::decoded::Decoded;
@@ -90,30 +89,20 @@ fn mac_key(mac: &str) -> String {
 }
 
 impl ServiceClient {
-    /// The bulk decode URL (`{base_url}/external/v1/devices/decode`).
-    pub fn decode_bulk_url(&self) -> &Url {
-        &self.inner.bulk_url
-    }
-
-    /// Decodes up to 250 packets in one request (spec 4.4). The answer holds one item
-    /// per `mac_id` the server answered for, decoded or with its error; items the
-    /// server left out are simply absent (the caller retries them).
-    pub async fn decode_bulk(
+    /// [`ServiceClient::decode_bulk`]: the request encoded whole, then sent.
+    pub(super) async fn bulk(
         &self,
         items: &[BulkItem],
         correlation_id: &str,
     ) -> Result<Vec<BulkAnswerItem>, ApiError> {
         let mut out = Always(BulkRequest::encode(items)?);
-        let answered = self
-            .decode_bulk_when_ready(&mut out, correlation_id)
-            .await?;
+        let answered = self.bulk_when_ready(&mut out, correlation_id).await?;
         Ok(answered.map(|(_, items)| items).unwrap_or_default())
     }
 
-    /// [`ServiceClient::decode_bulk`] of the request `out` builds as it goes on the
-    /// wire (`wire.rs`): what was sent with its answer, or `None` when `out` had
-    /// nothing left to send.
-    pub async fn decode_bulk_when_ready<O>(
+    /// [`ServiceClient::decode_bulk_when_ready`]: sent through the decode gate, the
+    /// answer read and mapped, its items' error texts scrubbed.
+    pub(super) async fn bulk_when_ready<O>(
         &self,
         out: &mut O,
         correlation_id: &str,
@@ -162,8 +151,8 @@ impl ServiceClient {
         Ok(Some((request, answered)))
     }
 
-    /// Decodes one packet (spec 4.3): the values go in headers, there is no body.
-    pub async fn decode_one(
+    /// [`ServiceClient::decode_one`]: the values in headers, the answer mapped.
+    pub(super) async fn one(
         &self,
         mac_id: &str,
         product_id: &str,

@@ -337,6 +337,49 @@ impl ServiceClient {
         self.inner.decode_gate.closed_until()
     }
 
+    /// The bulk decode URL (`{base_url}/external/v1/devices/decode`).
+    pub fn decode_bulk_url(&self) -> &Url {
+        &self.inner.bulk_url
+    }
+
+    /// Decodes up to 250 packets in one request (spec 4.4). The answer holds one item
+    /// per `mac_id` the server answered for, decoded or with its error; items the
+    /// server left out are simply absent (the caller retries them). `decode.rs`.
+    pub async fn decode_bulk(
+        &self,
+        items: &[BulkItem],
+        correlation_id: &str,
+    ) -> Result<Vec<BulkAnswerItem>, ApiError> {
+        self.bulk(items, correlation_id).await
+    }
+
+    /// [`ServiceClient::decode_bulk`] of the request `out` builds as it goes on the
+    /// wire (`wire.rs`): what was sent with its answer, or `None` when `out` had
+    /// nothing left to send.
+    pub async fn decode_bulk_when_ready<O>(
+        &self,
+        out: &mut O,
+        correlation_id: &str,
+    ) -> Result<Option<(BulkRequest, Vec<BulkAnswerItem>)>, ApiError>
+    where
+        O: Outgoing<Request = BulkRequest>,
+    {
+        self.bulk_when_ready(out, correlation_id).await
+    }
+
+    /// Decodes one packet (spec 4.3): the values go in headers, there is no body.
+    pub async fn decode_one(
+        &self,
+        mac_id: &str,
+        product_id: &str,
+        ble_packet: &str,
+        scan_time: &str,
+        correlation_id: &str,
+    ) -> Result<Decoded, ApiError> {
+        self.one(mac_id, product_id, ble_packet, scan_time, correlation_id)
+            .await
+    }
+
     /// Sends and reads the answer (success bodies capped at [`MAX_ANSWER_BYTES`]; of an
     /// error answer only the message is kept). With `gate` (a decode request, which has
     /// passed it: `wire.rs`), an answer that asks for a pause (429 or 5xx with

@@ -215,6 +215,16 @@ impl Metrics {
     pub fn adverts(&self) -> u64 {
         self.live.adverts.get()
     }
+
+    /// Writes the whole exposition ([`CONTENT_TYPE`]): these live metrics, then `stats`
+    /// (the stored ones) as of `now`, the process's series and the inventory.
+    pub fn encode(
+        &self,
+        stats: &crate::outbox::Stats,
+        now: EpochMillis,
+    ) -> Result<String, std::fmt::Error> {
+        self.exposition(stats, now)
+    }
 }
 
 /// A request in flight (see [`Metrics::request`]).

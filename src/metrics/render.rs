@@ -16,9 +16,13 @@ use crate::record::EpochMillis;
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 impl Metrics {
-    /// Writes the whole exposition: these live metrics, then `stats` (the stored ones)
-    /// as of `now`.
-    pub fn encode(&self, stats: &Stats, now: EpochMillis) -> Result<String, std::fmt::Error> {
+    /// The exposition of [`Metrics::encode`]: the live registry, the stored metrics of
+    /// `stats` as of `now`, the process's series, then the inventory once known.
+    pub(super) fn exposition(
+        &self,
+        stats: &Stats,
+        now: EpochMillis,
+    ) -> Result<String, std::fmt::Error> {
         let mut out = String::new();
         encode_registry(&mut out, &self.registry)?;
         encode_registry(&mut out, &stored(stats, now))?;

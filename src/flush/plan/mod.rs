@@ -87,6 +87,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::FlushSettings;
+use crate::flush::answer::Action;
 use crate::outbox::{Fetched, Outcome, PendingCapture, Seen};
 use crate::record::Mac;
 use pause::Pause;
@@ -307,6 +308,27 @@ impl Planner {
         if rows.is_empty() {
             self.in_flight.remove(&id);
         }
+    }
+
+    /// The answer to batch `id` (its rows those its request sent: see
+    /// [`Planner::gone`]). Rows not in the returned `settle` are released (retried
+    /// later) or queued here; the settled ones stay busy (and claimed) until
+    /// [`Planner::recorded`] (or [`Planner::record_failed`]). An answer that settles
+    /// nothing has let go of its claims already (`flush::send`). What each answer
+    /// does is `verdict.rs`.
+    pub fn answered(
+        &mut self,
+        id: BatchId,
+        action: Action,
+        now: Instant,
+        jitter: f64,
+    ) -> Resolution {
+        let Some(batch) = self.in_flight.remove(&id) else {
+            return Resolution::default();
+        };
+        // Its MACs may be free again (now or once recorded).
+        self.exhausted_until = None;
+        self.judge(id, batch, action, now, jitter)
     }
 
     fn launch(

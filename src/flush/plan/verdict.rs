@@ -24,23 +24,16 @@ struct Failure {
 }
 
 impl Planner {
-    /// The answer to batch `id` (its rows those its request sent: see
-    /// [`Planner::gone`]). Rows not in the returned `settle` are released (retried
-    /// later) or queued here; the settled ones stay busy (and claimed) until
-    /// [`Planner::recorded`] (or [`Planner::record_failed`]). An answer that settles
-    /// nothing has let go of its claims already (`flush::send`).
-    pub fn answered(
+    /// What `action`, the answer to `batch` (taken out of flight as `id`), does to its
+    /// rows: the step of [`Planner::answered`].
+    pub(super) fn judge(
         &mut self,
         id: BatchId,
+        batch: InFlight,
         action: Action,
         now: Instant,
         jitter: f64,
     ) -> Resolution {
-        let Some(batch) = self.in_flight.remove(&id) else {
-            return Resolution::default();
-        };
-        // Its MACs may be free again (now or once recorded).
-        self.exhausted_until = None;
         let mut res = Resolution::default();
         match action {
             Action::Settle(outcomes) => self.settle(id, batch, outcomes, now, &mut res),
