@@ -1,6 +1,6 @@
 //! How the domain's values are kept in columns: a MAC as a 48-bit integer, a packet of
-//! upper-case hex digits as its bytes. A leaf of the state database's layer (`db`): it touches only
-//! the domain's words (`record`).
+//! upper-case hex digits as its bytes. A leaf of the state database's layer (`db`): it
+//! touches only the domain's words (`record`).
 
 use crate::record::Mac;
 

@@ -1,6 +1,7 @@
 //! The rows every part of the outbox keeps exact: the `counters` table ([`Counters`],
 //! read afresh in each write transaction and written where they changed) and the
-//! `meta` table's keys. A leaf of the state database's layer (`db`): it touches only the connection.
+//! `meta` table's keys. A leaf of the state database's layer (`db`): it touches only
+//! the connection.
 
 use rusqlite::{params, Connection, Transaction};
 

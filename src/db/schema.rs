@@ -1,6 +1,6 @@
 //! The schema, as the steps that build it, and migrating a database to it (`PRAGMA
-//! user_version`). A leaf of the state database's layer (`db`): it touches only the connection it is
-//! handed and says why a database cannot be used ([`Broken`]).
+//! user_version`). A leaf of the state database's layer (`db`): it touches only the
+//! connection it is handed and says why a database cannot be used ([`Broken`]).
 
 use std::path::Path;
 

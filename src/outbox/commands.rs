@@ -39,7 +39,7 @@ impl StateReader {
 
     /// Where the database of `state_dir` is (whether or not it exists).
     pub fn path_in(state_dir: &Path) -> std::path::PathBuf {
-        Store::path_in(state_dir)
+        crate::db::open::path_in(state_dir)
     }
 
     /// Counters and state.

@@ -139,7 +139,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
         drop(store);
-        let db = Store::path_in(dir.path());
+        let db = crate::db::open::path_in(dir.path());
         {
             let c = rusqlite::Connection::open(&db).unwrap();
             c.execute_batch(&format!(
@@ -180,7 +180,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (store, _) = Store::open(dir.path(), StoreOptions::default()).unwrap();
         drop(store);
-        let db = Store::path_in(dir.path());
+        let db = crate::db::open::path_in(dir.path());
         {
             // Back to the schema before retention (4), as the tapegate before it left it
             // (with the reading history that schema 6 drops).

@@ -107,7 +107,7 @@ mod tests {
             .unwrap();
         assert!(!store.reopen_if_replaced(), "nothing happened to the file");
 
-        std::fs::remove_file(Store::path_in(dir.path())).unwrap();
+        std::fs::remove_file(crate::db::open::path_in(dir.path())).unwrap();
         assert_eq!(store.replaced(), Some("deleted"));
         assert!(store.reopen_if_replaced());
         assert_eq!(store.pending(), 0);

@@ -433,7 +433,9 @@ mod tests {
         assert!(s.pending > 1000, "{s:?}");
         let oldest_kept = store.pending_captures().unwrap()[0].id;
         assert_eq!(oldest_kept as u64, evicted + 1, "the oldest went first");
-        let file = std::fs::metadata(Store::path_in(dir.path())).unwrap().len();
+        let file = std::fs::metadata(crate::db::open::path_in(dir.path()))
+            .unwrap()
+            .len();
         assert!(file <= max_bytes + 256 * 1024, "file {file} bytes");
     }
 }

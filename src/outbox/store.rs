@@ -90,11 +90,6 @@ pub(super) struct Store {
 }
 
 impl Store {
-    /// The database path inside `state_dir`.
-    pub(super) fn path_in(state_dir: &Path) -> PathBuf {
-        open::path_in(state_dir)
-    }
-
     /// Opens (creating `state_dir` and the database if needed), checks and migrates.
     /// A corrupt database is moved aside and a fresh one started; the report says so.
     pub(crate) fn open(
@@ -102,7 +97,7 @@ impl Store {
         options: StoreOptions,
     ) -> Result<(Store, OpenReport), OutboxError> {
         let stamp = options.clock.wall_ms();
-        let path = Self::path_in(state_dir);
+        let path = open::path_in(state_dir);
         let opened = open::writable(state_dir, options.durability, options.max_page_count, stamp)?;
         let identity = file_identity(&path);
         let store = Self::over(opened.conn, options, path.clone(), identity)?;
@@ -132,7 +127,7 @@ impl Store {
     /// Opens an existing database for the CLI without creating or migrating anything
     /// (`db::open::existing`). `Ok(None)` when there is no database yet.
     pub(super) fn open_existing(state_dir: &Path) -> Result<Option<Store>, OutboxError> {
-        let path = Self::path_in(state_dir);
+        let path = open::path_in(state_dir);
         open::existing(state_dir)?
             .map(|conn| Self::over(conn, StoreOptions::default(), path, None))
             .transpose()
@@ -140,7 +135,7 @@ impl Store {
 
     /// Opens an existing database to read it only (`db::open::existing_read_only`).
     pub(super) fn open_existing_read_only(state_dir: &Path) -> Result<Option<Store>, OutboxError> {
-        let path = Self::path_in(state_dir);
+        let path = open::path_in(state_dir);
         open::existing_read_only(state_dir)?
             .map(|conn| Self::over(conn, StoreOptions::default(), path, None))
             .transpose()
@@ -153,7 +148,7 @@ impl Store {
         Self::over(
             conn,
             StoreOptions::default(),
-            Self::path_in(state_dir),
+            open::path_in(state_dir),
             None,
         )
     }

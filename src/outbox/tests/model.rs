@@ -708,7 +708,7 @@ impl World {
 
     fn disk_full(&mut self, on: bool) {
         if on && self.disk_full.is_none() {
-            let db = rusqlite::Connection::open(Store::path_in(&self.dir)).unwrap();
+            let db = rusqlite::Connection::open(crate::db::open::path_in(&self.dir)).unwrap();
             db.execute_batch("CREATE TRIGGER full BEFORE DELETE ON pending BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;").unwrap();
             self.disk_full = Some(db);
         } else if !on {
